@@ -1,0 +1,67 @@
+"""Typed errors. Each carries the ONNX Runtime status code the design names, so callers can
+branch on ``err.code`` the way they would on an ``OrtStatus``."""
+
+from __future__ import annotations
+
+from enum import Enum
+
+
+class StatusCode(str, Enum):
+    """The subset of ``OrtErrorCode`` values that ep-core raises."""
+
+    FAIL = "FAIL"
+    INVALID_ARGUMENT = "INVALID_ARGUMENT"
+    NO_SUCHFILE = "NO_SUCHFILE"
+    INVALID_GRAPH = "INVALID_GRAPH"
+    NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
+    EP_FAIL = "EP_FAIL"
+
+
+class EpCoreError(Exception):
+    """Base of every error ep-core raises on purpose."""
+
+    code: StatusCode = StatusCode.FAIL
+
+    def __init__(self, message: str) -> None:
+        super().__init__(f"[{self.code.value}] {message}")
+        self.message = message
+
+
+class Fail(EpCoreError):
+    code = StatusCode.FAIL
+
+
+class InvalidArgument(EpCoreError):
+    code = StatusCode.INVALID_ARGUMENT
+
+
+class NoSuchFile(EpCoreError):
+    code = StatusCode.NO_SUCHFILE
+
+
+class InvalidGraph(EpCoreError):
+    code = StatusCode.INVALID_GRAPH
+
+
+class NotImplementedByAnyEp(EpCoreError):
+    """No execution provider can run a node (or an op has no kernel)."""
+
+    code = StatusCode.NOT_IMPLEMENTED
+
+
+class EpFail(EpCoreError):
+    """An execution provider broke one of its promises (bad return value, failed hook)."""
+
+    code = StatusCode.EP_FAIL
+
+
+class ConfigError(InvalidArgument):
+    """A session option, provider option or config file entry is unknown or has a bad value."""
+
+
+class UnknownProviderError(InvalidArgument):
+    """A provider name that no installed plugin registers."""
+
+
+class PluginError(Fail):
+    """A plugin failed to load or validate; raised only in strict mode, else recorded."""

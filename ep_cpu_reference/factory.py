@@ -1,0 +1,30 @@
+"""Entry point of the reference EP (``ep_core.execution_providers`` group)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ep_core.devices import EpDevice
+from ep_core.ep_base import HostEpFactory
+
+from ep_cpu_reference import EP_NAME, __version__
+
+
+class CpuReferenceFactory(HostEpFactory):
+    ep_name = EP_NAME
+    ep_vendor = "ep-core"
+    ep_version = __version__
+
+    def ep_factory_is_cpu_fallback(self) -> bool:
+        return True
+
+    def ep_factory_create_ep(
+        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
+    ) -> Any:
+        self.check_options(ep_options)
+        from ep_cpu_reference.ep import CpuReferenceEp
+
+        return CpuReferenceEp()
+
+
+factory = CpuReferenceFactory()
