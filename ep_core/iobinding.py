@@ -71,8 +71,10 @@ class IOBinding:
 
     def _run(self, run_options: "RunOptions | None") -> None:
         s = self._session
-        host_feed = {k: t.data for k, t in self._inputs.items() if t.memory_info.is_host}
-        s._check_feed({**host_feed, **{k: t.data for k, t in self._inputs.items() if not t.memory_info.is_host}})
+        s._check_feed(
+            {k: t.data for k, t in self._inputs.items()},
+            frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host),
+        )
         placement = {k: t.memory_info for k, t in self._inputs.items() if not t.memory_info.is_host}
         values = s._run({k: t.data for k, t in self._inputs.items()}, run_options, placement, False)
         plan = s.program.plan(placement, False)

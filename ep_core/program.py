@@ -151,6 +151,7 @@ class GraphProgram:
         self.path = path
         self._subprograms: dict[tuple[int, str], GraphProgram] = {}
         self._plans: dict[Any, Plan] = {}
+        self._constant_copies: dict[tuple[str, MemoryInfo], Any] = {}  # shared by every plan variant
         t0 = time.perf_counter_ns()
         self.partition: Partition = partition_graph(graph, session.eps)
         self._trace("partition", t0)
@@ -324,7 +325,10 @@ class GraphProgram:
             dt, stream = self.session.transfer_for(have, need)
             dst = slot(key)
             if name in constants:
-                template[dst] = dt.copy(template[slots[name]], have, need, stream)
+                cached = self._constant_copies.get((name, need))
+                if cached is None:
+                    cached = self._constant_copies[(name, need)] = dt.copy(template[slots[name]], have, need, stream)
+                template[dst] = cached
                 constants.add(key)
             else:
                 steps.append((_copy_fn(dt, have, need, stream), (slot(name),), (dst,), ()))

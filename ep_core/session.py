@@ -259,7 +259,9 @@ class InferenceSession:
         return self._program.plan(input_memory, outputs_to_host).describe()
 
     # -------------------------------------------------------------------------------- run
-    def _check_feed(self, feed: Mapping[str, Any]) -> None:
+    def _check_feed(self, feed: Mapping[str, Any], on_device: frozenset[str] = frozenset()) -> None:
+        """Check names, dtypes, ranks and fixed dims; ``on_device`` inputs are checked through
+        their ``shape``/``dtype`` attributes instead of being required to be NumPy arrays."""
         expected = {v.name: v for v in self._graph.inputs}
         overridable = self._graph.input_names
         for name in feed:
@@ -271,19 +273,20 @@ class InferenceSession:
             value = feed[name]
             if info.kind != "tensor":
                 continue
-            if not isinstance(value, np.ndarray):
-                if hasattr(value, "__cuda_array_interface__") or hasattr(value, "memory_info"):
-                    continue
+            if name in on_device:
+                if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+                    raise InvalidArgument(f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})")
+            elif not isinstance(value, np.ndarray):
                 raise InvalidArgument(f"input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
             want = info.np_dtype
-            if want is not None and value.dtype != want:
+            if want is not None and np.dtype(value.dtype) != want:
                 raise InvalidArgument(
                     f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})"
                 )
             if info.shape is not None:
-                if value.ndim != len(info.shape):
+                if len(value.shape) != len(info.shape):
                     raise InvalidArgument(
-                        f"input {name!r} has rank {value.ndim} (shape {list(value.shape)}), expected rank "
+                        f"input {name!r} has rank {len(value.shape)} (shape {list(value.shape)}), expected rank "
                         f"{len(info.shape)} (shape {_shape_str(info.shape)})"
                     )
                 for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):

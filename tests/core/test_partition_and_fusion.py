@@ -1,0 +1,115 @@
+"""Partitioning across EPs, fused groups through ep_compile, and the claims the core refuses."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from _support.eps import FusingFactory
+from _support.models import add_mul_chain, make_model
+from onnx import TensorProto, helper
+
+import ep_core
+from ep_core.errors import NotImplementedByAnyEp, StatusCode
+
+
+@pytest.fixture
+def fusing():
+    factory = FusingFactory()
+    ep_core.register_execution_provider_library("FusingTestExecutionProvider", factory)
+    yield factory
+    ep_core.unregister_execution_provider_library("FusingTestExecutionProvider")
+
+
+@pytest.fixture
+def bad_fusing():
+    factory = FusingFactory(bad_claim=True)
+    ep_core.register_execution_provider_library("FusingTestExecutionProvider", factory)
+    yield factory
+    ep_core.unregister_execution_provider_library("FusingTestExecutionProvider")
+
+
+def _feed(shape=(2, 3)):
+    rng = np.random.default_rng(0)
+    return {"x": rng.standard_normal(shape).astype(np.float32), "y": rng.standard_normal(shape).astype(np.float32)}
+
+
+def _expected(feed, n=6):
+    v = feed["x"]
+    for i in range(n):
+        v = v + feed["y"] if i % 2 == 0 else v * feed["y"]
+    return v
+
+
+def test_fused_chain_shows_in_assignment_and_matches(fusing):
+    model = add_mul_chain(6)
+    sess = ep_core.InferenceSession(model.SerializeToString(), providers=["FusingTestExecutionProvider"])
+    feed = _feed()
+    (out,) = sess.run(None, feed)
+    np.testing.assert_allclose(out, _expected(feed), rtol=1e-6)
+    assignment = sess.get_node_assignment()
+    assert {a["ep"] for a in assignment.values()} == {"FusingTestExecutionProvider"}
+    fused = {a["fused_node"] for a in assignment.values()}
+    assert len(fused) == 1 and next(iter(fused)).startswith("FusingTestExecutionProvider_")
+    assert fusing.last_ep.compiled == [next(iter(fused))]
+    assert [line.split()[1] for line in sess.get_plan()] == ["fused"]
+
+
+def test_non_convex_claim_is_rejected_with_reason_and_outputs_still_match(bad_fusing):
+    model = add_mul_chain(3)
+    sess = ep_core.InferenceSession(model.SerializeToString(), providers=["FusingTestExecutionProvider"])
+    diagnostics = sess.get_partition_diagnostics()
+    assert len(diagnostics) == 1
+    assert "not convex" in diagnostics[0] and "add_0" in diagnostics[0] and "add_2" in diagnostics[0]
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {"CpuReferenceExecutionProvider"}
+    feed = _feed()
+    np.testing.assert_allclose(sess.run(None, feed)[0], _expected(feed, 3), rtol=1e-6)
+
+
+def test_claims_checked_twice_empty_and_foreign(fusing):
+    from ep_core.capability import SupportInfo
+    from ep_core.graph import GraphView, opset_map
+
+    model = add_mul_chain(4)
+    graph = GraphView(model.graph, opset_map(model))
+    view = graph.subset([0, 1, 2])  # node 3 belongs to someone else
+    support = SupportInfo("X", view, None)
+    assert not support.add_nodes_to_fuse([])
+    assert support.add_nodes_to_fuse([graph.all_nodes[0]])
+    assert not support.add_nodes_to_fuse([graph.all_nodes[0]])
+    assert not support.add_nodes_to_fuse([graph.all_nodes[3]])
+    assert not support.add_single_node(graph.all_nodes[1])  # no registry
+    reasons = [r.reason for r in support.rejected]
+    assert reasons[0] == "empty group"
+    assert "claimed twice" in reasons[1]
+    assert "already assigned" in reasons[2]
+    assert "no kernel registry" in reasons[3]
+
+
+def test_node_nobody_runs_raises_not_implemented_with_details():
+    node = helper.make_node("Frobnicate", ["x"], ["y"], name="frob", domain="com.example")
+    model = make_model(
+        [node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])], extra_opsets=[("com.example", 3)]
+    )
+    with pytest.raises(NotImplementedByAnyEp) as info:
+        ep_core.InferenceSession(model.SerializeToString())
+    err = info.value
+    assert err.code is StatusCode.NOT_IMPLEMENTED
+    for part in ("'frob'", "com.example::Frobnicate", "opset 3", "CpuReferenceExecutionProvider"):
+        assert part in err.message
+
+
+def test_disable_cpu_fallback_leaves_unclaimed_nodes_unimplemented(fusing):
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["t"], name="add"),
+        helper.make_node("Relu", ["t"], ["out"], name="relu"),
+    ]
+    model = make_model(nodes, [("x", 1, [2]), ("y", 1, [2])], [("out", 1, [2])])
+    opts = ep_core.SessionOptions()
+    opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    with pytest.raises(NotImplementedByAnyEp, match="'relu'.*FusingTestExecutionProvider"):
+        ep_core.InferenceSession(model.SerializeToString(), opts, providers=["FusingTestExecutionProvider"])
+    sess = ep_core.InferenceSession(model.SerializeToString(), providers=["FusingTestExecutionProvider"])
+    assert sess.get_providers() == ["FusingTestExecutionProvider", "CpuReferenceExecutionProvider"]
+    assert sess.get_node_assignment()["relu"]["ep"] == "CpuReferenceExecutionProvider"
+    x = np.array([-3.0, 1.0], np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x, "y": x})[0], np.maximum(2 * x, 0))
