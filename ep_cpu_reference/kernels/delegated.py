@@ -15,7 +15,7 @@ from ep_cpu_reference.registry import REGISTRY
 
 # Ops onnx.reference gets wrong for our purposes (see the issue tracker and tests); never delegated.
 NEVER_DELEGATE = frozenset({"If", "Loop", "Scan", "SequenceMap"})
-DOMAINS = ("", "ai.onnx.ml")
+DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview")
 
 
 def _value_info(node: Any, name: str) -> Any:
