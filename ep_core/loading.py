@@ -50,8 +50,8 @@ def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | Non
             proto = onnx.ModelProto.FromString(proto.SerializeToString())
         try:
             external_data_helper.load_external_data_for_model(proto, base)
-        except FileNotFoundError as exc:
-            raise NoSuchFile(f"external data of the model is missing: {exc}") from exc
+        except Exception as exc:  # onnx raises FileNotFoundError or a checker ValidationError
+            raise NoSuchFile(f"external data of the model cannot be read from folder {base!r}: {exc}") from exc
     return proto, path
 
 

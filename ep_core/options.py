@@ -250,7 +250,10 @@ def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
         elif p.suffix.lower() == ".toml":
-            import tomllib
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
 
             data = tomllib.loads(text)
         else:
