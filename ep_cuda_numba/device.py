@@ -1,0 +1,145 @@
+"""Finding CUDA devices through numba.cuda. Every function imports numba lazily, so importing
+this module is free; the simulator is detected from the environment *before* numba is imported
+(``NUMBA_ENABLE_CUDASIM`` is read once, at numba's import)."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass, field
+from functools import lru_cache
+
+from ep_core.devices import HardwareDevice
+from ep_core.memory import DeviceType, MemoryInfo, MemType
+
+from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID
+
+MIN_COMPUTE_CAPABILITY = (5, 0)
+INSTALL_HINT = "pip install 'ep-core[cuda]'"
+SIM_ENV = "NUMBA_ENABLE_CUDASIM"
+
+
+def simulator_requested() -> bool:
+    """True when numba will run (or runs) the CUDA simulator."""
+    import sys
+
+    if "numba" in sys.modules:
+        from numba import config
+
+        return bool(config.ENABLE_CUDASIM)
+    return os.environ.get(SIM_ENV, "0") not in ("", "0")
+
+
+def device_memory_info(device_id: int) -> MemoryInfo:
+    return MemoryInfo("Cuda", DeviceType.GPU, device_id, NVIDIA_VENDOR_ID)
+
+
+def pinned_memory_info(device_id: int) -> MemoryInfo:
+    return MemoryInfo("CudaPinned", DeviceType.GPU, device_id, NVIDIA_VENDOR_ID, MemType.HOST_ACCESSIBLE)
+
+
+@dataclass(frozen=True)
+class ProbeResult:
+    """What probing found: devices we can use, and sentences explaining what we cannot."""
+
+    devices: tuple[HardwareDevice, ...] = ()
+    problems: tuple[str, ...] = ()
+    too_old: dict[int, str] = field(default_factory=dict)
+
+
+def _numba_cuda_installed() -> bool:
+    return importlib.util.find_spec("numba") is not None and importlib.util.find_spec("numba.cuda") is not None
+
+
+@lru_cache(maxsize=1)
+def probe() -> ProbeResult:
+    """Probe once per process (drivers do not appear while a process runs)."""
+    if not _numba_cuda_installed():
+        return ProbeResult(problems=(f"numba-cuda is not installed: {INSTALL_HINT}",))
+    try:
+        from numba import cuda
+    except Exception as exc:  # a broken install must not break device listing
+        return ProbeResult(problems=(f"numba.cuda failed to import ({type(exc).__name__}: {exc}): {INSTALL_HINT}",))
+    from numba import config
+
+    if config.ENABLE_CUDASIM:
+        dev = HardwareDevice(
+            type=DeviceType.GPU,
+            vendor="NVIDIA (numba-cuda simulator)",
+            vendor_id=NVIDIA_VENDOR_ID,
+            device_id=0,
+            metadata={
+                "name": "numba-cuda simulator",
+                "simulated": "1",
+                "compute_capability": "5.0",
+                "source": "numba.cuda.simulator",
+            },
+        )
+        return ProbeResult(devices=(dev,))
+    try:
+        available = cuda.is_available()
+    except Exception as exc:
+        return ProbeResult(problems=(f"the CUDA driver could not be loaded ({exc}); install an NVIDIA driver",))
+    if not available:
+        return ProbeResult(
+            problems=(
+                "no CUDA driver or no NVIDIA GPU was found (numba.cuda.is_available() is False); install the "
+                "NVIDIA driver, or set NUMBA_ENABLE_CUDASIM=1 before starting Python to use the simulator",
+            )
+        )
+    devices: list[HardwareDevice] = []
+    too_old: dict[int, str] = {}
+    for gpu in cuda.gpus:
+        cc = tuple(gpu.compute_capability)
+        name = gpu.name.decode() if isinstance(gpu.name, bytes) else str(gpu.name)
+        meta = {
+            "name": name,
+            "simulated": "0",
+            "compute_capability": f"{cc[0]}.{cc[1]}",
+            "source": "numba.cuda",
+        }
+        for attr, key in (
+            ("MULTIPROCESSOR_COUNT", "sm_count"),
+            ("MEMORY_CLOCK_RATE", "memory_clock_khz"),
+            ("GLOBAL_MEMORY_BUS_WIDTH", "memory_bus_width_bits"),
+            ("PCI_BUS_ID", "pci_bus_id"),
+        ):
+            try:
+                meta[key] = str(getattr(gpu, attr))
+            except Exception:
+                pass
+        dev = HardwareDevice(DeviceType.GPU, "NVIDIA", NVIDIA_VENDOR_ID, int(gpu.id), meta)
+        if cc < MIN_COMPUTE_CAPABILITY:
+            too_old[int(gpu.id)] = (
+                f"compute capability {cc[0]}.{cc[1]} of {name} is below the minimum "
+                f"{MIN_COMPUTE_CAPABILITY[0]}.{MIN_COMPUTE_CAPABILITY[1]} that numba-cuda supports; use a newer GPU"
+            )
+        devices.append(dev)
+    return ProbeResult(devices=tuple(devices), too_old=too_old)
+
+
+def is_ours(device: HardwareDevice) -> bool:
+    return any(d == device for d in probe().devices)
+
+
+def usable(device: HardwareDevice) -> bool:
+    return is_ours(device) and device.device_id not in probe().too_old
+
+
+def incompatibility(device: HardwareDevice) -> list[str] | None:
+    """Why this EP cannot run on ``device``, as sentences a person can act on."""
+    found = probe()
+    if device.type is not DeviceType.GPU or device.vendor_id != NVIDIA_VENDOR_ID:
+        reasons = [f"{EP_NAME} runs on NVIDIA GPUs only (this is a {device.type.value} device)"]
+        reasons.extend(found.problems)
+        if any(d.metadata.get("simulated") == "1" for d in found.devices):
+            reasons.append(
+                "only a simulated device is available (NUMBA_ENABLE_CUDASIM=1): it is for tests, never a real GPU; "
+                "unset NUMBA_ENABLE_CUDASIM on a machine with an NVIDIA GPU"
+            )
+        return reasons
+    if device.device_id in found.too_old and is_ours(device):
+        return [found.too_old[device.device_id]]
+    if not is_ours(device):
+        return list(found.problems) or [f"{EP_NAME} did not find {device.key} through numba.cuda"]
+    return None

@@ -1,0 +1,132 @@
+"""The EP object of one session: claims nodes (registry kernels, fused elementwise groups, its own
+EPContext nodes), compiles fused groups, and answers layout, sync and compiled-model questions."""
+
+from __future__ import annotations
+
+import warnings
+from typing import TYPE_CHECKING, Any, Sequence
+
+from ep_cuda_numba import EP_NAME
+from ep_cuda_numba.layout import preferred_layout, should_convert
+from ep_cuda_numba.options import NumbaCudaOptions
+
+if TYPE_CHECKING:
+    from ep_core.capability import SupportInfo
+    from ep_core.compute import FusedNode, NodeComputeInfo
+    from ep_core.graph import GraphView
+    from ep_core.kernels import KernelRegistry
+
+    from ep_cuda_numba.factory import NumbaCudaFactory
+
+EP_CONTEXT_OP = "EPContext"
+MS_DOMAIN = "com.microsoft"
+
+
+class NumbaCudaEp:
+    name = EP_NAME
+
+    def __init__(
+        self, factory: "NumbaCudaFactory", options: NumbaCudaOptions, arena: Any, session_options: Any, simulated: bool
+    ) -> None:
+        from ep_cuda_numba.registry import registry
+
+        self.factory = factory
+        self.options = options
+        self.arena = arena
+        self.session_options = session_options
+        self.simulated = simulated
+        self.registry: KernelRegistry = registry()
+        self.layout, self.layout_reason = preferred_layout(options.prefer_nhwc, self.registry)
+        if options.prefer_nhwc and self.layout != "NHWC":
+            warnings.warn(f"{EP_NAME}: {self.layout_reason}", RuntimeWarning, stacklevel=2)
+        self._streams: list[Any] = []
+        self.compiled: list[Any] = []  # fusion.CompiledGroup, for EPContext nodes
+        self.host_nodes: list[str] = []  # nodes left to the host on purpose (shape math)
+
+    def context_sources(self) -> tuple[str, ...]:
+        return (EP_NAME, "NumbaCuda")
+
+    def note_stream(self, stream: Any) -> None:
+        if stream is not None and all(s is not stream for s in self._streams):
+            self._streams.append(stream)
+
+    # --------------------------------------------------------------------- capability
+    def ep_get_kernel_registry(self) -> "KernelRegistry":
+        return self.registry
+
+    def ep_get_capability(self, graph: "GraphView", support: "SupportInfo") -> None:
+        from ep_cuda_numba.fusion import find_groups
+        from ep_cuda_numba.placement import host_side_nodes
+
+        claimed: set[int] = set()
+        for n in graph.nodes:
+            if n.op_type == EP_CONTEXT_OP and n.domain == MS_DOMAIN and n.attr("source") in self.context_sources():
+                if support.add_nodes_to_fuse([n]):
+                    claimed.add(n.index)
+        served = {}
+        for n in graph.nodes:
+            if n.index in claimed:
+                continue
+            found = self.registry.lookup(n)
+            if found.entry is not None:
+                served[n.index] = found.entry.kernel_def
+        host = host_side_nodes(graph, served)
+        self.host_nodes.extend(graph.all_nodes[i].name for i in sorted(host))
+        device_nodes = [n for n in graph.nodes if n.index in served and n.index not in host]
+        if self.options.enable_fusion:
+            for group in find_groups(graph, device_nodes, self.options.fused_group_max_nodes):
+                if support.add_nodes_to_fuse(group):
+                    claimed.update(n.index for n in group)
+        for n in device_nodes:
+            if n.index not in claimed:
+                support.add_single_node(n)
+
+    def ep_compile(self, graphs: Sequence["GraphView"], fused_nodes: Sequence["FusedNode"]) -> list["NodeComputeInfo"]:
+        from ep_cuda_numba.epcontext import load_context_node
+        from ep_cuda_numba.fusion import compile_group, compile_spec
+
+        infos = []
+        for view, fused in zip(graphs, fused_nodes):
+            nodes = view.nodes
+            if len(nodes) == 1 and nodes[0].op_type == EP_CONTEXT_OP and nodes[0].domain == MS_DOMAIN:
+                spec = load_context_node(nodes[0], self.session_options)
+                group = compile_spec(spec, fused, self)
+            else:
+                group = compile_group(view, fused, self)
+            self.compiled.append(group)
+            infos.append(group.compute_info())
+        return infos
+
+    def ep_get_ep_context_nodes(self) -> list[Any]:
+        from ep_cuda_numba.epcontext import make_context_node
+
+        return [make_context_node(g, self) for g in self.compiled]
+
+    def ep_get_compiled_model_compatibility_info(self, graph: "GraphView") -> str:
+        from ep_cuda_numba.epcontext import compatibility_info
+
+        return compatibility_info(self.options.device_id)
+
+    # ------------------------------------------------------------------------- layout
+    def ep_get_preferred_data_layout(self) -> str:
+        return self.layout
+
+    def ep_should_convert_data_layout_for_op(self, domain: str, op_type: str, target_layout: str) -> bool | None:
+        return should_convert(self.options.prefer_nhwc and self.layout == "NHWC", self.registry, domain, op_type, target_layout)
+
+    # ---------------------------------------------------------------------- run, sync
+    def ep_on_run_end(self, run_options: Any, sync_stream: bool) -> None:
+        if sync_stream:
+            for s in self._streams:
+                s.synchronize()
+
+    def ep_sync(self) -> None:
+        from numba import cuda
+
+        for s in self._streams:
+            s.synchronize()
+        cuda.synchronize()
+
+    def release(self) -> None:
+        self._streams.clear()
+        self.compiled.clear()

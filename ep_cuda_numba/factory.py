@@ -1,0 +1,151 @@
+"""Entry point of the Numba-CUDA EP (``ep_core.execution_providers`` group).
+
+Importing this module imports neither numba nor the kernels: probing (``device.probe``) and EP
+creation import them on first use, so ``import ep_core`` and provider listing stay cheap and a
+machine without numba-cuda still lists the EP with a reason it cannot run."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any, Mapping, Sequence
+
+from ep_core.devices import EpDevice, HardwareDevice
+from ep_core.errors import ConfigError
+from ep_core.memory import MemoryInfo
+
+from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID, __version__
+from ep_cuda_numba import device as _device
+from ep_cuda_numba.options import parse_options
+
+
+class NumbaCudaFactory:
+    """Owns what sessions share per device: the arena, the data transfer, the kernel registry."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._arenas: dict[int, Any] = {}
+        self._transfer: Any = None
+        self.streams_created = 0
+
+    # ------------------------------------------------------------------------ identity
+    def ep_factory_name(self) -> str:
+        return EP_NAME
+
+    def ep_factory_vendor(self) -> str:
+        return "ep-core"
+
+    def ep_factory_vendor_id(self) -> int:
+        return NVIDIA_VENDOR_ID
+
+    def ep_factory_version(self) -> str:
+        return __version__
+
+    def ep_factory_api_version(self) -> int:
+        return 1
+
+    # ------------------------------------------------------------------------- devices
+    def ep_factory_probe_hardware_devices(self) -> Sequence[HardwareDevice]:
+        return list(_device.probe().devices)
+
+    def ep_factory_get_supported_devices(self, devices: Sequence[HardwareDevice]) -> list[EpDevice]:
+        out = []
+        for d in devices:
+            if _device.usable(d):
+                out.append(
+                    EpDevice(
+                        EP_NAME,
+                        "ep-core",
+                        d,
+                        _device.device_memory_info(d.device_id),
+                        _device.pinned_memory_info(d.device_id),
+                        ep_metadata={"simulated": d.metadata.get("simulated", "0"), "version": __version__},
+                        ep_options={"device_id": str(d.device_id)},
+                    )
+                )
+        return out
+
+    def ep_factory_get_hardware_device_incompatibility_details(self, device: HardwareDevice) -> list[str] | None:
+        return _device.incompatibility(device)
+
+    # ------------------------------------------------------------------------------ EP
+    def ep_factory_create_ep(
+        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
+    ) -> Any:
+        opts = parse_options(ep_options)
+        available = sorted(d.device_id for d in _device.probe().devices if _device.usable(d))
+        if opts.device_id not in available:
+            raise ConfigError(
+                f"{EP_NAME} option device_id={opts.device_id} names no usable CUDA device; available device ids: "
+                f"{available or 'none'}"
+            )
+        selected = devices[0].device.device_id if devices else opts.device_id
+        if "device_id" in ep_options and devices and selected != opts.device_id:
+            raise ConfigError(
+                f"{EP_NAME} option device_id={opts.device_id} disagrees with the selected device gpu:{selected}; "
+                f"select the device instead: providers=[('{EP_NAME}', {{'device': 'gpu:{opts.device_id}'}})]"
+            )
+        from ep_cuda_numba.ep import NumbaCudaEp
+
+        arena = self.arena(opts.device_id, opts.arena_extend_strategy, opts.gpu_mem_limit)
+        return NumbaCudaEp(self, opts, arena, session_options, simulated=_device.simulator_requested())
+
+    def ep_factory_release_ep(self, ep: Any) -> None:
+        ep.release()
+
+    # -------------------------------------------------------------------- memory, copies
+    def arena(self, device_id: int, strategy: str | None = None, limit: int | None = None) -> Any:
+        """The one arena of ``device_id`` (created with the first EP's settings)."""
+        with self._lock:
+            arena = self._arenas.get(device_id)
+            if arena is None:
+                from ep_cuda_numba.allocator import DeviceArena
+
+                arena = DeviceArena(device_id, strategy or "kNextPowerOfTwo", limit or 0)
+                self._arenas[device_id] = arena
+            elif limit:
+                # a session asking for a limit tightens (never loosens) the shared arena
+                arena.limit = limit if not arena.limit else min(arena.limit, limit)
+            return arena
+
+    def ep_factory_create_allocator(self, memory_info: MemoryInfo, allocator_options: Mapping[str, str]) -> Any:
+        if memory_info.name != "Cuda":
+            return None
+        arena = self.arena(memory_info.device_id)
+        with self._lock:
+            arena.users += 1
+        return arena
+
+    def ep_factory_release_allocator(self, allocator: Any) -> None:
+        with self._lock:
+            allocator.users -= 1
+            last = allocator.users <= 0
+        if last:
+            allocator.shrink()  # no session uses the device: give cached blocks back
+
+    def ep_factory_create_data_transfer(self) -> Any:
+        with self._lock:
+            if self._transfer is None:
+                from ep_cuda_numba.transfer import CudaDataTransfer
+
+                self._transfer = CudaDataTransfer(self)
+            return self._transfer
+
+    def ep_factory_is_stream_aware(self) -> bool:
+        return True
+
+    def ep_factory_create_sync_stream_for_device(self, memory_info: MemoryInfo, stream_options: Mapping[str, str]) -> Any:
+        from ep_cuda_numba.stream import CudaSyncStream
+
+        self.streams_created += 1
+        return CudaSyncStream(memory_info.device_id)
+
+    # --------------------------------------------------------------- compiled models
+    def ep_factory_validate_compiled_model_compatibility(
+        self, devices: Sequence[HardwareDevice], compatibility_info: str
+    ) -> str:
+        from ep_cuda_numba.epcontext import validate_compatibility
+
+        return validate_compatibility(devices, compatibility_info)
+
+
+factory = NumbaCudaFactory()

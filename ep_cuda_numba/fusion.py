@@ -1,0 +1,282 @@
+"""Compiling chains of elementwise ops into ONE generated CUDA kernel per fused group.
+
+``find_groups`` picks connected elementwise nodes; ``compile_group`` turns a group into a
+``FusionSpec`` (plain data: ops, wiring, params, dtypes), generates the kernel source from it
+(``codegen``) and returns a ``NodeComputeInfo``. The spec, not the source, is what an EPContext
+node stores, so loading a compiled model never executes text read from a file: the kernel is
+regenerated from the spec by this package's own generator.
+
+Every intermediate of a group is computed per element of the group's broadcast shape. That is
+exact for pointwise ops; the only hazard is a group output whose true shape is smaller than the
+group's, which ``compute`` checks per run (it then evaluates node by node)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Sequence
+
+import numpy as np
+
+from ep_core.compute import ComputeContext, NodeComputeInfo
+from ep_core.errors import EpFail, InvalidGraph
+
+from ep_cuda_numba.codegen import ALL_OPS, Program, Statement, compile_program, instantiate, op_expression, run_program
+
+if TYPE_CHECKING:
+    from ep_core.compute import FusedNode
+    from ep_core.graph import GraphView, NodeView
+
+SPEC_FORMAT = 1
+MAX_GROUP_INPUTS = 16
+
+
+class _Attrs:
+    """Attribute access for op_expression from a spec's stored attributes."""
+
+    def __init__(self, attrs: dict[str, Any]) -> None:
+        self._a = attrs
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self._a.get(name, default)
+
+
+def _dtype(node: "NodeView", i: int, output: bool = False) -> np.dtype | None:
+    vi = node.output_info(i) if output else node.input_info(i)
+    return None if vi is None else vi.np_dtype
+
+
+def _params(node: "NodeView") -> list[float] | None:
+    """Scalar params of a node, or None when they are not known at compile time."""
+    op = ALL_OPS[node.op_type]
+    if node.op_type == "Clip" and node.opset >= 11:
+        vals = []
+        dt = _dtype(node, 0)
+        for j, default in ((1, -np.inf), (2, np.inf)):
+            name = node.inputs[j] if j < len(node.inputs) else ""
+            if not name:
+                if dt is not None and dt.kind != "f":
+                    ii = np.iinfo(dt)
+                    default = ii.min if j == 1 else ii.max
+                vals.append(float(default))
+                continue
+            c = node.graph.constant_value(name)
+            if c is None:
+                return None
+            vals.append(float(np.asarray(c).reshape(-1)[0]))
+        return vals
+    if node.op_type == "Clip":
+        return [float(node.attr("min", -np.inf)), float(node.attr("max", np.inf))]
+    return list(op.params(node)) if op.params is not None else []
+
+
+def fusable(node: "NodeView") -> bool:
+    if node.op_type not in ALL_OPS or node.domain not in ("", "ai.onnx") or len([o for o in node.outputs if o]) != 1:
+        return False
+    n_data = 1 if node.op_type == "Clip" else len([i for i in node.inputs if i])
+    if any(_dtype(node, i) is None for i in range(n_data)) or _dtype(node, 0, output=True) is None:
+        return False
+    return _params(node) is not None
+
+
+def find_groups(graph: "GraphView", device_nodes: Sequence["NodeView"], max_nodes: int) -> list[list["NodeView"]]:
+    """Connected components of fusable device nodes (size >= 2), in topological order."""
+    cand = {n.index: n for n in device_nodes if fusable(n)}
+    parent = {i: i for i in cand}
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    for n in cand.values():
+        data_inputs = n.inputs[:1] if n.op_type == "Clip" else n.inputs
+        for name in data_inputs:
+            p = graph.producer(name) if name else None
+            if p is not None and p.index in cand:
+                parent[find(p.index)] = find(n.index)
+    comps: dict[int, list["NodeView"]] = {}
+    for i in sorted(cand):
+        comps.setdefault(find(i), []).append(cand[i])
+    groups: list[list["NodeView"]] = []
+    for comp in comps.values():
+        for k in range(0, len(comp), max_nodes):
+            chunk = comp[k : k + max_nodes]
+            if len(chunk) >= 2 and _external_inputs(chunk) <= MAX_GROUP_INPUTS:
+                groups.append(chunk)
+    return groups
+
+
+def _external_inputs(nodes: Sequence["NodeView"]) -> int:
+    produced = {o for n in nodes for o in n.outputs}
+    return len({i for n in nodes for i in n.inputs if i and i not in produced})
+
+
+# ------------------------------------------------------------------------------ specs
+
+
+def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
+    """The data an EPContext node needs to rebuild the group's kernel."""
+    nodes = sorted(view.nodes, key=lambda n: n.index)
+    where: dict[str, tuple[str, int]] = {name: ("x", i) for i, name in enumerate(fused.inputs)}
+    entries = []
+    n_params = 0
+    for k, n in enumerate(nodes):
+        data_inputs = n.inputs[:1] if n.op_type == "Clip" else tuple(i for i in n.inputs if i)
+        args = []
+        for name in data_inputs:
+            if name not in where:
+                raise EpFail(f"fused group {fused.name}: input {name!r} of {n.describe()} is neither outside nor produced inside")
+            args.append(list(where[name]))
+        params = _params(n) or []
+        in_dt = _dtype(n, 1 if n.op_type == "Where" else 0)
+        out_dt = _dtype(n, 0, output=True)
+        attrs = {k_: v for k_, v in n.attributes.items() if isinstance(v, (int, float, str))}
+        entries.append({
+            "name": n.name, "op": n.op_type, "attrs": attrs, "args": args,
+            "params": params, "param_base": n_params, "dtype": str(in_dt), "out_dtype": str(out_dt),
+        })
+        n_params += len(params)
+        where[n.outputs[0]] = ("t", k)
+    outputs = []
+    for name in fused.outputs:
+        kind, k = where[name]
+        if kind != "t":
+            raise EpFail(f"fused group {fused.name}: output {name!r} is not produced inside the group")
+        outputs.append(k)
+    return {"format": SPEC_FORMAT, "inputs": list(fused.inputs), "outputs": list(fused.outputs), "nodes": entries, "output_nodes": outputs}
+
+
+def program_from_spec(spec: dict[str, Any]) -> tuple[Program, list[Any], list[np.dtype], list[set[int]]]:
+    """(program, typed params, output dtypes, external inputs each output depends on)."""
+    if spec.get("format") != SPEC_FORMAT:
+        raise InvalidGraph(f"fusion spec format {spec.get('format')!r} is not {SPEC_FORMAT}; recompile the model")
+    statements = []
+    params: list[Any] = []
+    deps: list[set[int]] = []
+    n_in = len(spec["inputs"])
+    for k, e in enumerate(spec["nodes"]):
+        op = e["op"]
+        if op not in ALL_OPS:
+            raise InvalidGraph(f"fusion spec node {e.get('name')!r}: {op!r} is not an elementwise op this EP fuses")
+        dt, out = np.dtype(e["dtype"]), np.dtype(e["out_dtype"])
+        names, dep = [], set()
+        for kind, idx in e["args"]:
+            if kind == "x" and 0 <= idx < n_in:
+                names.append(f"x{idx}")
+                dep.add(idx)
+            elif kind == "t" and 0 <= idx < k:
+                names.append(f"t{idx}")
+                dep |= deps[idx]
+            else:
+                raise InvalidGraph(f"fusion spec node {e.get('name')!r}: bad argument {[kind, idx]}")
+        compute = out if op == "Cast" else dt
+        pnames = [f"p{e['param_base'] + m}" for m in range(len(e["params"]))]
+        params.extend(compute.type(p) for p in e["params"])
+        template = op_expression(op, len(names), dt, _Attrs(e["attrs"]), out)
+        # placeholders {p0}.. of the template map to this node's global param names
+        statements.append(Statement(instantiate(template, names, pnames), compute.name))
+        deps.append(dep)
+    out_dtypes = [np.dtype(spec["nodes"][k]["out_dtype"]) for k in spec["output_nodes"]]
+    program = Program(n_in, len(params), tuple(statements), tuple(spec["output_nodes"]))
+    return program, params, out_dtypes, [deps[k] for k in spec["output_nodes"]]
+
+
+@dataclass
+class CompiledGroup:
+    """One fused node: its spec, the kernel source (all inputs full-shape) and, on a GPU, PTX."""
+
+    name: str
+    spec: dict[str, Any]
+    program: Program
+    params: list[Any]
+    out_dtypes: list[np.dtype]
+    deps: list[set[int]]
+    tpb: int
+    simulated: bool
+    source: str = ""
+    ptx: str | None = None
+    ptx_target: str = ""
+    launches: dict[str, int] = field(default_factory=lambda: {"fused": 0, "fallback": 0})
+
+    def ensure_ptx(self) -> None:
+        """Compile the all-full-shape variant to PTX for the EPContext (GPU only)."""
+        if self.simulated or self.ptx is not None:
+            return
+        from numba import cuda, from_dtype, types
+
+        pattern = ("full",) * self.program.n_inputs
+        kernel, _ = compile_program(self.program, pattern, len(self.out_dtypes))
+        in_dts = [np.dtype(self.spec["nodes"][0]["dtype"])] * 0
+        sig_args = [types.Array(from_dtype(dt), 1, "C") for dt in self.out_dtypes]
+        for i in range(self.program.n_inputs):
+            in_dts.append(self._input_dtype(i))
+        sig_args += [types.Array(from_dtype(dt), 1, "C") for dt in in_dts]
+        sig_args += [from_dtype(np.dtype(type(p))) for p in self.params]
+        ptx, _ = cuda.compile_ptx_for_current_device(kernel.py_func, tuple(sig_args))
+        cc = cuda.get_current_device().compute_capability
+        self.ptx, self.ptx_target = ptx, f"sm_{cc[0]}{cc[1]}"
+
+    def _input_dtype(self, i: int) -> np.dtype:
+        for e in self.spec["nodes"]:
+            for j, (kind, idx) in enumerate(e["args"]):
+                if kind == "x" and idx == i:
+                    if e["op"] == "Where" and j == 0:
+                        return np.dtype(np.bool_)
+                    return np.dtype(e["dtype"])
+        raise EpFail(f"{self.name}: input {i} is read by no node")
+
+    def compute_info(self) -> NodeComputeInfo:
+        from ep_cuda_numba.launch import Runtime
+
+        group = self
+
+        def create_state(ctx: ComputeContext) -> Any:
+            return Runtime(ctx)
+
+        def compute(rt: Any, *inputs: Any) -> list[Any]:
+            shapes = [tuple(int(s) for s in x.shape) for x in inputs]
+            full = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
+            if all(tuple(np.broadcast_shapes(*[shapes[i] for i in d])) == full for d in group.deps if d):
+                group.launches["fused"] += 1
+                return run_program(rt, group.program, inputs, group.params, group.out_dtypes)
+            group.launches["fallback"] += 1
+            return group.run_unfused(rt, inputs)
+
+        return NodeComputeInfo(compute=compute, create_state=create_state, metadata={"source": self.source})
+
+    def run_unfused(self, rt: Any, inputs: Sequence[Any]) -> list[Any]:
+        """Node by node (exact shapes); used when a group output is smaller than the group."""
+        from ep_cuda_numba.codegen import single_op_program
+
+        temps: list[Any] = []
+        for k, e in enumerate(self.spec["nodes"]):
+            args = [inputs[i] if kind == "x" else temps[i] for kind, i in e["args"]]
+            st = self.program.statements[k]
+            base = e["param_base"]
+            names = [f"x{j}" for j in range(len(args))]
+            dt, out = np.dtype(e["dtype"]), np.dtype(e["out_dtype"])
+            template = op_expression(e["op"], len(args), dt, _Attrs(e["attrs"]), out)
+            pnames = [f"p{m}" for m in range(len(e["params"]))]
+            prog = Program(len(args), len(pnames), (Statement(instantiate(template, names, pnames), st.compute_dtype),), (0,))
+            temps.append(run_program(rt, prog, args, self.params[base : base + len(pnames)], [out])[0])
+        return [temps[k] for k in self.spec["output_nodes"]]
+
+
+def _build(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
+    program, params, out_dtypes, deps = program_from_spec(spec)
+    _, source = compile_program(program, ("full",) * program.n_inputs, len(out_dtypes))
+    return CompiledGroup(name, spec, program, params, out_dtypes, deps, ep.options.max_threads_per_block, ep.simulated, source)
+
+
+def compile_group(view: "GraphView", fused: "FusedNode", ep: Any) -> CompiledGroup:
+    return _build(spec_from_group(view, fused), fused.name, ep)
+
+
+def compile_spec(spec: dict[str, Any], fused: "FusedNode", ep: Any) -> CompiledGroup:
+    if len(spec["inputs"]) != len(fused.inputs) or len(spec["outputs"]) != len(fused.outputs):
+        raise InvalidGraph(
+            f"EPContext node {fused.name}: its spec has {len(spec['inputs'])} inputs/{len(spec['outputs'])} outputs "
+            f"but the node has {len(fused.inputs)}/{len(fused.outputs)}; recompile the model"
+        )
+    return _build(spec, fused.name, ep)

@@ -1,0 +1,98 @@
+"""Launch configuration and per-node runtime helpers shared by every kernel family.
+
+Under the simulator each simulated thread is a Python thread (~100 us each), so every launch is
+capped to one block of 32 threads and kernels use grid-stride loops; on a GPU the same kernels
+get full grids. Kernel modules import ``from numba import cuda`` at top level (the simulator
+patches that module-level name), so they are imported only when the registry loads."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+from numba import config, cuda
+
+from ep_cuda_numba.stream import raw_stream
+
+SIM = bool(config.ENABLE_CUDASIM)
+SIM_THREADS = 32
+DEFAULT_TPB = 256
+MAX_BLOCKS = 65535 * 8
+
+
+def grid_1d(n: int, tpb: int = DEFAULT_TPB) -> tuple[int, int]:
+    """(blocks, threads) for a grid-stride loop over ``n`` items."""
+    if SIM:
+        return 1, SIM_THREADS
+    return max(1, min(math.ceil(n / tpb), MAX_BLOCKS)), tpb
+
+
+def grid_blocks(n_items: int, threads: int) -> tuple[int, int]:
+    """(blocks, threads) where each block handles whole items (rows, tiles) in a stride loop."""
+    if SIM:
+        return 1, min(threads, SIM_THREADS)
+    return max(1, min(n_items, MAX_BLOCKS)), threads
+
+
+class Runtime:
+    """What a compute function needs at run time: its stream, the arena, the launch width."""
+
+    __slots__ = ("stream", "s", "arena", "tpb")
+
+    def __init__(self, ctx: Any) -> None:
+        self.stream = getattr(ctx, "stream", None)
+        self.s = raw_stream(self.stream)
+        self.arena = getattr(ctx, "allocator", None)
+        ep = getattr(getattr(ctx, "ep", None), "ep", None)
+        opts = getattr(ep, "options", None)
+        self.tpb = int(getattr(opts, "max_threads_per_block", DEFAULT_TPB))
+        if ep is not None and hasattr(ep, "note_stream"):
+            ep.note_stream(self.stream)
+
+    def empty(self, shape: Sequence[int], dtype: Any) -> Any:
+        if self.arena is None:
+            return cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype), stream=self.s)
+        return self.arena.empty(tuple(int(s) for s in shape), dtype, self.stream)
+
+    def launch1d(self, kernel: Any, n: int, *args: Any) -> None:
+        if n <= 0:
+            return
+        blocks, threads = grid_1d(n, self.tpb)
+        kernel[blocks, threads, self.s](*args)
+
+    def launch_blocks(self, kernel: Any, n_items: int, threads: int, *args: Any) -> None:
+        if n_items <= 0:
+            return
+        blocks, threads = grid_blocks(n_items, threads)
+        kernel[blocks, threads, self.s](*args)
+
+    def to_device(self, host: np.ndarray) -> Any:
+        """Upload a small host array (attributes, folded constants) at build time."""
+        host = np.ascontiguousarray(host)
+        dev = self.empty(host.shape, host.dtype)
+        if host.size:
+            dev.copy_to_device(host, stream=self.s)
+            if self.s:
+                self.s.synchronize()
+        return dev
+
+
+def flat(a: Any) -> Any:
+    """A 1-D view of a C-contiguous device array (kernels index flat buffers)."""
+    n = int(np.prod(a.shape, dtype=np.int64)) if len(a.shape) else 1
+    return a.reshape(n) if a.shape != (n,) else a
+
+
+def c_strides(shape: Sequence[int]) -> tuple[int, ...]:
+    """Element strides of a C-contiguous array of ``shape``."""
+    out = []
+    acc = 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(out))
+
+
+def prod(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1

@@ -1,0 +1,50 @@
+"""The EP side of NHWC: the layout transformer rewrites these ops to the internal NHWC domain, so
+the EP may ask for NHWC only if it has an NHWC kernel for every one of them. Advertising NHWC with
+a gap would leave rewritten nodes that nobody can run (or bounce tensors between layouts)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ep_core.kernels import KernelRegistry
+
+NHWC_DOMAIN = "com.ms.internal.nhwc"
+# the ops ORT's layout transformer converts for an EP that prefers NHWC
+LAYOUT_SENSITIVE_OPS = (
+    "Conv",
+    "ConvTranspose",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "BatchNormalization",
+    "Resize",
+    "SpaceToDepth",
+    "DepthToSpace",
+)
+
+
+def missing_nhwc_kernels(registry: "KernelRegistry") -> list[str]:
+    return [op for op in LAYOUT_SENSITIVE_OPS if not registry.has_op(op, NHWC_DOMAIN)]
+
+
+def preferred_layout(prefer_nhwc: bool, registry: "KernelRegistry") -> tuple[str, str]:
+    """(layout, reason): NHWC only when asked for and every rewritten op has an NHWC kernel."""
+    if not prefer_nhwc:
+        return "NCHW", "prefer_nhwc=0"
+    missing = missing_nhwc_kernels(registry)
+    if missing:
+        return "NCHW", (
+            f"prefer_nhwc=1 but there is no {NHWC_DOMAIN} kernel for {missing}; staying NCHW so no rewritten "
+            "node is left without a kernel"
+        )
+    return "NHWC", "every layout-sensitive op has an NHWC kernel"
+
+
+def should_convert(prefer_nhwc: bool, registry: "KernelRegistry", domain: str, op_type: str, target: str) -> bool | None:
+    if target != "NHWC":
+        return None
+    if not prefer_nhwc or domain not in ("", "ai.onnx"):
+        return False
+    return registry.has_op(op_type, NHWC_DOMAIN)

@@ -1,0 +1,84 @@
+"""The EP's kernel registry (ep_core's one format). Kernel modules in ``ep_cuda_numba.kernels``
+register on import; ``registry()`` imports them once, which is when numba is first imported.
+
+``register_versions`` registers an op for every ONNX schema version from ``since`` on, with the
+types this EP supports intersected with what each version's schema allows, so the registry
+always validates against the pinned onnx and a new opset of an op is not silently claimed."""
+
+from __future__ import annotations
+
+import threading
+from functools import lru_cache
+from typing import Any, Callable, Iterable, Mapping
+
+from ep_core.kernels import KernelBuilder, KernelRegistry
+
+from ep_cuda_numba import EP_NAME
+
+REGISTRY = KernelRegistry(EP_NAME)
+_loaded = False
+_lock = threading.Lock()
+
+FLOAT_T = ("tensor(float)", "tensor(double)")
+INT_T = ("tensor(int32)", "tensor(int64)")
+NUM_T = FLOAT_T + INT_T
+BOOL_T = ("tensor(bool)",)
+ALL_T = NUM_T + BOOL_T
+INDEX_T = ("tensor(int32)", "tensor(int64)")
+
+
+def registry() -> KernelRegistry:
+    global _loaded
+    if not _loaded:
+        with _lock:
+            if not _loaded:
+                from ep_cuda_numba import kernels  # noqa: F401  (registers every op family)
+
+                _loaded = True
+    return REGISTRY
+
+
+@lru_cache(maxsize=None)
+def _schema_versions(op: str, domain: str = "") -> tuple[Any, ...]:
+    from onnx import defs
+
+    return tuple(
+        sorted(
+            (s for s in defs.get_all_schemas_with_history() if s.name == op and s.domain == domain),
+            key=lambda s: s.since_version,
+        )
+    )
+
+
+def register_versions(
+    op: str,
+    since: int,
+    types: Mapping[str, Iterable[str]],
+    *,
+    host_inputs: Iterable[int] = (),
+    host_outputs: Iterable[int] = (),
+    until: int | None = None,
+) -> Callable[[KernelBuilder], KernelBuilder]:
+    """Register ``builder`` for each schema version of ``op`` in ``[since, until]``."""
+    wanted = {k: tuple(v) for k, v in types.items()}
+
+    def deco(builder: KernelBuilder) -> KernelBuilder:
+        schemas = _schema_versions(op)
+        if not schemas:
+            raise ValueError(f"{EP_NAME}: no ONNX schema for {op}")
+        for i, schema in enumerate(schemas):
+            v = schema.since_version
+            end = schemas[i + 1].since_version - 1 if i + 1 < len(schemas) else None
+            if (end is not None and end < since) or (until is not None and v > until):
+                continue
+            start = max(v, since)
+            if until is not None and (end is None or end > until):
+                end = until
+            allowed = {tc.type_param_str: set(tc.allowed_type_strs) for tc in schema.type_constraints}
+            tc = {k: tuple(t for t in v_ if t in allowed.get(k, ())) for k, v_ in wanted.items() if k in allowed}
+            if any(not t for t in tc.values()):
+                continue
+            REGISTRY.register(op, since=start, end=end, types=tc, host_inputs=host_inputs, host_outputs=host_outputs)(builder)
+        return builder
+
+    return deco

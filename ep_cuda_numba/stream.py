@@ -1,0 +1,58 @@
+"""Sync streams and notifications: one numba CUDA stream per session and device; a notification
+is a CUDA event recorded on the producing stream and waited on by the consuming one, so
+cross-stream ordering never blocks the host."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class CudaNotification:
+    """``activate()`` records the event on its stream; ``wait_on_device(stream)`` makes another
+    stream wait for it; ``wait_on_host()`` blocks the calling thread."""
+
+    def __init__(self, stream: "CudaSyncStream") -> None:
+        from numba import cuda
+
+        self.stream = stream
+        self.event = cuda.event(timing=False)
+        self.activated = False
+
+    def activate(self) -> None:
+        self.event.record(self.stream.cuda_stream)
+        self.activated = True
+
+    def wait_on_device(self, stream: Any) -> None:
+        target = getattr(stream, "cuda_stream", stream)
+        self.event.wait(target)
+
+    def wait_on_host(self) -> None:
+        self.event.synchronize()
+
+
+class CudaSyncStream:
+    """The stream a session's kernels and copies for one device are queued on."""
+
+    def __init__(self, device_id: int) -> None:
+        from numba import cuda
+
+        self.device_id = device_id
+        self.cuda_stream = cuda.stream()
+        self.notifications_created = 0
+
+    def synchronize(self) -> None:
+        self.cuda_stream.synchronize()
+
+    def create_notification(self) -> CudaNotification:
+        self.notifications_created += 1
+        return CudaNotification(self)
+
+    def __repr__(self) -> str:
+        return f"CudaSyncStream(gpu:{self.device_id})"
+
+
+def raw_stream(stream: Any) -> Any:
+    """The numba stream to launch on: a session's sync stream, or the default stream (0)."""
+    if stream is None:
+        return 0
+    return getattr(stream, "cuda_stream", stream)
