@@ -58,6 +58,10 @@ def _register_all() -> None:
     from onnx import defs
     from onnx.reference.ops._op_list import load_op
 
+    first: dict[tuple[str, str], int] = {}
+    for schema in defs.get_all_schemas_with_history():
+        key = (schema.domain, schema.name)
+        first[key] = min(first.get(key, schema.since_version), schema.since_version)
     for schema in defs.get_all_schemas_with_history():
         domain = schema.domain
         if domain not in DOMAINS or schema.deprecated:
@@ -72,15 +76,16 @@ def _register_all() -> None:
                 if not schema.has_function and not schema.has_context_dependent_function:
                     continue
         REGISTRY.add(
-            _delegated_def(op, domain),
+            _delegated_def(op, domain, first[(domain, op)]),
             build_delegate,
         )
 
 
-def _delegated_def(op: str, domain: str) -> Any:
+def _delegated_def(op: str, domain: str, since: int) -> Any:
+    """One open-ended def from the op's first schema version (onnx.reference handles versions)."""
     from ep_core.kernels import KernelDef
 
-    return KernelDef(op_type=op, domain=domain, since_version=1, end_version=None, delegated=True)
+    return KernelDef(op_type=op, domain=domain, since_version=since, end_version=None, delegated=True)
 
 
 _register_all()

@@ -1,7 +1,10 @@
-"""Elementwise unary and binary ops: NumPy ufuncs already broadcast the ONNX way."""
+"""Elementwise ops: unary math, activations, binary arithmetic, comparison, logical and bitwise
+ops, variadic Sum/Mean/Max/Min, Where, Clip. NumPy ufuncs already broadcast the ONNX
+(multidirectional) way; results are cast back to the input type where NumPy would promote."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -10,28 +13,283 @@ from ep_core.kernels import FLOATS, NUMERIC
 
 from ep_cpu_reference.registry import REGISTRY
 
+Fn = Callable[..., Any]
 
-def _binary(fn: Callable[[Any, Any], Any]) -> Callable[..., Any]:
-    def build(node: Any, ctx: Any) -> Callable[..., Any]:
-        def compute(a: Any, b: Any) -> tuple[Any]:
-            return (fn(a, b),)
 
-        return compute
+def _same_type(fn: Fn) -> Fn:
+    """``fn`` with its result cast back to the first input's dtype (NumPy promotes scalars)."""
+
+    def wrapped(x: Any, *rest: Any) -> Any:
+        r = fn(x, *rest)
+        return r.astype(x.dtype, copy=False) if isinstance(r, np.ndarray) and r.dtype != x.dtype else np.asarray(r, dtype=x.dtype)
+
+    return wrapped
+
+
+def unary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
+    """A builder for a one-input op with no attributes."""
+    f = _same_type(fn) if keep_type else fn
+
+    def build(node: Any, ctx: Any) -> Fn:
+        return lambda x: (f(x),)
 
     return build
 
 
-def _unary(fn: Callable[[Any], Any]) -> Callable[..., Any]:
-    def build(node: Any, ctx: Any) -> Callable[..., Any]:
+def binary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
+    """A builder for a two-input broadcasting op with no attributes."""
+    f = _same_type(fn) if keep_type else fn
+
+    def build(node: Any, ctx: Any) -> Fn:
+        return lambda a, b: (f(a, b),)
+
+    return build
+
+
+def _reg(op: str, since: int | tuple[int, ...], builder: Callable[[Any, Any], Fn], **kw: Any) -> None:
+    for s in (since,) if isinstance(since, int) else since:
+        REGISTRY.register(op, since=s, **kw)(builder)
+
+
+# ---------------------------------------------------------------------------- unary math
+def _erf(x: Any) -> Any:
+    return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
+
+
+def _sigmoid(x: Any) -> Any:
+    xf = x.astype(np.float64)
+    return np.where(xf >= 0, 1 / (1 + np.exp(-xf)), np.exp(xf) / (1 + np.exp(xf)))
+
+
+def _round(x: Any) -> Any:
+    return np.round(x)  # round half to even, as ONNX specifies
+
+
+_UNARY: dict[str, tuple[int, Fn]] = {
+    "Abs": (6, np.abs),
+    "Neg": (6, np.negative),
+    "Exp": (6, np.exp),
+    "Log": (6, np.log),
+    "Sqrt": (6, np.sqrt),
+    "Reciprocal": (6, np.reciprocal),
+    "Floor": (6, np.floor),
+    "Ceil": (6, np.ceil),
+    "Sin": (7, np.sin),
+    "Cos": (7, np.cos),
+    "Tan": (7, np.tan),
+    "Asin": (7, np.arcsin),
+    "Acos": (7, np.arccos),
+    "Atan": (7, np.arctan),
+    "Sinh": (9, np.sinh),
+    "Cosh": (9, np.cosh),
+    "Asinh": (9, np.arcsinh),
+    "Acosh": (9, np.arccosh),
+    "Atanh": (9, np.arctanh),
+    "Sigmoid": (6, _sigmoid),
+    "Tanh": (6, np.tanh),
+    "Erf": (9, _erf),
+    "Sign": (9, np.sign),
+    "Round": (11, _round),
+    "Softsign": (1, lambda x: x / (1 + np.abs(x))),
+    "Softplus": (1, lambda x: np.logaddexp(0, x.astype(np.float64))),
+    "Relu": (6, lambda x: np.maximum(x, x.dtype.type(0))),
+    "Mish": (18, lambda x: x * np.tanh(np.logaddexp(0, x.astype(np.float64)))),
+    "BitwiseNot": (18, np.invert),
+}
+for _op, (_since, _fn) in _UNARY.items():
+    _reg(_op, _since, unary(_fn))
+_reg("Not", 1, unary(np.logical_not, keep_type=False))
+_reg("IsNaN", 9, unary(np.isnan, keep_type=False))
+
+
+@REGISTRY.register("IsInf", since=10)
+def build_isinf(node: Any, ctx: Any) -> Fn:
+    pos = bool(node.attr("detect_positive", 1))
+    neg = bool(node.attr("detect_negative", 1))
+
+    def compute(x: Any) -> tuple[Any]:
+        return ((np.isposinf(x) & pos) | (np.isneginf(x) & neg),)
+
+    return compute
+
+
+# --------------------------------------------------------------- activations with attributes
+def _activation(op: str, since: int, defaults: dict[str, float], fn: Callable[..., Any]) -> None:
+    """An activation ``fn(x, **attrs)`` computed in float64, returned in x's type."""
+
+    def build(node: Any, ctx: Any) -> Fn:
+        attrs = {k: float(node.attr(k, v)) for k, v in defaults.items()}
+
         def compute(x: Any) -> tuple[Any]:
-            return (fn(x),)
+            return (np.asarray(fn(x.astype(np.float64), **attrs)).astype(x.dtype),)
+
+        return compute
+
+    build.__doc__ = f"{op}: attributes {sorted(defaults)}"
+    REGISTRY.register(op, since=since)(build)
+
+
+_activation("LeakyRelu", 6, {"alpha": 0.01}, lambda x, alpha: np.where(x < 0, alpha * x, x))
+_activation("Elu", 6, {"alpha": 1.0}, lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x))
+_activation(
+    "Selu", 6, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+    lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(x), x),
+)
+_activation("Celu", 12, {"alpha": 1.0}, lambda x, alpha: np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha)))
+_activation("ThresholdedRelu", 10, {"alpha": 1.0}, lambda x, alpha: np.where(x > alpha, x, 0))
+_activation("HardSigmoid", 6, {"alpha": 0.2, "beta": 0.5}, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1))
+_activation("HardSwish", 14, {}, lambda x: x * np.clip(x / 6 + 0.5, 0, 1))
+_activation(
+    "Shrink", 9, {"lambd": 0.5, "bias": 0.0},
+    lambda x, lambd, bias: np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)),
+)
+
+
+@REGISTRY.register("Gelu", since=20)
+def build_gelu(node: Any, ctx: Any) -> Fn:
+    """approximate='none' uses erf, 'tanh' the tanh formula."""
+    approx = node.attr("approximate", "none")
+    approx = approx.decode() if isinstance(approx, bytes) else approx
+    if approx not in ("none", "tanh"):
+        raise ValueError(f"{node.describe()}: approximate must be 'none' or 'tanh', got {approx!r}")
+
+    def compute(x: Any) -> tuple[Any]:
+        xf = x.astype(np.float64)
+        if approx == "tanh":
+            y = 0.5 * xf * (1 + np.tanh(math.sqrt(2 / math.pi) * (xf + 0.044715 * xf**3)))
+        else:
+            y = 0.5 * xf * (1 + _erf(xf / math.sqrt(2)))
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("PRelu", since=7)
+def build_prelu(node: Any, ctx: Any) -> Fn:
+    """slope broadcasts to x (unidirectionally)."""
+    return lambda x, slope: (np.where(x < 0, x * slope, x).astype(x.dtype),)
+
+
+# ------------------------------------------------------------------------------- binary math
+def _div(a: Any, b: Any) -> Any:
+    if a.dtype.kind in "iu":
+        # C-style truncation toward zero, in integer arithmetic (no float round trip)
+        q = np.floor_divide(a, b)
+        fix = (np.remainder(a, b) != 0) & ((a < 0) ^ (b < 0))
+        return q + fix.astype(q.dtype)
+    return np.divide(a, b)
+
+
+for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", _div)):
+    _reg(_op, 7, binary(_fn))
+
+
+@REGISTRY.register("Pow", since=7)
+def build_pow(node: Any, ctx: Any) -> Fn:
+    """Result has X's type (opset 12+ lets the exponent differ)."""
+
+    def compute(x: Any, y: Any) -> tuple[Any]:
+        if x.dtype.kind in "iu" and y.dtype.kind in "iu":
+            return (np.power(x.astype(np.int64), y.astype(np.int64)).astype(x.dtype),)
+        return (np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("Mod", since=10)
+def build_mod(node: Any, ctx: Any) -> Fn:
+    """fmod=0: remainder takes the divisor's sign (integers only); fmod=1: the dividend's (C fmod)."""
+    fmod = int(node.attr("fmod", 0))
+    fn = np.fmod if fmod else np.mod
+    return lambda a, b: (_same_type(fn)(a, b),)
+
+
+for _op, _fn in (
+    ("Equal", np.equal),
+    ("Less", np.less),
+    ("Greater", np.greater),
+    ("LessOrEqual", np.less_equal),
+    ("GreaterOrEqual", np.greater_equal),
+):
+    _reg(_op, 7 if _op in ("Equal", "Less", "Greater") else 12, binary(_fn, keep_type=False))
+
+for _op, _fn in (("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)):
+    _reg(_op, 7, binary(_fn, keep_type=False))
+
+for _op, _fn in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or), ("BitwiseXor", np.bitwise_xor)):
+    _reg(_op, 18, binary(_fn))
+
+
+@REGISTRY.register("BitShift", since=11)
+def build_bitshift(node: Any, ctx: Any) -> Fn:
+    """Shifts of the bit width or more give 0 (right shifts of negatives give -1)."""
+    direction = node.attr("direction")
+    direction = direction.decode() if isinstance(direction, bytes) else direction
+    if direction not in ("LEFT", "RIGHT"):
+        raise ValueError(f"{node.describe()}: direction must be 'LEFT' or 'RIGHT', got {direction!r}")
+    shift = np.left_shift if direction == "LEFT" else np.right_shift
+
+    def compute(a: Any, b: Any) -> tuple[Any]:
+        bits = a.dtype.itemsize * 8
+        bb = b.astype(np.int64)
+        wide = (bb < 0) | (bb >= bits)
+        out = shift(a, np.where(wide, 0, bb).astype(a.dtype))
+        # a right shift past the width leaves only the sign: -1 for negatives, 0 otherwise
+        fill = np.where(a < 0, -1, 0).astype(a.dtype) if direction == "RIGHT" and a.dtype.kind == "i" else a.dtype.type(0)
+        return (np.where(wide, fill, out).astype(a.dtype),)
+
+    return compute
+
+
+# ---------------------------------------------------------------------------------- variadic
+def _variadic(fn: Fn, mean: bool = False) -> Callable[[Any, Any], Fn]:
+    def build(node: Any, ctx: Any) -> Fn:
+        def compute(*xs: Any) -> tuple[Any]:
+            acc = xs[0]
+            for x in xs[1:]:
+                acc = fn(acc, x)
+            if mean:
+                acc = acc / len(xs)
+            return (np.asarray(acc).astype(xs[0].dtype, copy=False),)
 
         return compute
 
     return build
 
 
-for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply)):
-    REGISTRY.register(_op, since=7, types={"T": NUMERIC})(_binary(_fn))
+_reg("Sum", 8, _variadic(np.add))
+_reg("Mean", 8, _variadic(np.add, mean=True))
+_reg("Max", 8, _variadic(np.maximum))  # NaN propagates, as the spec's reference does
+_reg("Min", 8, _variadic(np.minimum))
 
-REGISTRY.register("Relu", since=6, types={"T": FLOATS})(_unary(lambda x: np.maximum(x, x.dtype.type(0))))
+
+@REGISTRY.register("Where", since=9)
+def build_where(node: Any, ctx: Any) -> Fn:
+    return lambda c, x, y: (np.where(c, x, y).astype(x.dtype, copy=False),)
+
+
+# -------------------------------------------------------------------------------------- Clip
+def _clip(x: Any, lo: Any, hi: Any) -> Any:
+    y = x
+    if lo is not None:
+        y = np.maximum(y, np.asarray(lo, dtype=x.dtype))
+    if hi is not None:
+        y = np.minimum(y, np.asarray(hi, dtype=x.dtype))
+    return np.asarray(y, dtype=x.dtype)
+
+
+@REGISTRY.register("Clip", since=1, end=10, types={"T": ("tensor(float16)", "tensor(float)", "tensor(double)")})
+def build_clip_attrs(node: Any, ctx: Any) -> Fn:
+    """Opsets 1-10: bounds are the ``min``/``max`` attributes (defaults: unbounded)."""
+    lo = node.attr("min")
+    hi = node.attr("max")
+    return lambda x: (_clip(x, lo, hi),)
+
+
+@REGISTRY.register("Clip", since=11)
+def build_clip(node: Any, ctx: Any) -> Fn:
+    """Opset 11+: bounds are optional scalar inputs; a missing one does not bound."""
+    return lambda x, lo=None, hi=None: (_clip(x, lo, hi),)
+
+
+__all__ = ["FLOATS", "NUMERIC", "binary", "unary"]
