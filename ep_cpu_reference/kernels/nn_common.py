@@ -1,0 +1,150 @@
+"""Shared helpers of the native NN kernels: spatial padding arithmetic, float compute types and
+first-opset lookups. Registers no kernel."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from ep_core.errors import InvalidArgument
+
+
+def first_since(op: str, domain: str = "") -> int:
+    """The first opset that defines ``op`` (registrations start there so validate() finds a schema)."""
+    from onnx import defs
+
+    versions = [s.since_version for s in defs.get_all_schemas_with_history() if s.name == op and s.domain == domain]
+    if not versions:
+        raise ValueError(f"no ONNX schema for {domain or 'ai.onnx'}::{op}")
+    return min(versions)
+
+
+def compute_dtype(dt: np.dtype) -> np.dtype:
+    """float16/bfloat16 compute in float32 (as onnxruntime's CPU EP does); float64 stays."""
+    return np.dtype(np.float64) if dt == np.float64 else np.dtype(np.float32)
+
+
+def is_float(dt: np.dtype) -> bool:
+    """float16/32/64 and ml_dtypes' bfloat16 (whose NumPy kind is 'V')."""
+    return dt.kind == "f" or dt.name == "bfloat16"
+
+
+def as_compute(x: np.ndarray) -> np.ndarray:
+    ct = compute_dtype(x.dtype)
+    return x if x.dtype == ct else x.astype(ct)
+
+
+def fail(node: Any, msg: str) -> InvalidArgument:
+    return InvalidArgument(f"{node.describe()}: {msg}")
+
+
+def ints(node: Any, name: str, n: int, default: int) -> list[int]:
+    v = node.attr(name)
+    if v is None or len(v) == 0:
+        return [default] * n
+    if len(v) != n:
+        raise fail(node, f"attribute {name}={v} must have {n} entries for {n} spatial dims")
+    return [int(a) for a in v]
+
+
+def conv_pads(
+    node: Any,
+    in_spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    auto_pad: str,
+    pads: Sequence[int] | None,
+) -> tuple[list[int], list[int], list[int]]:
+    """(pad_begin, pad_end, out_spatial) per the Conv spec for every auto_pad value."""
+    nd = len(in_spatial)
+    pb, pe, out = [0] * nd, [0] * nd, [0] * nd
+    for i in range(nd):
+        k_eff = (kernel[i] - 1) * dilations[i] + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = -(-in_spatial[i] // strides[i])
+            total = max(0, (o - 1) * strides[i] + k_eff - in_spatial[i])
+            small, big = total // 2, total - total // 2
+            pb[i], pe[i] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+            out[i] = o
+        elif auto_pad == "VALID":
+            out[i] = (in_spatial[i] - k_eff) // strides[i] + 1
+        elif auto_pad in ("NOTSET", ""):
+            if pads:
+                pb[i], pe[i] = int(pads[i]), int(pads[i + nd])
+            out[i] = (in_spatial[i] + pb[i] + pe[i] - k_eff) // strides[i] + 1
+        else:
+            raise fail(node, f"auto_pad={auto_pad!r}; allowed NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        if out[i] <= 0:
+            raise fail(node, f"spatial dim {i} of size {in_spatial[i]} is too small for kernel {kernel[i]}")
+    return pb, pe, out
+
+
+def pool_geometry(
+    node: Any,
+    in_spatial: Sequence[int],
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dilations: Sequence[int],
+    auto_pad: str,
+    pads: Sequence[int] | None,
+    ceil_mode: bool,
+) -> tuple[list[int], list[int], list[int]]:
+    """(pad_begin, pad_end, out_spatial) for pooling, with ceil_mode (windows starting in the end
+    padding are dropped, as the spec and onnxruntime do)."""
+    nd = len(in_spatial)
+    pb, pe, out = [0] * nd, [0] * nd, [0] * nd
+    for i in range(nd):
+        k_eff = (kernel[i] - 1) * dilations[i] + 1
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+            o = (in_spatial[i] - 1) // strides[i] + 1
+            total = max(0, (o - 1) * strides[i] + k_eff - in_spatial[i])
+            small, big = total // 2, total - total // 2
+            pb[i], pe[i] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
+            out[i] = o
+        elif auto_pad == "VALID":
+            out[i] = (in_spatial[i] - k_eff) // strides[i] + 1
+        elif auto_pad in ("NOTSET", ""):
+            if pads:
+                pb[i], pe[i] = int(pads[i]), int(pads[i + nd])
+            size = (in_spatial[i] + pb[i] + pe[i] - k_eff) / strides[i] + 1
+            if ceil_mode:
+                o = int(math.ceil(size))
+                if (o - 1) * strides[i] >= in_spatial[i] + pb[i]:
+                    o -= 1
+            else:
+                o = int(math.floor(size))
+            out[i] = o
+        else:
+            raise fail(node, f"auto_pad={auto_pad!r}; allowed NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        if out[i] <= 0:
+            raise fail(node, f"spatial dim {i} of size {in_spatial[i]} is too small for kernel {kernel[i]}")
+    return pb, pe, out
+
+
+def windows(
+    xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
+) -> np.ndarray:
+    """A zero-copy view (N, C, *out, *kernel) of the padded input's sliding windows."""
+    nd = len(kernel)
+    k_eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    v = np.lib.stride_tricks.sliding_window_view(xp, k_eff, axis=tuple(range(2, 2 + nd)))
+    idx = (slice(None), slice(None))
+    idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
+    idx += tuple(slice(None, None, d) for d in dilations)
+    return v[idx]
+
+
+def pad_spatial(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], value: float = 0.0) -> np.ndarray:
+    if not any(pb) and not any(pe):
+        return x
+    nd = len(pb)
+    widths = [(0, 0), (0, 0)] + [(max(0, b), max(0, e)) for b, e in zip(pb, pe)]
+    xp = np.pad(x, widths, constant_values=value) if any(w != (0, 0) for w in widths) else x
+    # negative pads crop
+    crop = (slice(None), slice(None)) + tuple(
+        slice(-b if b < 0 else 0, xp.shape[2 + i] + e if e < 0 else None) for i, (b, e) in enumerate(zip(pb, pe))
+    )
+    return xp[crop] if any(b < 0 or e < 0 for b, e in zip(pb, pe)) or nd == 0 else xp

@@ -1,0 +1,408 @@
+"""Convolutions: Conv, ConvTranspose, ConvInteger, QLinearConv, DeformConv and Col2Im.
+
+Conv is im2col over a zero-copy sliding-window view plus one (grouped) matmul; 1x1 stride-1
+convolutions skip im2col, depthwise convolutions accumulate kernel taps instead. Constant weights
+are reshaped once at build time. Transposed convolution is one matmul followed by a per-tap
+strided scatter-add (col2im)."""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Sequence
+
+import numpy as np
+
+from ep_core.kernels import FLOATS
+
+from ep_cpu_reference.kernels.nn_common import (
+    as_compute,
+    compute_dtype,
+    conv_pads,
+    fail,
+    first_since,
+    ints,
+    pad_spatial,
+    windows,
+)
+from ep_cpu_reference.registry import REGISTRY
+
+
+class _ConvGeom:
+    """Conv attributes parsed once; pads resolved per input shape (cached)."""
+
+    def __init__(self, node: Any, w_shape: Sequence[int] | None) -> None:
+        self.node = node
+        self.group = int(node.attr("group", 1))
+        ks = node.attr("kernel_shape")
+        self.kernel = [int(k) for k in ks] if ks else (list(w_shape[2:]) if w_shape is not None else None)
+        self.auto_pad = node.attr("auto_pad", "NOTSET")
+        self.pads = node.attr("pads")
+        self._cache: dict[tuple[int, ...], tuple[list[int], list[int], list[int]]] = {}
+
+    def resolve(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[Any, ...]:
+        key = tuple(x_shape) + (-1,) + tuple(w_shape)
+        got = self._cache.get(key)
+        if got is None:
+            nd = len(x_shape) - 2
+            kernel = self.kernel or list(w_shape[2:])
+            if list(w_shape[2:]) != list(kernel):
+                raise fail(self.node, f"kernel_shape {kernel} does not match weight shape {list(w_shape)}")
+            strides = ints(self.node, "strides", nd, 1)
+            dil = ints(self.node, "dilations", nd, 1)
+            pb, pe, out = conv_pads(self.node, x_shape[2:], kernel, strides, dil, self.auto_pad, self.pads)
+            got = (kernel, strides, dil, pb, pe, out)
+            self._cache[key] = got
+        return got
+
+
+def conv_core(
+    x: np.ndarray,
+    w: np.ndarray,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    pb: Sequence[int],
+    pe: Sequence[int],
+    out: Sequence[int],
+    w_grouped: np.ndarray | None = None,
+) -> np.ndarray:
+    """N-D grouped convolution without bias, in x's dtype. ``w_grouped`` is w reshaped to
+    (G, M/G, C/G*K) (precomputed when w is constant)."""
+    n, c = x.shape[:2]
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    ksize = int(np.prod(kernel)) if len(kernel) else 1
+    p = int(np.prod(out)) if len(out) else 1
+    if w_grouped is None:
+        w_grouped = w.reshape(group, mg, cg * ksize)
+    if cg == 1 and group > 1 and ksize > 1:
+        # depthwise: accumulate taps over the padded input, no im2col copy
+        xp = pad_spatial(x, pb, pe)
+        wt = w.reshape(group, mg, ksize)
+        acc = np.zeros((n, group, mg, *out), dtype=x.dtype)
+        tmp = np.empty((n, group, mg, *out), dtype=x.dtype) if mg > 1 else np.empty((n, group, *out), dtype=x.dtype)
+        bshape = (1, group, mg) + (1,) * len(out)
+        for t, offs in enumerate(itertools.product(*[range(k) for k in kernel])):
+            sl = (slice(None), slice(None)) + tuple(
+                slice(o * d, o * d + (q - 1) * s + 1, s) for o, d, q, s in zip(offs, dil, out, strides)
+            )
+            xs = xp[sl]
+            if mg == 1:
+                np.multiply(xs, wt[:, 0, t].reshape((1, group) + (1,) * len(out)), out=tmp)
+                acc[:, :, 0] += tmp
+            else:
+                np.multiply(xs[:, :, None], wt[:, :, t].reshape(bshape), out=tmp)
+                acc += tmp
+        return acc.reshape(n, m, *out)
+    if ksize == 1 and all(s == 1 for s in strides) and not any(pb) and not any(pe):
+        cols = x.reshape(n, group, cg, p)
+    else:
+        xp = pad_spatial(x, pb, pe)
+        v = windows(xp, kernel, strides, dil, out)  # (N, C, *out, *k)
+        nd = len(out)
+        perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
+        cols = np.ascontiguousarray(v.transpose(perm)).reshape(n, group, cg * ksize, p)
+    if group == 1:
+        y = np.matmul(w_grouped[0], cols[:, 0])
+    else:
+        y = np.matmul(w_grouped[None], cols)
+    return y.reshape(n, m, *out)
+
+
+def _bias_shape(nd: int) -> tuple[int, ...]:
+    return (1, -1) + (1,) * nd
+
+
+@REGISTRY.register("Conv", since=first_since("Conv"), types={"T": FLOATS})
+def build_conv(node: Any, ctx: Any) -> Any:
+    """Conv: weights reshaped per group once when constant."""
+    w_const = ctx.constant(node.inputs[1])
+    b_const = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    geom = _ConvGeom(node, w_const.shape if w_const is not None else None)
+    group = geom.group
+    prepared: dict[Any, Any] = {}
+
+    def prep(w: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        key = dt
+        if w_const is not None and key in prepared:
+            return prepared[key]
+        wc = w.astype(dt, copy=False)
+        m, cg = wc.shape[:2]
+        if m % group or (m and cg == 0):
+            raise fail(node, f"weight shape {list(w.shape)} is not divisible into group={group}")
+        wg = np.ascontiguousarray(wc.reshape(group, m // group, -1))
+        if w_const is not None:
+            prepared[key] = (wc, wg)
+        return wc, wg
+
+    def compute(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        if x.ndim < 3:
+            raise fail(node, f"input rank {x.ndim}; Conv needs (N, C, spatial...)")
+        if x.shape[1] != w.shape[1] * group:
+            raise fail(node, f"input has {x.shape[1]} channels, weight expects {w.shape[1]} x group {group}")
+        odt = x.dtype
+        xc = as_compute(x)
+        kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
+        wc, wg = prep(w, xc.dtype)
+        y = conv_core(xc, wc, group, kernel, strides, dil, pb, pe, out, wg)
+        if b is not None:
+            y += b.astype(xc.dtype, copy=False).reshape(_bias_shape(len(out)))
+        return (y if y.dtype == odt else y.astype(odt),)
+
+    del b_const
+    return compute
+
+
+def scatter_taps(
+    cols: np.ndarray, nd: int, full: Sequence[int], strides: Sequence[int], dil: Sequence[int]
+) -> np.ndarray:
+    """col2im: ``cols`` is (N, C, *kernel, *grid); adds each tap's grid into a zero image of
+    spatial size ``full`` at offset tap*dilation with the given strides."""
+    n, c = cols.shape[:2]
+    kernel = cols.shape[2 : 2 + nd]
+    grid = cols.shape[2 + nd :]
+    out = np.zeros((n, c, *full), dtype=cols.dtype)
+    for offs in itertools.product(*[range(k) for k in kernel]):
+        dst = (slice(None), slice(None)) + tuple(
+            slice(o * d, o * d + (g - 1) * s + 1, s) for o, d, g, s in zip(offs, dil, grid, strides)
+        )
+        out[dst] += cols[(slice(None), slice(None)) + tuple(offs)]
+    return out
+
+
+@REGISTRY.register("ConvTranspose", since=first_since("ConvTranspose"), types={"T": FLOATS})
+def build_conv_transpose(node: Any, ctx: Any) -> Any:
+    """ConvTranspose: one grouped matmul W^T X, then col2im, then crop by the pads."""
+    group = int(node.attr("group", 1))
+    auto_pad = node.attr("auto_pad", "NOTSET")
+    pads_attr = node.attr("pads")
+    out_shape_attr = node.attr("output_shape")
+    w_const = ctx.constant(node.inputs[1])
+    prepared: dict[Any, np.ndarray] = {}
+
+    def compute(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
+        nd = x.ndim - 2
+        if nd < 1:
+            raise fail(node, f"input rank {x.ndim}; ConvTranspose needs (N, C, spatial...)")
+        odt = x.dtype
+        xc = as_compute(x)
+        n, c = x.shape[:2]
+        if w.shape[0] != c:
+            raise fail(node, f"weight shape {list(w.shape)} does not match {c} input channels")
+        kernel = list(w.shape[2:])
+        ks = node.attr("kernel_shape")
+        if ks and list(ks) != kernel:
+            raise fail(node, f"kernel_shape {ks} does not match weight shape {list(w.shape)}")
+        strides = ints(node, "strides", nd, 1)
+        dil = ints(node, "dilations", nd, 1)
+        opad = ints(node, "output_padding", nd, 0)
+        insp = list(x.shape[2:])
+        full = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, insp, opad, kernel, dil)]
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER") and not pads_attr:
+            outsp = [int(v) for v in out_shape_attr[-nd:]] if out_shape_attr else [i * s for i, s in zip(insp, strides)]
+            total = [f - o for f, o in zip(full, outsp)]
+            if auto_pad == "SAME_UPPER":
+                pb = [t // 2 for t in total]
+            else:
+                pb = [t - t // 2 for t in total]
+        else:
+            pads = [int(p) for p in pads_attr] if pads_attr else [0] * (2 * nd)
+            pb = pads[:nd]
+            if out_shape_attr:
+                outsp = [int(v) for v in out_shape_attr[-nd:]]
+            else:
+                outsp = [f - pads[i] - pads[i + nd] for i, f in enumerate(full)]
+        mg = w.shape[1]
+        m = mg * group
+        cg = c // group
+        ksize = int(np.prod(kernel))
+        key = xc.dtype
+        wt = prepared.get(key) if w_const is not None else None
+        if wt is None:
+            # (G, Mg*K, Cg)
+            wt = np.ascontiguousarray(
+                w.astype(xc.dtype, copy=False).reshape(group, cg, mg * ksize).transpose(0, 2, 1)
+            )
+            if w_const is not None:
+                prepared[key] = wt
+        p = int(np.prod(insp))
+        xg = xc.reshape(n, group, cg, p)
+        cols = np.matmul(wt[None], xg)  # (N, G, Mg*K, P)
+        cols = cols.reshape(n, m, *kernel, *insp)
+        img = scatter_taps(cols, nd, full, strides, dil)
+        src_start = [max(p_, 0) for p_ in pb]
+        dst_start = [max(-p_, 0) for p_ in pb]
+        length = [max(0, min(f - s0, o - d0)) for f, s0, d0, o in zip(full, src_start, dst_start, outsp)]
+        if dst_start == [0] * nd and length == outsp:
+            y = np.ascontiguousarray(img[(slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length))])
+        else:  # output_shape asks for more than the full image (or pads are negative): zero-extend
+            y = np.zeros((n, m, *outsp), dtype=img.dtype)
+            y[(slice(None), slice(None)) + tuple(slice(d0, d0 + ln) for d0, ln in zip(dst_start, length))] = img[
+                (slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length))
+            ]
+        if b is not None:
+            y = y + b.astype(y.dtype, copy=False).reshape(_bias_shape(nd))
+        return (y if y.dtype == odt else y.astype(odt),)
+
+    return compute
+
+
+def _zp_shift(v: np.ndarray, zp: np.ndarray | None, channel_axis_len: int | None = None, nd: int = 0) -> np.ndarray:
+    v = v.astype(np.float64)
+    if zp is None:
+        return v
+    zp = np.asarray(zp).astype(np.float64)
+    if zp.size > 1:
+        zp = zp.reshape((-1,) + (1,) * (v.ndim - 1))
+    return v - zp
+
+
+@REGISTRY.register("ConvInteger", since=first_since("ConvInteger"))
+def build_conv_integer(node: Any, ctx: Any) -> Any:
+    """ConvInteger: exact in float64 (products of 8-bit ints stay exact), returned as int32."""
+    geom = _ConvGeom(node, None)
+
+    def compute(x: Any, w: Any, x_zp: Any = None, w_zp: Any = None) -> tuple[np.ndarray]:
+        xf = x.astype(np.float64) - (np.float64(np.asarray(x_zp).reshape(-1)[0]) if x_zp is not None else 0.0)
+        wf = _zp_shift(w, w_zp)
+        kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
+        y = conv_core(xf, wf, geom.group, kernel, strides, dil, pb, pe, out)
+        return (np.rint(y).astype(np.int32),)
+
+    return compute
+
+
+def _saturate(y: np.ndarray, dt: np.dtype) -> np.ndarray:
+    info = np.iinfo(dt)
+    return np.clip(np.rint(y), info.min, info.max).astype(dt)
+
+
+@REGISTRY.register("QLinearConv", since=first_since("QLinearConv"))
+def build_qlinear_conv(node: Any, ctx: Any) -> Any:
+    """QLinearConv: integer conv in float64, rescaled, rounded half-to-even and saturated."""
+    geom = _ConvGeom(node, None)
+
+    def compute(x, xs, xzp, w, ws, wzp, ys, yzp=None, b=None):  # type: ignore[no-untyped-def]
+        xf = x.astype(np.float64) - float(np.asarray(xzp).reshape(-1)[0])
+        wf = _zp_shift(w, wzp)
+        kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
+        acc = conv_core(xf, wf, geom.group, kernel, strides, dil, pb, pe, out)
+        if b is not None:
+            acc = acc + b.astype(np.float64).reshape(_bias_shape(len(out)))
+        scale = float(np.asarray(xs).reshape(-1)[0]) * np.asarray(ws, dtype=np.float64).reshape(-1)
+        scale = scale / float(np.asarray(ys).reshape(-1)[0])
+        y = acc * scale.reshape((1, -1) + (1,) * len(out))
+        odt = yzp.dtype if yzp is not None else x.dtype
+        zp = float(np.asarray(yzp).reshape(-1)[0]) if yzp is not None else 0.0
+        return (_saturate(np.rint(y) + zp, odt),)
+
+    return compute
+
+
+def _bilinear_nd(img: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
+    """Samples img (N, G, Cg, *S) at positions pos[d] (N, G, *Q) with zeros outside; returns
+    (N, G, Cg, *Q). Positions at or beyond -1 / size contribute nothing (DeformConv rule)."""
+    n, g, cg = img.shape[:3]
+    sizes = img.shape[3:]
+    nd = len(sizes)
+    qshape = pos[0].shape[2:]
+    flat = img.reshape(n, g, cg, -1)
+    out = np.zeros((n, g, cg) + tuple(qshape), dtype=img.dtype)
+    lows = [np.floor(p) for p in pos]
+    fracs = [p - lo for p, lo in zip(pos, lows)]
+    lows = [lo.astype(np.int64) for lo in lows]
+    strides = [int(np.prod(sizes[d + 1 :])) for d in range(nd)]
+    nn_idx = np.arange(n)[:, None, None, None]
+    gg_idx = np.arange(g)[None, :, None, None]
+    cc_idx = np.arange(cg)[None, None, :, None]
+    for corner in itertools.product((0, 1), repeat=nd):
+        weight = np.ones(pos[0].shape, dtype=img.dtype)
+        lin = np.zeros(pos[0].shape, dtype=np.int64)
+        valid = np.ones(pos[0].shape, dtype=bool)
+        for d, cbit in enumerate(corner):
+            idx = lows[d] + cbit
+            weight = weight * (fracs[d] if cbit else (1 - fracs[d]))
+            valid &= (idx >= 0) & (idx < sizes[d])
+            lin += np.clip(idx, 0, sizes[d] - 1) * strides[d]
+        weight = np.where(valid, weight, 0).astype(img.dtype)
+        linf = lin.reshape(n, g, 1, -1)
+        vals = flat[nn_idx, gg_idx, cc_idx, linf]  # (N, G, Cg, Q)
+        out += (vals * weight.reshape(n, g, 1, -1)).reshape(out.shape)
+    return out
+
+
+@REGISTRY.register("DeformConv", since=first_since("DeformConv"), types={"T": FLOATS})
+def build_deform_conv(node: Any, ctx: Any) -> Any:
+    """DeformConv: bilinear sampling at offset kernel taps (vectorised over all taps and pixels),
+    optional mask, then the grouped matmul of Conv."""
+    group = int(node.attr("group", 1))
+    og = int(node.attr("offset_group", 1))
+
+    def compute(x, w, offset, b=None, mask=None):  # type: ignore[no-untyped-def]
+        odt = x.dtype
+        xc = as_compute(x)
+        n, c = x.shape[:2]
+        nd = x.ndim - 2
+        kernel = [int(k) for k in (node.attr("kernel_shape") or w.shape[2:])]
+        strides = ints(node, "strides", nd, 1)
+        dil = ints(node, "dilations", nd, 1)
+        pads = node.attr("pads") or [0] * (2 * nd)
+        outsp = [
+            (x.shape[2 + i] + pads[i] + pads[i + nd] - ((kernel[i] - 1) * dil[i] + 1)) // strides[i] + 1
+            for i in range(nd)
+        ]
+        ksize = int(np.prod(kernel))
+        off = as_compute(offset).astype(xc.dtype).reshape(n, og, ksize, nd, *outsp)
+        taps = np.array(list(itertools.product(*[range(k) for k in kernel])), dtype=xc.dtype).reshape(ksize, nd)
+        pos = []
+        for d in range(nd):
+            grid = (np.arange(outsp[d], dtype=xc.dtype) * strides[d] - pads[d]).reshape(
+                (1,) * d + (-1,) + (1,) * (nd - d - 1)
+            )
+            base = taps[:, d].reshape((ksize,) + (1,) * nd) * dil[d] + grid  # (K, *out)
+            pos.append((off[:, :, :, d] + base[None, None]).reshape(n, og, -1))
+        cpg = c // og
+        sampled = _bilinear_nd(xc.reshape(n, og, cpg, *x.shape[2:]), pos)  # (N, og, cpg, K*P)
+        p = int(np.prod(outsp))
+        sampled = sampled.reshape(n, og, cpg, ksize, p)
+        if mask is not None:
+            msk = as_compute(mask).astype(xc.dtype).reshape(n, og, 1, ksize, p)
+            sampled = sampled * msk
+        cols = sampled.reshape(n, group, (c // group) * ksize, p)
+        m = w.shape[0]
+        wg = as_compute(w).astype(xc.dtype).reshape(group, m // group, -1)
+        y = np.matmul(wg[None], cols).reshape(n, m, *outsp)
+        if b is not None:
+            y = y + b.astype(xc.dtype).reshape(_bias_shape(nd))
+        return (y.astype(odt),)
+
+    return compute
+
+
+@REGISTRY.register("Col2Im", since=first_since("Col2Im"), host_inputs=(1, 2))
+def build_col2im(node: Any, ctx: Any) -> Any:
+    """Col2Im: the strided per-tap scatter-add shared with ConvTranspose, then crop the pads."""
+
+    def compute(x, image_shape, block_shape):  # type: ignore[no-untyped-def]
+        img = [int(v) for v in image_shape]
+        blk = [int(v) for v in block_shape]
+        nd = len(img)
+        strides = ints(node, "strides", nd, 1)
+        dil = ints(node, "dilations", nd, 1)
+        pads = node.attr("pads") or [0] * (2 * nd)
+        grid = [
+            (img[i] + pads[i] + pads[i + nd] - ((blk[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(nd)
+        ]
+        n = x.shape[0]
+        ksize = int(np.prod(blk))
+        if x.shape[1] % ksize or x.shape[2] != int(np.prod(grid)):
+            raise fail(node, f"input shape {list(x.shape)} does not match block {blk} over image {img}")
+        c = x.shape[1] // ksize
+        cols = x.reshape(n, c, *blk, *grid)
+        full = [img[i] + pads[i] + pads[i + nd] for i in range(nd)]
+        out = scatter_taps(cols, nd, full, strides, dil)
+        sl = (slice(None), slice(None)) + tuple(slice(pads[i], pads[i] + img[i]) for i in range(nd))
+        return (np.ascontiguousarray(out[sl]),)
+
+    return compute

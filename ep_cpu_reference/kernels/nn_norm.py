@@ -1,0 +1,215 @@
+"""Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
+GroupNormalization, RMSNormalization, LpNormalization, LRN and MeanVarianceNormalization.
+
+BatchNormalization runs inference semantics at every opset (onnx.reference runs BN-9 with
+momentum in training mode) and folds constant statistics into one scale and shift at build
+time; opset 14+ with training_mode=1 computes batch statistics and the running-stat outputs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ep_core.kernels import FLOATS
+
+from ep_cpu_reference.kernels.nn_common import as_compute, compute_dtype, fail, first_since
+from ep_cpu_reference.registry import REGISTRY
+
+
+def _param_shape(p: np.ndarray, ndim: int) -> tuple[int, ...]:
+    """Per-channel (C,) or per-activation (C, D1..) parameters, broadcast against (N, C, ...)."""
+    if p.ndim <= 1:
+        return (1, -1) + (1,) * (ndim - 2)
+    return (1,) + p.shape + (1,) * (ndim - 1 - p.ndim)
+
+
+@REGISTRY.register("BatchNormalization", since=first_since("BatchNormalization"), types={"T": FLOATS})
+def build_batch_norm(node: Any, ctx: Any) -> Any:
+    eps = float(node.attr("epsilon", 1e-5))
+    momentum = float(node.attr("momentum", 0.9))
+    training = node.opset >= 14 and bool(node.attr("training_mode", 0))
+    n_out = len(node.outputs)
+    consts = [ctx.constant(n) if n else None for n in node.inputs[1:5]]
+    folded: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+
+    def fold(scale: Any, bias: Any, mean: Any, var: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+        a = scale.astype(np.float64) / np.sqrt(var.astype(np.float64) + eps)
+        b = bias.astype(np.float64) - mean.astype(np.float64) * a
+        return a.astype(dt), b.astype(dt)
+
+    def compute(x: np.ndarray, scale: Any, bias: Any, mean: Any, var: Any) -> tuple[Any, ...]:
+        odt = x.dtype
+        xc = as_compute(x)
+        dt = xc.dtype
+        if training:
+            axes = tuple(i for i in range(x.ndim) if i != 1)
+            bm = xc.mean(axis=axes)
+            bv = xc.var(axis=axes)
+            a, b = fold(scale, bias, bm, bv, dt)
+            y = xc * a.reshape(_param_shape(a, x.ndim)) + b.reshape(_param_shape(b, x.ndim))
+            rm = (mean * momentum + bm * (1 - momentum)).astype(mean.dtype)
+            rv = (var * momentum + bv * (1 - momentum)).astype(var.dtype)
+            return (y.astype(odt), rm, rv)
+        if all(c is not None for c in consts):
+            got = folded.get(dt)
+            if got is None:
+                got = fold(scale, bias, mean, var, dt)
+                folded[dt] = got
+            a, b = got
+        else:
+            a, b = fold(scale, bias, mean, var, dt)
+        y = xc * a.reshape(_param_shape(a, x.ndim))
+        y += b.reshape(_param_shape(b, x.ndim))
+        y = y if y.dtype == odt else y.astype(odt)
+        if n_out == 1:
+            return (y,)
+        # inference mode: running statistics pass through; saved statistics are the inputs too
+        extra = [mean, var, mean, var][: n_out - 1]
+        return (y, *extra)
+
+    return compute
+
+
+@REGISTRY.register("InstanceNormalization", since=first_since("InstanceNormalization"), types={"T": FLOATS})
+def build_instance_norm(node: Any, ctx: Any) -> Any:
+    eps = float(node.attr("epsilon", 1e-5))
+
+    def compute(x: np.ndarray, scale: np.ndarray, b: np.ndarray) -> tuple[np.ndarray]:
+        xc = as_compute(x)
+        axes = tuple(range(2, x.ndim))
+        mean = xc.mean(axis=axes, keepdims=True)
+        var = xc.var(axis=axes, keepdims=True)
+        shp = (1, -1) + (1,) * (x.ndim - 2)
+        y = (xc - mean) / np.sqrt(var + eps) * scale.astype(xc.dtype).reshape(shp) + b.astype(xc.dtype).reshape(shp)
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+def _stash(node: Any, x: np.ndarray) -> np.ndarray:
+    st = int(node.attr("stash_type", 1))
+    return x.astype(np.float32) if st == 1 and x.dtype != np.float64 else as_compute(x)
+
+
+@REGISTRY.register("LayerNormalization", since=first_since("LayerNormalization"), types={"T": FLOATS})
+def build_layer_norm(node: Any, ctx: Any) -> Any:
+    axis_attr = int(node.attr("axis", -1))
+    eps = float(node.attr("epsilon", 1e-5))
+
+    def compute(x: np.ndarray, scale: np.ndarray, b: Any = None) -> tuple[Any, ...]:
+        axis = axis_attr + x.ndim if axis_attr < 0 else axis_attr
+        if not 0 <= axis < x.ndim:
+            raise fail(node, f"axis={axis_attr} is outside the input rank {x.ndim}")
+        xc = _stash(node, x)
+        axes = tuple(range(axis, x.ndim))
+        mean = xc.mean(axis=axes, keepdims=True)
+        d = xc - mean
+        var = np.mean(d * d, axis=axes, keepdims=True)
+        inv = 1.0 / np.sqrt(var + eps)
+        y = d * inv * scale.astype(xc.dtype)
+        if b is not None:
+            y = y + b.astype(xc.dtype)
+        return (y.astype(x.dtype), mean.astype(xc.dtype), inv.astype(xc.dtype))
+
+    return compute
+
+
+@REGISTRY.register("GroupNormalization", since=first_since("GroupNormalization"), types={"T": FLOATS})
+def build_group_norm(node: Any, ctx: Any) -> Any:
+    """GroupNormalization: opset 18 takes per-group scale/bias, opset 21 per-channel."""
+    eps = float(node.attr("epsilon", 1e-5))
+    g = int(node.attr("num_groups"))
+
+    def compute(x: np.ndarray, scale: np.ndarray, bias: np.ndarray) -> tuple[np.ndarray]:
+        n, c = x.shape[:2]
+        if c % g:
+            raise fail(node, f"{c} channels do not split into num_groups={g}")
+        xc = _stash(node, x)
+        xr = xc.reshape(n, g, -1)
+        mean = xr.mean(axis=2, keepdims=True)
+        var = xr.var(axis=2, keepdims=True)
+        yn = (xr - mean) / np.sqrt(var + eps)
+        shp = (1, -1) + (1,) * (x.ndim - 2)
+        if scale.size == g and g != c:
+            y = yn * scale.astype(xc.dtype).reshape(1, g, 1) + bias.astype(xc.dtype).reshape(1, g, 1)
+            y = y.reshape(x.shape)
+        else:
+            y = yn.reshape(x.shape) * scale.astype(xc.dtype).reshape(shp) + bias.astype(xc.dtype).reshape(shp)
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("RMSNormalization", since=first_since("RMSNormalization"), types={"T": FLOATS})
+def build_rms_norm(node: Any, ctx: Any) -> Any:
+    axis_attr = int(node.attr("axis", -1))
+    eps = float(node.attr("epsilon", 1e-5))
+
+    def compute(x: np.ndarray, scale: np.ndarray) -> tuple[np.ndarray]:
+        axis = axis_attr + x.ndim if axis_attr < 0 else axis_attr
+        xc = _stash(node, x)
+        ms = np.mean(xc * xc, axis=tuple(range(axis, x.ndim)), keepdims=True)
+        y = xc / np.sqrt(ms + eps) * scale.astype(xc.dtype)
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("LpNormalization", since=first_since("LpNormalization"), types={"T": FLOATS})
+def build_lp_norm(node: Any, ctx: Any) -> Any:
+    axis = int(node.attr("axis", -1))
+    p = int(node.attr("p", 2))
+    if p not in (1, 2):
+        raise fail(node, f"p={p}; allowed 1, 2")
+
+    def compute(x: np.ndarray) -> tuple[np.ndarray]:
+        xc = as_compute(x)
+        norm = np.abs(xc).sum(axis=axis, keepdims=True) if p == 1 else np.sqrt((xc * xc).sum(axis=axis, keepdims=True))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            y = np.where(norm == 0, 0, xc / norm)
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("LRN", since=first_since("LRN"), types={"T": FLOATS})
+def build_lrn(node: Any, ctx: Any) -> Any:
+    """LRN: the channel-window sum of squares is a difference of cumulative sums."""
+    size = int(node.attr("size"))
+    alpha = float(node.attr("alpha", 1e-4))
+    beta = float(node.attr("beta", 0.75))
+    bias = float(node.attr("bias", 1.0))
+    lo, hi = (size - 1) // 2, (size - 1) - (size - 1) // 2
+
+    def compute(x: np.ndarray) -> tuple[np.ndarray]:
+        xc = as_compute(x)
+        c = x.shape[1]
+        sq = xc * xc
+        cs = np.concatenate([np.zeros_like(sq[:, :1]), np.cumsum(sq, axis=1)], axis=1)
+        idx = np.arange(c)
+        top = np.minimum(idx + hi + 1, c)
+        bot = np.maximum(idx - lo, 0)
+        s = np.take(cs, top, axis=1) - np.take(cs, bot, axis=1)
+        y = xc / (bias + alpha / size * s) ** beta
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("MeanVarianceNormalization", since=first_since("MeanVarianceNormalization"), types={"T": FLOATS})
+def build_mvn(node: Any, ctx: Any) -> Any:
+    """MeanVarianceNormalization: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9), the function body."""
+    axes = tuple(int(a) for a in node.attr("axes", [0, 2, 3]))
+
+    def compute(x: np.ndarray) -> tuple[np.ndarray]:
+        xc = as_compute(x)
+        mean = xc.mean(axis=axes, keepdims=True)
+        var = (xc * xc).mean(axis=axes, keepdims=True) - mean * mean
+        y = (xc - mean) / (np.sqrt(np.maximum(var, 0)) + 1e-9)
+        return (y.astype(x.dtype),)
+
+    return compute
+
+
+del compute_dtype

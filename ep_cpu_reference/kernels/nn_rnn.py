@@ -1,0 +1,279 @@
+"""Recurrent layers: LSTM, GRU and RNN with every direction, sequence_lens, initial states,
+peepholes, clip, custom activations and both layouts.
+
+The input projection of all time steps is one matmul; only the recurrent matmul runs per step.
+Reverse directions with per-batch lengths gather each sequence reversed within its own length,
+run forward, and scatter back. Steps past a sequence's length emit zeros and keep the state."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ep_core.kernels import FLOATS
+
+from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
+from ep_cpu_reference.registry import REGISTRY
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    out = np.empty_like(x)
+    pos = x >= 0
+    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
+    e = np.exp(x[~pos])
+    out[~pos] = e / (1.0 + e)
+    return out
+
+
+def _activation(name: str, alpha: float | None, beta: float | None) -> Callable[[np.ndarray], np.ndarray]:
+    n = name.lower()
+    if n == "sigmoid":
+        return _sigmoid
+    if n == "tanh":
+        return np.tanh
+    if n == "relu":
+        return lambda x: np.maximum(x, 0)
+    if n == "affine":
+        a, b = (1.0 if alpha is None else alpha), (0.0 if beta is None else beta)
+        return lambda x: a * x + b
+    if n == "leakyrelu":
+        a = 0.01 if alpha is None else alpha
+        return lambda x: np.where(x >= 0, x, a * x)
+    if n == "thresholdedrelu":
+        a = 1.0 if alpha is None else alpha
+        return lambda x: np.where(x > a, x, 0)
+    if n == "scaledtanh":
+        a, b = (1.0 if alpha is None else alpha), (1.0 if beta is None else beta)
+        return lambda x: a * np.tanh(b * x)
+    if n == "hardsigmoid":
+        a, b = (0.2 if alpha is None else alpha), (0.5 if beta is None else beta)
+        return lambda x: np.clip(a * x + b, 0, 1)
+    if n == "elu":
+        a = 1.0 if alpha is None else alpha
+        return lambda x: np.where(x >= 0, x, a * (np.exp(x) - 1))
+    if n == "softsign":
+        return lambda x: x / (1 + np.abs(x))
+    if n == "softplus":
+        return lambda x: np.log1p(np.exp(x))
+    raise ValueError(name)
+
+
+_USES_ALPHA = {"affine", "leakyrelu", "thresholdedrelu", "scaledtanh", "hardsigmoid", "elu"}
+_USES_BETA = {"affine", "scaledtanh", "hardsigmoid"}
+
+
+class _RnnSpec:
+    """Attributes common to the three recurrent ops, parsed once."""
+
+    def __init__(self, node: Any, n_gates: int, defaults: list[str]) -> None:
+        self.node = node
+        self.direction = node.attr("direction", "forward")
+        if self.direction not in ("forward", "reverse", "bidirectional"):
+            raise fail(node, f"direction={self.direction!r}; allowed forward, reverse, bidirectional")
+        self.num_dir = 2 if self.direction == "bidirectional" else 1
+        self.hidden = node.attr("hidden_size")
+        self.layout = int(node.attr("layout", 0))
+        self.clip = node.attr("clip")
+        self.n_gates = n_gates
+        names = node.attr("activations") or defaults * self.num_dir
+        if len(names) != len(defaults) * self.num_dir:
+            raise fail(node, f"activations={names}: need {len(defaults)} per direction")
+        alphas = list(node.attr("activation_alpha") or [])
+        betas = list(node.attr("activation_beta") or [])
+        self.acts: list[Callable[[np.ndarray], np.ndarray]] = []
+        for nm in names:
+            a = alphas.pop(0) if nm.lower() in _USES_ALPHA and alphas else None
+            b = betas.pop(0) if nm.lower() in _USES_BETA and betas else None
+            try:
+                self.acts.append(_activation(nm, a, b))
+            except ValueError:
+                raise fail(node, f"activation {nm!r} is not an ONNX RNN activation") from None
+        self.per_dir = len(defaults)
+
+    def dir_acts(self, d: int) -> list[Callable[[np.ndarray], np.ndarray]]:
+        return self.acts[d * self.per_dir : (d + 1) * self.per_dir]
+
+    def clipped(self, x: np.ndarray) -> np.ndarray:
+        if self.clip is None:
+            return x
+        return np.clip(x, -self.clip, self.clip)
+
+
+def _reverse_index(seq: int, batch: int, lens: np.ndarray | None) -> np.ndarray:
+    """(T, B) time index reading each batch entry's sequence backwards within its length."""
+    t = np.arange(seq)[:, None]
+    if lens is None:
+        return np.broadcast_to(seq - 1 - t, (seq, batch))
+    ln = lens.reshape(1, -1)
+    return np.where(t < ln, ln - 1 - t, t)
+
+
+def _run(
+    spec: _RnnSpec,
+    x: np.ndarray,
+    w: np.ndarray,
+    r: np.ndarray,
+    b: Any,
+    lens: Any,
+    h0: Any,
+    extra_states: list[Any],
+    step: Callable[..., Any],
+) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
+    """Shared driver: x is (T, B, I) in compute dtype. Returns Y (T, D, B, H), Y_h (D, B, H) and
+    the final extra states (LSTM's cell)."""
+    seq, batch = x.shape[:2]
+    hsz = r.shape[-1]
+    dt = x.dtype
+    lens_arr = None if lens is None else np.asarray(lens, dtype=np.int64).reshape(-1)
+    if lens_arr is not None and np.all(lens_arr == seq):
+        lens_arr = None
+    mask = None if lens_arr is None else (np.arange(seq)[:, None] < lens_arr[None, :])
+    y = np.zeros((seq, spec.num_dir, batch, hsz), dtype=dt)
+    y_h = np.zeros((spec.num_dir, batch, hsz), dtype=dt)
+    finals: list[np.ndarray] = [np.zeros((spec.num_dir, batch, hsz), dtype=dt) for _ in extra_states]
+    for d in range(spec.num_dir):
+        reverse = spec.direction == "reverse" or d == 1
+        xd = x
+        if reverse:
+            ridx = _reverse_index(seq, batch, lens_arr)
+            xd = x[ridx, np.arange(batch)[None, :]]
+        wt = w[d].astype(dt, copy=False).T  # (I, G*H)
+        rt = np.ascontiguousarray(r[d].astype(dt, copy=False).T)  # (H, G*H)
+        g = spec.n_gates
+        if b is not None:
+            wb = b[d, : g * hsz].astype(dt)
+            rb = b[d, g * hsz :].astype(dt)
+        else:
+            wb = np.zeros(g * hsz, dtype=dt)
+            rb = np.zeros(g * hsz, dtype=dt)
+        xw = (xd.reshape(seq * batch, -1) @ wt).reshape(seq, batch, g * hsz)
+        h = np.zeros((batch, hsz), dtype=dt) if h0 is None else h0[d].astype(dt)
+        states = [np.zeros((batch, hsz), dtype=dt) if s is None else s[d].astype(dt) for s in extra_states]
+        yd = np.zeros((seq, batch, hsz), dtype=dt)
+        for t in range(seq):
+            h_new, states_new = step(d, xw[t], wb, rb, h, rt, states)
+            if mask is not None:
+                m = mask[t][:, None]
+                h = np.where(m, h_new, h)
+                states = [np.where(m, sn, so) for sn, so in zip(states_new, states)]
+                yd[t] = np.where(m, h_new, 0)
+            else:
+                h, states = h_new, states_new
+                yd[t] = h_new
+        if reverse:
+            back = np.empty_like(yd)
+            back[ridx, np.arange(batch)[None, :]] = yd
+            yd = back
+            if mask is not None:
+                yd[~mask] = 0
+        y[:, d] = yd
+        y_h[d] = h
+        for f, s in zip(finals, states):
+            f[d] = s
+    return y, y_h, finals
+
+
+def _io(node: Any, spec: _RnnSpec, x: np.ndarray, states: list[Any]) -> tuple[np.ndarray, list[Any]]:
+    xc = as_compute(x)
+    if spec.layout == 1:
+        xc = xc.transpose(1, 0, 2)
+        states = [None if s is None else s.transpose(1, 0, 2) for s in states]
+    return xc, states
+
+
+def _outputs(spec: _RnnSpec, odt: np.dtype, y: np.ndarray, finals: list[np.ndarray], n_out: int) -> tuple[Any, ...]:
+    if spec.layout == 1:
+        y = y.transpose(2, 0, 1, 3)
+        finals = [f.transpose(1, 0, 2) for f in finals]
+    outs = [np.ascontiguousarray(y).astype(odt, copy=False)] + [np.ascontiguousarray(f).astype(odt, copy=False) for f in finals]
+    return tuple(outs[:n_out]) + (None,) * max(0, n_out - len(outs))
+
+
+def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
+    g = spec.n_gates
+    if w.shape[0] != spec.num_dir or r.shape[0] != spec.num_dir or w.shape[1] != g * r.shape[-1]:
+        raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} do not match {spec.num_dir} direction(s) x {g} gates")
+
+
+@REGISTRY.register("LSTM", since=first_since("LSTM"), types={"T": FLOATS})
+def build_lstm(node: Any, ctx: Any) -> Any:
+    spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
+    input_forget = bool(node.attr("input_forget", 0))
+    n_out = len(node.outputs)
+    peep: dict[str, Any] = {"p": None}
+
+    def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
+        (c,) = states
+        f_act, g_act, h_act = spec.dir_acts(d)
+        hs = h.shape[1]
+        gates = xw + h @ rt + (wb + rb)
+        p = peep["p"]
+        gi, go, gf, gc = (gates[:, k * hs : (k + 1) * hs] for k in range(4))
+        if p is not None:
+            gi = gi + p[d, :hs] * c
+            gf = gf + p[d, 2 * hs :] * c
+        i = f_act(spec.clipped(gi))
+        f = 1 - i if input_forget else f_act(spec.clipped(gf))
+        ct = g_act(spec.clipped(gc))
+        c_new = f * c + i * ct
+        if p is not None:
+            go = go + p[d, hs : 2 * hs] * c_new
+        o = f_act(spec.clipped(go))
+        return o * h_act(c_new), [c_new]
+
+    def compute(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):  # type: ignore[no-untyped-def]
+        _check(node, spec, w, r)
+        xc, (h0_, c0_) = _io(node, spec, x, [h0, c0])
+        peep["p"] = None if p is None else p.astype(xc.dtype)
+        y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step)
+        return _outputs(spec, x.dtype, y, [y_h, y_c], n_out)
+
+    return compute
+
+
+@REGISTRY.register("GRU", since=first_since("GRU"), types={"T": FLOATS})
+def build_gru(node: Any, ctx: Any) -> Any:
+    spec = _RnnSpec(node, 3, ["Sigmoid", "Tanh"])
+    lbr = bool(node.attr("linear_before_reset", 0))
+    n_out = len(node.outputs)
+
+    def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
+        f_act, g_act = spec.dir_acts(d)
+        hs = h.shape[1]
+        xz, xr, xh = (xw[:, k * hs : (k + 1) * hs] + wb[k * hs : (k + 1) * hs] for k in range(3))
+        rz, rr, rh_b = (rb[k * hs : (k + 1) * hs] for k in range(3))
+        hr = h @ rt[:, : 2 * hs]
+        z = f_act(spec.clipped(xz + hr[:, :hs] + rz))
+        rgate = f_act(spec.clipped(xr + hr[:, hs:] + rr))
+        if lbr:
+            hh = g_act(spec.clipped(xh + rgate * (h @ rt[:, 2 * hs :] + rh_b)))
+        else:
+            hh = g_act(spec.clipped(xh + (rgate * h) @ rt[:, 2 * hs :] + rh_b))
+        return (1 - z) * hh + z * h, []
+
+    def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
+        _check(node, spec, w, r)
+        xc, (h0_,) = _io(node, spec, x, [h0])
+        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step)
+        return _outputs(spec, x.dtype, y, [y_h], n_out)
+
+    return compute
+
+
+@REGISTRY.register("RNN", since=first_since("RNN"), types={"T": FLOATS})
+def build_rnn(node: Any, ctx: Any) -> Any:
+    spec = _RnnSpec(node, 1, ["Tanh"])
+    n_out = len(node.outputs)
+
+    def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
+        (f_act,) = spec.dir_acts(d)
+        return f_act(spec.clipped(xw + h @ rt + wb + rb)), []
+
+    def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
+        _check(node, spec, w, r)
+        xc, (h0_,) = _io(node, spec, x, [h0])
+        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step)
+        return _outputs(spec, x.dtype, y, [y_h], n_out)
+
+    return compute

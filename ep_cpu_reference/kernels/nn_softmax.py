@@ -1,0 +1,62 @@
+"""Softmax, LogSoftmax and Hardmax.
+
+Opsets before 13 coerce the input to 2-D at ``axis`` (default 1) and normalise each row;
+opset 13+ normalise along the single ``axis`` (default -1). onnx.reference applies the opset-13
+rule to older models, which is wrong for inputs of rank > 2."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ep_core.kernels import FLOATS
+
+from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
+from ep_cpu_reference.registry import REGISTRY
+
+
+def _softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    e = np.exp(x - x.max(axis=axis, keepdims=True))
+    e /= e.sum(axis=axis, keepdims=True)
+    return e
+
+
+def _log_softmax(x: np.ndarray, axis: int) -> np.ndarray:
+    d = x - x.max(axis=axis, keepdims=True)
+    return d - np.log(np.exp(d).sum(axis=axis, keepdims=True))
+
+
+def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
+    am = np.expand_dims(np.argmax(x, axis=axis), axis)
+    y = np.zeros_like(x)
+    np.put_along_axis(y, am, 1, axis=axis)
+    return y
+
+
+def _family(fn: Callable[[np.ndarray, int], np.ndarray]) -> Callable[..., Any]:
+    def build(node: Any, ctx: Any) -> Any:
+        legacy = node.opset < 13
+        axis_attr = int(node.attr("axis", 1 if legacy else -1))
+
+        def compute(x: np.ndarray) -> tuple[np.ndarray]:
+            r = x.ndim
+            axis = axis_attr + r if axis_attr < 0 else axis_attr
+            if not 0 <= axis < max(r, 1):
+                raise fail(node, f"axis={axis_attr} is outside the input rank {r}")
+            # float16 stays float16 (as the ONNX reference computes); bfloat16 goes via float32
+            xc = x if x.dtype == np.float16 else as_compute(x)
+            if legacy:
+                lead = int(np.prod(x.shape[:axis]))
+                y = fn(xc.reshape(lead, -1), 1).reshape(x.shape)
+            else:
+                y = fn(xc, axis)
+            return (y if y.dtype == x.dtype else y.astype(x.dtype),)
+
+        return compute
+
+    return build
+
+
+for _op, _fn in (("Softmax", _softmax), ("LogSoftmax", _log_softmax), ("Hardmax", _hardmax)):
+    REGISTRY.register(_op, since=first_since(_op), types={"T": FLOATS})(_family(_fn))
