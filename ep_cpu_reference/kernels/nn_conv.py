@@ -12,7 +12,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ep_core.kernels import FLOATS
 
 from ep_cpu_reference.kernels.nn_common import (
     as_compute,
@@ -114,7 +113,7 @@ def _bias_shape(nd: int) -> tuple[int, ...]:
     return (1, -1) + (1,) * nd
 
 
-@REGISTRY.register("Conv", since=first_since("Conv"), types={"T": FLOATS})
+@REGISTRY.register("Conv", since=first_since("Conv"))
 def build_conv(node: Any, ctx: Any) -> Any:
     """Conv: weights reshaped per group once when constant."""
     w_const = ctx.constant(node.inputs[1])
@@ -171,7 +170,7 @@ def scatter_taps(
     return out
 
 
-@REGISTRY.register("ConvTranspose", since=first_since("ConvTranspose"), types={"T": FLOATS})
+@REGISTRY.register("ConvTranspose", since=first_since("ConvTranspose"))
 def build_conv_transpose(node: Any, ctx: Any) -> Any:
     """ConvTranspose: one grouped matmul W^T X, then col2im, then crop by the pads."""
     group = int(node.attr("group", 1))
@@ -332,7 +331,7 @@ def _bilinear_nd(img: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
     return out
 
 
-@REGISTRY.register("DeformConv", since=first_since("DeformConv"), types={"T": FLOATS})
+@REGISTRY.register("DeformConv", since=first_since("DeformConv"))
 def build_deform_conv(node: Any, ctx: Any) -> Any:
     """DeformConv: bilinear sampling at offset kernel taps (vectorised over all taps and pixels),
     optional mask, then the grouped matmul of Conv."""

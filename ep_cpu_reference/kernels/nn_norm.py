@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.kernels import FLOATS
 
 from ep_cpu_reference.kernels.nn_common import as_compute, compute_dtype, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
@@ -24,7 +23,7 @@ def _param_shape(p: np.ndarray, ndim: int) -> tuple[int, ...]:
     return (1,) + p.shape + (1,) * (ndim - 1 - p.ndim)
 
 
-@REGISTRY.register("BatchNormalization", since=first_since("BatchNormalization"), types={"T": FLOATS})
+@REGISTRY.register("BatchNormalization", since=first_since("BatchNormalization"))
 def build_batch_norm(node: Any, ctx: Any) -> Any:
     eps = float(node.attr("epsilon", 1e-5))
     momentum = float(node.attr("momentum", 0.9))
@@ -71,7 +70,7 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("InstanceNormalization", since=first_since("InstanceNormalization"), types={"T": FLOATS})
+@REGISTRY.register("InstanceNormalization", since=first_since("InstanceNormalization"))
 def build_instance_norm(node: Any, ctx: Any) -> Any:
     eps = float(node.attr("epsilon", 1e-5))
 
@@ -92,7 +91,7 @@ def _stash(node: Any, x: np.ndarray) -> np.ndarray:
     return x.astype(np.float32) if st == 1 and x.dtype != np.float64 else as_compute(x)
 
 
-@REGISTRY.register("LayerNormalization", since=first_since("LayerNormalization"), types={"T": FLOATS})
+@REGISTRY.register("LayerNormalization", since=first_since("LayerNormalization"))
 def build_layer_norm(node: Any, ctx: Any) -> Any:
     axis_attr = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
@@ -115,7 +114,7 @@ def build_layer_norm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("GroupNormalization", since=first_since("GroupNormalization"), types={"T": FLOATS})
+@REGISTRY.register("GroupNormalization", since=first_since("GroupNormalization"))
 def build_group_norm(node: Any, ctx: Any) -> Any:
     """GroupNormalization: opset 18 takes per-group scale/bias, opset 21 per-channel."""
     eps = float(node.attr("epsilon", 1e-5))
@@ -141,7 +140,7 @@ def build_group_norm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("RMSNormalization", since=first_since("RMSNormalization"), types={"T": FLOATS})
+@REGISTRY.register("RMSNormalization", since=first_since("RMSNormalization"))
 def build_rms_norm(node: Any, ctx: Any) -> Any:
     axis_attr = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
@@ -156,7 +155,7 @@ def build_rms_norm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("LpNormalization", since=first_since("LpNormalization"), types={"T": FLOATS})
+@REGISTRY.register("LpNormalization", since=first_since("LpNormalization"))
 def build_lp_norm(node: Any, ctx: Any) -> Any:
     axis = int(node.attr("axis", -1))
     p = int(node.attr("p", 2))
@@ -173,7 +172,7 @@ def build_lp_norm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("LRN", since=first_since("LRN"), types={"T": FLOATS})
+@REGISTRY.register("LRN", since=first_since("LRN"))
 def build_lrn(node: Any, ctx: Any) -> Any:
     """LRN: the channel-window sum of squares is a difference of cumulative sums."""
     size = int(node.attr("size"))
@@ -197,7 +196,7 @@ def build_lrn(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("MeanVarianceNormalization", since=first_since("MeanVarianceNormalization"), types={"T": FLOATS})
+@REGISTRY.register("MeanVarianceNormalization", since=first_since("MeanVarianceNormalization"))
 def build_mvn(node: Any, ctx: Any) -> Any:
     """MeanVarianceNormalization: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9), the function body."""
     axes = tuple(int(a) for a in node.attr("axes", [0, 2, 3]))

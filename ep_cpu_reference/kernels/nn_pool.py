@@ -11,7 +11,6 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from ep_core.kernels import FLOATS
 
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, ints, pool_geometry
 from ep_cpu_reference.registry import REGISTRY
@@ -132,7 +131,7 @@ def _axis_counts(
     return total
 
 
-@REGISTRY.register("AveragePool", since=first_since("AveragePool"), types={"T": FLOATS})
+@REGISTRY.register("AveragePool", since=first_since("AveragePool"))
 def build_average_pool(node: Any, ctx: Any) -> Any:
     """AveragePool: tap sums over the zero-padded input divided by the separable window count."""
     geom = _PoolGeom(node)
@@ -159,7 +158,7 @@ def build_average_pool(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("LpPool", since=first_since("LpPool"), types={"T": FLOATS})
+@REGISTRY.register("LpPool", since=first_since("LpPool"))
 def build_lp_pool(node: Any, ctx: Any) -> Any:
     """LpPool: (sum over the window of |x|^p)^(1/p), pads contribute zero."""
     geom = _PoolGeom(node)
@@ -196,13 +195,13 @@ def _gap(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
     return xc.mean(axis=axes, keepdims=True, dtype=xc.dtype).astype(x.dtype, copy=False)
 
 
-REGISTRY.register("GlobalAveragePool", since=first_since("GlobalAveragePool"), types={"T": FLOATS})(_global(_gap))
-REGISTRY.register("GlobalMaxPool", since=first_since("GlobalMaxPool"), types={"T": FLOATS})(
+REGISTRY.register("GlobalAveragePool", since=first_since("GlobalAveragePool"))(_global(_gap))
+REGISTRY.register("GlobalMaxPool", since=first_since("GlobalMaxPool"))(
     _global(lambda x, axes: x.max(axis=axes, keepdims=True))
 )
 
 
-@REGISTRY.register("GlobalLpPool", since=first_since("GlobalLpPool"), types={"T": FLOATS})
+@REGISTRY.register("GlobalLpPool", since=first_since("GlobalLpPool"))
 def build_global_lp_pool(node: Any, ctx: Any) -> Any:
     p = float(node.attr("p", 2))
 
@@ -244,7 +243,7 @@ def build_max_unpool(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("MaxRoiPool", since=first_since("MaxRoiPool"), types={"T": FLOATS})
+@REGISTRY.register("MaxRoiPool", since=first_since("MaxRoiPool"))
 def build_max_roi_pool(node: Any, ctx: Any) -> Any:
     """MaxRoiPool: per region and bin, the channel-vectorised maximum (empty bins give 0)."""
     ph_n, pw_n = [int(v) for v in node.attr("pooled_shape")]
@@ -271,7 +270,7 @@ def build_max_roi_pool(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("RoiAlign", since=first_since("RoiAlign"), types={"T1": FLOATS})
+@REGISTRY.register("RoiAlign", since=first_since("RoiAlign"))
 def build_roi_align(node: Any, ctx: Any) -> Any:
     """RoiAlign: bilinear samples of each region's bin grid, separable in y and x, so each
     region is one gather over (C, ph, iy, pw, ix); avg or max (of weighted corners) reduction."""

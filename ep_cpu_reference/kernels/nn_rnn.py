@@ -11,7 +11,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ep_core.kernels import FLOATS
 
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
@@ -196,7 +195,7 @@ def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
         raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} do not match {spec.num_dir} direction(s) x {g} gates")
 
 
-@REGISTRY.register("LSTM", since=first_since("LSTM"), types={"T": FLOATS})
+@REGISTRY.register("LSTM", since=first_since("LSTM"))
 def build_lstm(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     input_forget = bool(node.attr("input_forget", 0))
@@ -232,7 +231,7 @@ def build_lstm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("GRU", since=first_since("GRU"), types={"T": FLOATS})
+@REGISTRY.register("GRU", since=first_since("GRU"))
 def build_gru(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 3, ["Sigmoid", "Tanh"])
     lbr = bool(node.attr("linear_before_reset", 0))
@@ -261,7 +260,7 @@ def build_gru(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("RNN", since=first_since("RNN"), types={"T": FLOATS})
+@REGISTRY.register("RNN", since=first_since("RNN"))
 def build_rnn(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 1, ["Tanh"])
     n_out = len(node.outputs)

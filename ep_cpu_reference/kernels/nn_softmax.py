@@ -10,7 +10,6 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ep_core.kernels import FLOATS
 
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
@@ -59,4 +58,4 @@ def _family(fn: Callable[[np.ndarray, int], np.ndarray]) -> Callable[..., Any]:
 
 
 for _op, _fn in (("Softmax", _softmax), ("LogSoftmax", _log_softmax), ("Hardmax", _hardmax)):
-    REGISTRY.register(_op, since=first_since(_op), types={"T": FLOATS})(_family(_fn))
+    REGISTRY.register(_op, since=first_since(_op))(_family(_fn))
