@@ -1,0 +1,615 @@
+"""Shape, layout, indexing and generator ops: Reshape ... Unique.
+
+Shape-like inputs (Reshape's shape, Slice's starts/ends/axes/steps, Expand's shape, Tile's
+repeats, Pad's pads, Squeeze/Unsqueeze axes, TopK's k, Range, ConstantOfShape, OneHot's depth,
+CumSum's axis) are declared ``host_inputs``: they are read as Python ints on the host."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ep_cpu_reference.registry import REGISTRY
+
+Fn = Callable[..., Any]
+
+
+def ints(value: Any) -> list[int]:
+    """A shape-like tensor (or None) as a list of Python ints."""
+    return [] if value is None else [int(v) for v in np.asarray(value).ravel()]
+
+
+def norm_axis(node: Any, axis: int, rank: int) -> int:
+    """``axis`` in [-rank, rank) made non-negative, or a ValueError naming the node."""
+    if not -rank <= axis < max(rank, 1):
+        raise ValueError(f"{node.describe()}: axis {axis} is out of range for rank {rank}")
+    return axis + rank if axis < 0 else axis
+
+
+def _text(value: Any) -> Any:
+    return value.decode() if isinstance(value, bytes) else value
+
+
+# ------------------------------------------------------------------------- shape and layout
+def _reshape(node: Any, x: Any, shape: Any, allowzero: int) -> Any:
+    dims = ints(shape)
+    if not allowzero:
+        dims = [x.shape[i] if d == 0 and i < x.ndim else d for i, d in enumerate(dims)]
+    if dims.count(-1) > 1:
+        raise ValueError(f"{node.describe()}: at most one -1 in the shape, got {dims}")
+    try:
+        return x.reshape(dims)
+    except ValueError as exc:
+        raise ValueError(f"{node.describe()}: cannot reshape {x.shape} to {dims}") from exc
+
+
+@REGISTRY.register("Reshape", since=5, host_inputs=(1,))
+def build_reshape(node: Any, ctx: Any) -> Fn:
+    """0 copies the input dim (unless opset 14's allowzero=1), -1 is inferred."""
+    allowzero = int(node.attr("allowzero", 0))
+    return lambda x, shape: (_reshape(node, x, shape, allowzero),)
+
+
+@REGISTRY.register("Transpose", since=1)
+def build_transpose(node: Any, ctx: Any) -> Fn:
+    perm = node.attr("perm")
+    return lambda x: (np.transpose(x, perm if perm else None),)
+
+
+@REGISTRY.register("Concat", since=4)
+def build_concat(node: Any, ctx: Any) -> Fn:
+    axis = int(node.attr("axis"))
+    return lambda *xs: (np.concatenate(xs, axis=norm_axis(node, axis, xs[0].ndim)),)
+
+
+@REGISTRY.register("Flatten", since=1)
+def build_flatten(node: Any, ctx: Any) -> Fn:
+    axis = int(node.attr("axis", 1))
+
+    def compute(x: Any) -> tuple[Any]:
+        a = axis + x.ndim if axis < 0 else axis
+        return (x.reshape(int(np.prod(x.shape[:a], dtype=np.int64)), -1) if x.size else x.reshape(
+            int(np.prod(x.shape[:a], dtype=np.int64)), int(np.prod(x.shape[a:], dtype=np.int64))),)
+
+    return compute
+
+
+def _squeeze(node: Any, x: Any, axes: list[int]) -> Any:
+    if not axes:
+        return np.squeeze(x)
+    return np.squeeze(x, axis=tuple(norm_axis(node, a, x.ndim) for a in axes))
+
+
+def _unsqueeze(node: Any, x: Any, axes: list[int]) -> Any:
+    rank = x.ndim + len(axes)
+    norm = sorted(norm_axis(node, a, rank) for a in axes)
+    if len(set(norm)) != len(norm):
+        raise ValueError(f"{node.describe()}: repeated axes {axes}")
+    return np.expand_dims(x, tuple(norm))
+
+
+@REGISTRY.register("Squeeze", since=1, end=12)
+def build_squeeze1(node: Any, ctx: Any) -> Fn:
+    """Opsets 1-12: axes is an attribute."""
+    axes = list(node.attr("axes", []))
+    return lambda x: (_squeeze(node, x, axes),)
+
+
+@REGISTRY.register("Squeeze", since=13, host_inputs=(1,))
+def build_squeeze(node: Any, ctx: Any) -> Fn:
+    """Opset 13+: axes is an optional input."""
+    return lambda x, axes=None: (_squeeze(node, x, ints(axes)),)
+
+
+@REGISTRY.register("Unsqueeze", since=1, end=12)
+def build_unsqueeze1(node: Any, ctx: Any) -> Fn:
+    axes = list(node.attr("axes"))
+    return lambda x: (_unsqueeze(node, x, axes),)
+
+
+@REGISTRY.register("Unsqueeze", since=13, host_inputs=(1,))
+def build_unsqueeze(node: Any, ctx: Any) -> Fn:
+    return lambda x, axes: (_unsqueeze(node, x, ints(axes)),)
+
+
+@REGISTRY.register("Expand", since=8, host_inputs=(1,))
+def build_expand(node: Any, ctx: Any) -> Fn:
+    """Bidirectional broadcast of x with the shape (a 1 in the shape keeps x's dim)."""
+
+    def compute(x: Any, shape: Any) -> tuple[Any]:
+        target = np.broadcast_shapes(x.shape, tuple(ints(shape)))
+        return (np.array(np.broadcast_to(x, target)),)
+
+    return compute
+
+
+@REGISTRY.register("Tile", since=6, host_inputs=(1,))
+def build_tile(node: Any, ctx: Any) -> Fn:
+    return lambda x, repeats: (np.tile(x, ints(repeats)),)
+
+
+@REGISTRY.register("Shape", since=1, host_outputs=(0,))
+def build_shape(node: Any, ctx: Any) -> Fn:
+    """Opset 15 adds start/end (clamped, negatives count from the back)."""
+    start = int(node.attr("start", 0))
+    end = node.attr("end")
+
+    def compute(x: Any) -> tuple[Any]:
+        return (np.array(x.shape[start : (None if end is None else int(end))], dtype=np.int64),)
+
+    return compute
+
+
+@REGISTRY.register("Size", since=1, host_outputs=(0,))
+def build_size(node: Any, ctx: Any) -> Fn:
+    return lambda x: (np.array(x.size, dtype=np.int64),)
+
+
+@REGISTRY.register("Identity", since=1)
+def build_identity(node: Any, ctx: Any) -> Fn:
+    """Tensors, sequences and optionals pass through (values are never mutated in place)."""
+    return lambda x: (x,)
+
+
+# ------------------------------------------------------------------------------- generators
+def _strings_as_str(a: np.ndarray) -> np.ndarray:
+    """String tensors as object arrays of ``str`` (protobuf gives bytes)."""
+    if a.dtype == object or a.dtype.kind in "SU":
+        return np.array([_text(v) for v in a.ravel()], dtype=object).reshape(a.shape)
+    return a
+
+
+def _constant_value(node: Any) -> Any:
+    from onnx import numpy_helper
+
+    attrs = node.attributes
+    if "value" in attrs:
+        return _strings_as_str(np.asarray(attrs["value"]))
+    if "sparse_value" in attrs:
+        sp = attrs["sparse_value"]
+        values = numpy_helper.to_array(sp.values)
+        idx = numpy_helper.to_array(sp.indices)
+        dense = np.zeros(tuple(sp.dims), dtype=values.dtype)
+        if idx.ndim == 1:
+            dense.reshape(-1)[idx] = values
+        else:
+            dense[tuple(idx.T)] = values
+        return dense
+    for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+        if key in attrs:
+            return np.array(attrs[key], dtype=dtype)
+    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
+        if key in attrs:
+            return np.array(list(attrs[key]), dtype=dtype)
+    if "value_string" in attrs:
+        return np.array(_text(attrs["value_string"]), dtype=object)
+    if "value_strings" in attrs:
+        return np.array([_text(s) for s in attrs["value_strings"]], dtype=object)
+    raise ValueError(f"{node.describe()}: Constant needs one value attribute, has {sorted(attrs)}")
+
+
+@REGISTRY.register("Constant", since=1)
+def build_constant(node: Any, ctx: Any) -> Fn:
+    """The value is decoded once, at session creation."""
+    value = _constant_value(node)
+    return lambda: (value,)
+
+
+@REGISTRY.register("ConstantOfShape", since=9, host_inputs=(0,))
+def build_constant_of_shape(node: Any, ctx: Any) -> Fn:
+    """Default value: float32 zero."""
+    v = node.attr("value")
+    fill = np.asarray(v).reshape(-1) if v is not None else np.zeros(1, dtype=np.float32)
+
+    def compute(shape: Any) -> tuple[Any]:
+        return (np.full(tuple(ints(shape)), fill[0], dtype=fill.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("Range", since=11, host_inputs=(0, 1, 2))
+def build_range(node: Any, ctx: Any) -> Fn:
+    """max(ceil((limit - start) / delta), 0) elements of start's type."""
+
+    def compute(start: Any, limit: Any, delta: Any) -> tuple[Any]:
+        s, lim, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
+        if d == 0:
+            raise ValueError(f"{node.describe()}: delta must not be zero")
+        n = max(int(math.ceil((float(lim) - float(s)) / float(d))), 0)
+        return ((s + np.arange(n, dtype=np.float64 if s.dtype.kind == "f" else np.int64) * d).astype(s.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("EyeLike", since=9)
+def build_eye_like(node: Any, ctx: Any) -> Fn:
+    """Ones on diagonal k; output type is the ``dtype`` attribute or the input's."""
+    from onnx import helper
+
+    k = int(node.attr("k", 0))
+    dt = node.attr("dtype")
+
+    def compute(x: Any) -> tuple[Any]:
+        dtype = helper.tensor_dtype_to_np_dtype(int(dt)) if dt is not None else x.dtype
+        return (np.eye(x.shape[0], x.shape[1], k=k, dtype=dtype),)
+
+    return compute
+
+
+@REGISTRY.register("OneHot", since=9, host_inputs=(1,))
+def build_one_hot(node: Any, ctx: Any) -> Fn:
+    """Negative indices count from depth; out-of-range indices give an all-off row."""
+    axis = int(node.attr("axis", -1))
+
+    def compute(indices: Any, depth: Any, values: Any) -> tuple[Any]:
+        d = int(np.asarray(depth).reshape(-1)[0])
+        idx = np.asarray(indices).astype(np.int64)
+        idx = np.where(idx < 0, idx + d, idx)
+        rank = idx.ndim + 1
+        a = norm_axis(node, axis, rank)
+        hot = np.expand_dims(idx, a) == np.arange(d).reshape([d if i == a else 1 for i in range(rank)])
+        off, on = values[0], values[1]
+        return (np.where(hot, on, off).astype(values.dtype),)
+
+    return compute
+
+
+@REGISTRY.register("Trilu", since=14, host_inputs=(1,))
+def build_trilu(node: Any, ctx: Any) -> Fn:
+    upper = int(node.attr("upper", 1))
+
+    def compute(x: Any, k: Any = None) -> tuple[Any]:
+        kk = int(np.asarray(k).reshape(())) if k is not None else 0
+        return ((np.triu(x, kk) if upper else np.tril(x, kk)).astype(x.dtype),)
+
+    return compute
+
+
+# ------------------------------------------------------------------------ split and slicing
+def _split_bounds(node: Any, n: int, sizes: list[int] | None, n_out: int) -> list[int]:
+    if sizes:
+        if sum(sizes) != n:
+            raise ValueError(f"{node.describe()}: split {sizes} does not sum to the axis length {n}")
+        if len(sizes) != n_out:
+            raise ValueError(f"{node.describe()}: split has {len(sizes)} sizes for {n_out} outputs")
+        return list(np.cumsum(sizes)[:-1])
+    chunk = -(-n // n_out)  # ceil: opset 18 lets the last chunk be smaller
+    return [min(chunk * i, n) for i in range(1, n_out)]
+
+
+@REGISTRY.register("Split", since=2, end=12)
+def build_split2(node: Any, ctx: Any) -> Fn:
+    """Opsets 2-12: sizes in the ``split`` attribute, else equal parts."""
+    axis = int(node.attr("axis", 0))
+    sizes = list(node.attr("split", []))
+    n_out = len(node.outputs)
+
+    def compute(x: Any) -> list[Any]:
+        a = norm_axis(node, axis, x.ndim)
+        return np.split(x, _split_bounds(node, x.shape[a], sizes, n_out), axis=a)
+
+    return compute
+
+
+@REGISTRY.register("Split", since=13, host_inputs=(1,))
+def build_split(node: Any, ctx: Any) -> Fn:
+    """Opset 13+: sizes as an optional input; 18+: ``num_outputs`` with a smaller last part."""
+    axis = int(node.attr("axis", 0))
+    n_out = len(node.outputs)
+
+    def compute(x: Any, split: Any = None) -> list[Any]:
+        a = norm_axis(node, axis, x.ndim)
+        return np.split(x, _split_bounds(node, x.shape[a], ints(split) or None, n_out), axis=a)
+
+    return compute
+
+
+def _slice(node: Any, x: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Any:
+    index = [slice(None)] * x.ndim
+    axes = axes if axes else list(range(len(starts)))
+    steps = steps if steps else [1] * len(starts)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        if st == 0:
+            raise ValueError(f"{node.describe()}: slice step must not be 0")
+        dim = x.shape[norm_axis(node, a, x.ndim)]
+        # clamp the way the spec does: huge sentinels (INT64_MAX/MIN) become the bounds
+        s = max(-dim - 1, min(s, dim))
+        e = max(-dim - 1, min(e, dim))
+        if st < 0 and e < -dim:
+            e = None  # type: ignore[assignment]
+        index[norm_axis(node, a, x.ndim)] = slice(s, e, st)
+    return x[tuple(index)]
+
+
+@REGISTRY.register("Slice", since=1, end=9)
+def build_slice1(node: Any, ctx: Any) -> Fn:
+    """Opsets 1-9: starts/ends/axes are attributes, steps are 1."""
+    starts, ends = list(node.attr("starts")), list(node.attr("ends"))
+    axes = list(node.attr("axes", [])) or None
+    return lambda x: (_slice(node, x, starts, ends, axes, None),)
+
+
+@REGISTRY.register("Slice", since=10, host_inputs=(1, 2, 3, 4))
+def build_slice(node: Any, ctx: Any) -> Fn:
+    def compute(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
+        return (_slice(node, x, ints(starts), ints(ends), ints(axes) or None, ints(steps) or None),)
+
+    return compute
+
+
+def _pad(node: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int] | None) -> Any:
+    rank = x.ndim
+    axes = [norm_axis(node, a, rank) for a in axes] if axes else list(range(rank))
+    if len(pads) != 2 * len(axes):
+        raise ValueError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
+    width = [(0, 0)] * rank
+    for i, a in enumerate(axes):
+        width[a] = (pads[i], pads[i + len(axes)])
+    # negative pads crop first
+    crop = tuple(slice(max(-b, 0), x.shape[k] - max(-e, 0)) for k, (b, e) in enumerate(width))
+    x = x[crop]
+    width = [(max(b, 0), max(e, 0)) for b, e in width]
+    if mode == "constant":
+        return np.pad(x, width, mode="constant", constant_values=value if value is not None else 0)
+    if mode in ("reflect", "edge", "wrap"):
+        return np.pad(x, width, mode=mode)
+    raise ValueError(f"{node.describe()}: mode must be constant, reflect, edge or wrap, got {mode!r}")
+
+
+@REGISTRY.register("Pad", since=2, end=10)
+def build_pad2(node: Any, ctx: Any) -> Fn:
+    """Opsets 2-10: pads and value are attributes."""
+    pads = list(node.attr("pads"))
+    mode = _text(node.attr("mode", "constant"))
+    value = float(node.attr("value", 0.0))
+    return lambda x: (_pad(node, x, pads, mode, np.asarray(value, dtype=x.dtype), None),)
+
+
+@REGISTRY.register("Pad", since=11, host_inputs=(1, 2, 3))
+def build_pad(node: Any, ctx: Any) -> Fn:
+    """Opset 11+: pads/constant_value inputs; 18+: axes; 19+: wrap mode."""
+    mode = _text(node.attr("mode", "constant"))
+
+    def compute(x: Any, pads: Any, value: Any = None, axes: Any = None) -> tuple[Any]:
+        v = None if value is None or np.asarray(value).size == 0 else np.asarray(value).reshape(-1)[0]
+        return (_pad(node, x, ints(pads), mode, v, ints(axes) or None),)
+
+    return compute
+
+
+# --------------------------------------------------------------------------------- gathering
+@REGISTRY.register("Gather", since=1)
+def build_gather(node: Any, ctx: Any) -> Fn:
+    """Negative indices count from the back of the axis."""
+    axis = int(node.attr("axis", 0))
+
+    def compute(x: Any, indices: Any) -> tuple[Any]:
+        a = norm_axis(node, axis, x.ndim)
+        idx = np.asarray(indices).astype(np.int64)
+        return (np.take(x, np.where(idx < 0, idx + x.shape[a], idx), axis=a),)
+
+    return compute
+
+
+@REGISTRY.register("GatherElements", since=11)
+def build_gather_elements(node: Any, ctx: Any) -> Fn:
+    axis = int(node.attr("axis", 0))
+
+    def compute(x: Any, indices: Any) -> tuple[Any]:
+        a = norm_axis(node, axis, x.ndim)
+        idx = indices.astype(np.int64)
+        return (np.take_along_axis(x, np.where(idx < 0, idx + x.shape[a], idx), axis=a),)
+
+    return compute
+
+
+@REGISTRY.register("GatherND", since=11)
+def build_gather_nd(node: Any, ctx: Any) -> Fn:
+    """Opset 12's batch_dims: the first b dims of data and indices are matched, not indexed."""
+    b = int(node.attr("batch_dims", 0))
+
+    def compute(x: Any, indices: Any) -> tuple[Any]:
+        k = indices.shape[-1]
+        batch = x.shape[:b]
+        nb = int(np.prod(batch, dtype=np.int64))
+        data = x.reshape((nb,) + x.shape[b:])
+        idx = indices.astype(np.int64).reshape(nb, -1, k)
+        idx = np.where(idx < 0, idx + np.array(x.shape[b : b + k]), idx)
+        rows = np.arange(nb).repeat(idx.shape[1])
+        flat = idx.reshape(-1, k)
+        out = data[(rows,) + tuple(flat.T)]
+        return (out.reshape(indices.shape[:-1] + x.shape[b + k :]),)
+
+    return compute
+
+
+_SCATTER_REDUCE = {"add": np.add, "mul": np.multiply, "max": np.maximum, "min": np.minimum}
+
+
+def _reduction(node: Any) -> Any:
+    r = _text(node.attr("reduction", "none"))
+    if r != "none" and r not in _SCATTER_REDUCE:
+        raise ValueError(f"{node.describe()}: reduction must be none, add, mul, max or min, got {r!r}")
+    return None if r == "none" else _SCATTER_REDUCE[r]
+
+
+def _scatter_elements(node: Any, x: Any, indices: Any, updates: Any, axis: int, ufunc: Any) -> Any:
+    a = norm_axis(node, axis, x.ndim)
+    idx = indices.astype(np.int64)
+    idx = np.where(idx < 0, idx + x.shape[a], idx)
+    grid = list(np.indices(idx.shape, sparse=True))
+    grid[a] = idx
+    out = x.copy()
+    if ufunc is None:
+        out[tuple(grid)] = updates
+    else:
+        ufunc.at(out, tuple(np.broadcast_arrays(*grid)), updates)
+    return out
+
+
+@REGISTRY.register("Scatter", since=9, end=10)
+def build_scatter(node: Any, ctx: Any) -> Fn:
+    """The deprecated opset 9-10 name of ScatterElements (no reduction)."""
+    axis = int(node.attr("axis", 0))
+    return lambda x, i, u: (_scatter_elements(node, x, i, u, axis, None),)
+
+
+@REGISTRY.register("ScatterElements", since=11)
+def build_scatter_elements(node: Any, ctx: Any) -> Fn:
+    """Opset 16 adds reduction add/mul, 18 max/min; duplicates accumulate via ``ufunc.at``."""
+    axis = int(node.attr("axis", 0))
+    ufunc = _reduction(node)
+    return lambda x, i, u: (_scatter_elements(node, x, i, u, axis, ufunc),)
+
+
+@REGISTRY.register("ScatterND", since=11)
+def build_scatter_nd(node: Any, ctx: Any) -> Fn:
+    ufunc = _reduction(node)
+
+    def compute(x: Any, indices: Any, updates: Any) -> tuple[Any]:
+        k = indices.shape[-1]
+        idx = indices.astype(np.int64).reshape(-1, k)
+        idx = np.where(idx < 0, idx + np.array(x.shape[:k]), idx)
+        upd = updates.reshape((-1,) + x.shape[k:])
+        out = x.copy()
+        if ufunc is None:
+            for i in range(idx.shape[0]):  # in order: a later duplicate wins
+                out[tuple(idx[i])] = upd[i]
+        else:
+            ufunc.at(out, tuple(idx.T), upd)
+        return (out,)
+
+    return compute
+
+
+@REGISTRY.register("Compress", since=9)
+def build_compress(node: Any, ctx: Any) -> Fn:
+    axis = node.attr("axis")
+
+    def compute(x: Any, condition: Any) -> tuple[Any]:
+        c = np.asarray(condition, dtype=bool)
+        if axis is None:
+            return (np.compress(c, x.ravel()),)
+        return (np.compress(c, x, axis=norm_axis(node, int(axis), x.ndim)),)
+
+    return compute
+
+
+# --------------------------------------------------------------------- sorting and searching
+@REGISTRY.register("CumSum", since=11, host_inputs=(1,))
+def build_cumsum(node: Any, ctx: Any) -> Fn:
+    exclusive = int(node.attr("exclusive", 0))
+    reverse = int(node.attr("reverse", 0))
+
+    def compute(x: Any, axis: Any) -> tuple[Any]:
+        a = norm_axis(node, int(np.asarray(axis).reshape(-1)[0]), x.ndim)
+        y = np.flip(x, a) if reverse else x
+        s = np.cumsum(y, axis=a, dtype=x.dtype)
+        if exclusive:
+            s = np.concatenate([np.zeros_like(np.take(s, [0], axis=a)), np.take(s, np.arange(s.shape[a] - 1), axis=a)], axis=a)
+        return ((np.flip(s, a) if reverse else s).astype(x.dtype),)
+
+    return compute
+
+
+def _sort_key(x: Any, largest: bool) -> Any:
+    key = x.astype(np.float64) if x.dtype.kind in "iub" or x.dtype.itemsize < 4 else x
+    return -key if largest else key
+
+
+def _topk(node: Any, x: Any, k: int, axis: int, largest: bool, sorted_: bool) -> list[Any]:
+    a = norm_axis(node, axis, x.ndim)
+    if not 0 <= k <= x.shape[a]:
+        raise ValueError(f"{node.describe()}: k={k} is out of range for axis length {x.shape[a]}")
+    order = np.argsort(_sort_key(x, largest), axis=a, kind="stable")  # ties: lower index first
+    idx = np.take(order, np.arange(k), axis=a)
+    return [np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)]
+
+
+@REGISTRY.register("TopK", since=1, end=9)
+def build_topk1(node: Any, ctx: Any) -> Fn:
+    """Opsets 1-9: k is an attribute."""
+    k, axis = int(node.attr("k")), int(node.attr("axis", -1))
+    return lambda x: _topk(node, x, k, axis, True, True)
+
+
+@REGISTRY.register("TopK", since=10, host_inputs=(1,))
+def build_topk(node: Any, ctx: Any) -> Fn:
+    """Opset 10+: k is an input; 11+: largest and sorted attributes."""
+    axis = int(node.attr("axis", -1))
+    largest = bool(node.attr("largest", 1))
+    sorted_ = bool(node.attr("sorted", 1))
+    return lambda x, k: _topk(node, x, int(np.asarray(k).reshape(-1)[0]), axis, largest, sorted_)
+
+
+def _arg(fn: Callable[..., Any]) -> Callable[[Any, Any], Fn]:
+    def build(node: Any, ctx: Any) -> Fn:
+        """keepdims keeps the reduced axis; select_last_index (12+) picks the last tie."""
+        axis = int(node.attr("axis", 0))
+        keepdims = int(node.attr("keepdims", 1))
+        last = int(node.attr("select_last_index", 0))
+
+        def compute(x: Any) -> tuple[Any]:
+            a = norm_axis(node, axis, x.ndim)
+            if last:
+                r = x.shape[a] - 1 - fn(np.flip(x, a), axis=a)
+            else:
+                r = fn(x, axis=a)
+            r = r.astype(np.int64)
+            return (np.expand_dims(r, a) if keepdims else r,)
+
+        return compute
+
+    return build
+
+
+REGISTRY.register("ArgMax", since=1)(_arg(np.argmax))
+REGISTRY.register("ArgMin", since=1)(_arg(np.argmin))
+
+
+@REGISTRY.register("NonZero", since=9)
+def build_nonzero(node: Any, ctx: Any) -> Fn:
+    return lambda x: (np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1),)
+
+
+@REGISTRY.register("Unique", since=11)
+def build_unique(node: Any, ctx: Any) -> Fn:
+    """sorted=0 orders the unique values by first occurrence."""
+    axis = node.attr("axis")
+    sorted_ = int(node.attr("sorted", 1))
+
+    def compute(x: Any) -> list[Any]:
+        a = None if axis is None else norm_axis(node, int(axis), x.ndim)
+        y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=a)
+        inverse = inverse.reshape(-1)
+        if not sorted_:
+            order = np.argsort(first, kind="stable")
+            rank = np.empty_like(order)
+            rank[order] = np.arange(order.size)
+            y = np.take(y, order, axis=0 if a is None else a)
+            first, counts, inverse = first[order], counts[order], rank[inverse]
+        return [y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
+
+    return compute
+
+
+@REGISTRY.register("ReverseSequence", since=10)
+def build_reverse_sequence(node: Any, ctx: Any) -> Fn:
+    batch_axis = int(node.attr("batch_axis", 1))
+    time_axis = int(node.attr("time_axis", 0))
+
+    def compute(x: Any, lens: Any) -> tuple[Any]:
+        out = x.copy()
+        for b, n in enumerate(ints(lens)):
+            src: list[Any] = [slice(None)] * x.ndim
+            src[batch_axis] = b
+            src[time_axis] = slice(0, n)
+            out[tuple(src)] = np.flip(x[tuple(src)], axis=time_axis - (1 if batch_axis < time_axis else 0))
+        return (out,)
+
+    return compute
+
+
+__all__: Sequence[str] = ["ints", "norm_axis"]
