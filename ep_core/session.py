@@ -290,7 +290,7 @@ class InferenceSession:
                         f"{len(info.shape)} (shape {_shape_str(info.shape)})"
                     )
                 for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
-                    if isinstance(want_dim, int) and want_dim != got:
+                    if isinstance(want_dim, int) and want_dim >= 0 and want_dim != got:  # -1: exporters mark dynamic dims so
                         raise InvalidArgument(
                             f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
                             f"expected {want_dim} (shape {_shape_str(info.shape)})"
