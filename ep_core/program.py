@@ -81,6 +81,7 @@ class _KernelCtx:
         self.stream = ep.stream
         self.allocator = ep.allocator
         self.session_options = program.session.options
+        self.model_path = program.session.model_path  # where EPContext files are found
 
     def constant(self, name: str) -> Any:
         return self.node.graph.constant_value(name) if name else None
@@ -121,6 +122,7 @@ class SessionContext:
         self.model_hash = model_hash
         self.profiler = profiler
         self.compiled: list[tuple[int, FusedNode, GraphView]] = []  # for EPContext generation
+        self.model_path: Any = None  # the model file's path (None for bytes), set by the session
         self.fused_counter = 0
 
     def transfer_for(self, src: MemoryInfo, dst: MemoryInfo) -> tuple[Any, Any]:

@@ -87,6 +87,9 @@ class InferenceSession:
         t0 = time.perf_counter_ns()
         proto, self._model_path = load_model(path_or_bytes, options.get_session_config_entry(EXTERNAL_FOLDER_KEY))
         self._source_proto = proto
+        from ep_core.epcontext.generate import prepare_session
+
+        prepare_session(options, self._model_path, proto)  # EPContext schema; refuse a bad output before compiling
         selected = select_providers(options, providers, config, self._registry)
         self._eps: list[EpInstance] = []
         try:
@@ -105,6 +108,7 @@ class InferenceSession:
             self._ctx = SessionContext(
                 options, self._eps, model_hash(self._model.graph.SerializeToString()), self._profiler
             )
+            self._ctx.model_path = self._model_path  # EPContext payloads resolve against the model's folder
             self._program = GraphProgram(self._graph, self._ctx)
             t0 = time.perf_counter_ns()
             self._program.plan()

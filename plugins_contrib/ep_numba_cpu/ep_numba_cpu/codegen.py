@@ -1,0 +1,139 @@
+"""Compiling generated kernel sources with Numba, and turning compiled kernels into bytes and back.
+
+The bytes are exactly what Numba's own on-disk cache stores for a function (``CompileResult._reduce``
+serialised by ``numba.core.serialize.dumps``: the object code of the kernel, the bitcode needed for
+linking, the function descriptor and signature). That format is a pickle. We contain the risk: a
+payload is only unpickled after its sha256 matched the one recorded beside it (and the whole context
+blob's sha256 matched the one recorded in the model), the Numba/llvmlite/Python versions in the
+header match this process, and only object-code payloads are accepted, so rebuilding never runs
+LLVM's optimiser or code generator."""
+
+from __future__ import annotations
+
+import hashlib
+import pickle
+import sys
+import threading
+import types
+from dataclasses import dataclass
+from typing import Any, Callable
+
+_lock = threading.Lock()
+# source sha256 + signature -> compiled kernel: identical kernels of one model compile once
+_compiled: dict[str, "CompiledKernel"] = {}
+# counters the tests and the benchmark read
+STATS = {"compiled": 0, "rebuilt": 0}
+
+
+@dataclass
+class CompiledKernel:
+    """A kernel ready to call, with the bytes that rebuild it in another process."""
+
+    key: str
+    source: str
+    signature: str
+    parallel: bool
+    dispatcher: Any
+    payload: bytes
+
+    @property
+    def sha256(self) -> str:
+        return hashlib.sha256(self.payload).hexdigest()
+
+
+def kernel_key(source: str, signature: str, parallel: bool) -> str:
+    return hashlib.sha256(f"{signature}|{int(parallel)}|{source}".encode()).hexdigest()[:24]
+
+
+def _module_for(key: str, source: str) -> types.ModuleType:
+    """The kernel's source executed as a module of its own (Numba's environment objects find their
+    globals through ``sys.modules`` by module name, at compile and at rebuild time)."""
+    name = f"ep_numba_cpu._kernels.k_{key}"
+    mod = sys.modules.get(name)
+    if mod is None:
+        mod = types.ModuleType(name)
+        mod.__dict__["__builtins__"] = __builtins__
+        code = compile(source, f"<ep_numba_cpu kernel {key}>", "exec")
+        exec(code, mod.__dict__)  # our own generated source, never data read from a file
+        sys.modules[name] = mod
+    return mod
+
+
+def _parse_signature(signature: str) -> tuple[Any, ...]:
+    """Argument types from our own signature spelling: ``float32:4:C:w,float32:4:A:r`` (dtype,
+    ndim, layout, writable or readonly) -- parsed, never evaluated."""
+    from numba.core import types as nbtypes
+
+    args = []
+    for part in signature.split(","):
+        dtype, ndim, layout, access = part.split(":")
+        if dtype not in ("float32", "float64", "int32", "int64", "boolean", "uint8", "int8") or layout not in ("C", "A"):
+            raise ValueError(f"bad kernel signature part {part!r}")
+        args.append(nbtypes.Array(getattr(nbtypes, dtype), int(ndim), layout, readonly=access == "r"))
+    return tuple(args)
+
+
+def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) -> CompiledKernel:
+    """Compile (once per process) and serialise one generated kernel."""
+    import numba
+    from numba.core.serialize import dumps
+
+    key = kernel_key(source, signature, parallel)
+    with _lock:
+        hit = _compiled.get(key)
+        if hit is not None:
+            return hit
+        mod = _module_for(key, source)
+        py_func = getattr(mod, fn_name)
+        args = _parse_signature(signature)
+        disp = numba.njit(args, parallel=parallel, nogil=True, error_model="numpy", cache=False)(py_func)
+        STATS["compiled"] += 1
+        cres = disp.overloads[args]
+        if cres.lifted or cres.library.has_dynamic_globals:
+            raise RuntimeError(f"kernel {key} cannot be serialised (lifted code or dynamic globals)")
+        payload = dumps(cres._reduce())
+        ck = CompiledKernel(key, source, signature, parallel, disp, payload)
+        _compiled[key] = ck
+        return ck
+
+
+def rebuild_kernel(
+    key: str, source: str, fn_name: str, signature: str, parallel: bool, payload: bytes, sha256: str,
+    fail: Callable[[str], Exception],
+) -> Any:
+    """A dispatcher serving the kernel from its serialised machine code, with compilation disabled
+    (a call with other types raises instead of compiling). ``fail(msg)`` builds the error raised."""
+    import numba
+    from numba.core import compiler
+
+    if kernel_key(source, signature, parallel) != key:
+        raise fail(f"kernel {key}: its source or signature does not match its key")
+    if hashlib.sha256(payload).hexdigest() != sha256:
+        raise fail(f"kernel {key}: machine-code payload sha256 mismatch (corrupt context)")
+    with _lock:
+        mod = _module_for(key, source)
+        py_func = getattr(mod, fn_name)
+        try:
+            data = pickle.loads(payload)  # checksum-verified Numba cache payload (see module docstring)
+        except Exception as exc:
+            raise fail(f"kernel {key}: payload does not load: {type(exc).__name__}: {exc}") from exc
+        if not (isinstance(data, tuple) and data and isinstance(data[0], tuple) and len(data[0]) == 3
+                and data[0][1] == "object"):
+            raise fail(f"kernel {key}: payload is not a Numba object-code library")
+        disp = numba.njit(parallel=parallel, nogil=True, error_model="numpy")(py_func)
+        ctx = disp.targetctx
+        ctx.refresh()
+        try:
+            cres = compiler.CompileResult._rebuild(ctx, *data)
+        except Exception as exc:
+            raise fail(f"kernel {key}: Numba could not rebuild it: {type(exc).__name__}: {exc}") from exc
+        disp.add_overload(cres)
+        disp.disable_compile()
+        STATS["rebuilt"] += 1
+        return disp
+
+
+def clear_process_cache() -> None:
+    """Forget kernels compiled in this process (benchmarks measure cold compiles with it)."""
+    with _lock:
+        _compiled.clear()

@@ -1,0 +1,67 @@
+"""The compatibility string recorded as ``ep_compatibility_info.NumbaCpuExecutionProvider`` and
+its verdict: machine code depends on the Numba/llvmlite/Python versions and on the CPU (target
+triple, CPU name, CPU features) it was generated for."""
+
+from __future__ import annotations
+
+import platform
+from typing import Mapping
+
+
+def host_target() -> tuple[str, str, str]:
+    """(triple, cpu name, features) exactly as Numba's codegen keys its own cache."""
+    from numba.core.registry import cpu_target
+
+    triple, cpu, features = cpu_target.target_context.codegen().magic_tuple()
+    return str(triple), str(cpu), str(features)
+
+
+def versions() -> dict[str, str]:
+    import llvmlite
+    import numba
+
+    return {"numba": numba.__version__, "llvmlite": llvmlite.__version__, "python": platform.python_version()[:4].rstrip(".")}
+
+
+def current_info() -> str:
+    triple, cpu, features = host_target()
+    v = versions()
+    return f"numba={v['numba']};llvmlite={v['llvmlite']};python={v['python']};triple={triple};cpu={cpu};features={features}"
+
+
+def parse_info(info: str) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for part in info.split(";"):
+        key, sep, value = part.partition("=")
+        if sep:
+            out[key.strip()] = value.strip()
+    return out
+
+
+def _enabled(features: str) -> set[str]:
+    return {f[1:] for f in features.split(",") if f.startswith("+")}
+
+
+def verdict(info: str, host: Mapping[str, str] | None = None) -> str:
+    """``VERDICT: reason`` for a recorded compatibility string on this host."""
+    rec = parse_info(info)
+    cur = dict(host) if host is not None else parse_info(current_info())
+    missing = [k for k in ("numba", "llvmlite", "python", "triple", "cpu", "features") if k not in rec]
+    if missing:
+        return f"UNSUPPORTED: the compatibility info lacks {missing}; recompile the model"
+    for key in ("numba", "llvmlite", "python"):
+        if rec[key] != cur[key]:
+            return (f"UNSUPPORTED: compiled with {key} {rec[key]}, this process has {key} {cur[key]}; "
+                    "Numba machine code only loads in the versions that produced it -- recompile the model")
+    if rec["triple"] != cur["triple"]:
+        return f"UNSUPPORTED: compiled for target {rec['triple']}, this host is {cur['triple']}"
+    need, have = _enabled(rec["features"]), _enabled(cur["features"])
+    lacking = sorted(need - have)
+    if lacking:
+        return (f"UNSUPPORTED: compiled for CPU {rec['cpu']} using features this CPU lacks: {lacking[:8]}; "
+                "recompile on this machine")
+    extra = sorted(have - need)
+    if extra or rec["cpu"] != cur["cpu"]:
+        return (f"SUPPORTED_PREFER_RECOMPILATION: compiled for CPU {rec['cpu']}; this CPU ({cur['cpu']}) also has "
+                f"{extra[:8]} that recompiling would use")
+    return "SUPPORTED_OPTIMAL"

@@ -1,0 +1,93 @@
+"""The EP's context blob: safetensors (a JSON header plus raw tensor bytes). Tensors hold the
+weights (keyed by content hash, so identical weights are stored once) and each kernel's machine
+code payload (``k.<key>``, uint8); the header's metadata holds versions, the plans (JSON) and the
+kernel sources and signatures. Nothing here is code to evaluate: kernel sources are our own
+generated text, checked against their key, and payloads are verified before use (see
+``codegen``)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from typing import Any, Callable, Mapping
+
+import numpy as np
+
+from ep_numba_cpu import CONTEXT_FORMAT, __version__
+from ep_numba_cpu.compat import current_info, parse_info, versions
+
+META_KEY = "ep_numba_cpu"
+
+
+def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
+    """``graphs``: name -> {"plan": ..., "weights": {value name: weight key}};
+    ``kernels``: key -> CompiledKernel; ``weights``: key -> array."""
+    from safetensors.numpy import save
+
+    tensors: dict[str, np.ndarray] = {}
+    for key, arr in weights.items():
+        tensors[f"w.{key}"] = np.ascontiguousarray(arr)
+    kmeta = {}
+    for key, ck in kernels.items():
+        tensors[f"k.{key}"] = np.frombuffer(ck.payload, dtype=np.uint8)
+        kmeta[key] = {"source": ck.source, "fn": "kernel", "signature": ck.signature, "parallel": ck.parallel,
+                      "sha256": ck.sha256}
+    header = {"format": CONTEXT_FORMAT, "ep_version": __version__, **versions(), "compatibility": current_info(),
+              "graphs": dict(graphs), "kernels": kmeta}
+    return save(tensors, metadata={META_KEY: json.dumps(header, sort_keys=True)})
+
+
+def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]:
+    """The header of a blob, checked for format and versions before any tensor is touched."""
+    if len(data) < 8:
+        raise fail("the context is truncated (shorter than its 8-byte header length)")
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > len(data) - 8:
+        raise fail(f"the context is truncated (header of {n} bytes, {len(data) - 8} available)")
+    try:
+        head = json.loads(data[8:8 + n])
+        meta = json.loads(head["__metadata__"][META_KEY])
+    except Exception as exc:
+        raise fail(f"the context header is unreadable ({type(exc).__name__}: {exc})") from None
+    if meta.get("format") != CONTEXT_FORMAT:
+        raise fail(f"the context has format {meta.get('format')!r}, this EP reads {CONTEXT_FORMAT!r}")
+    cur = versions()
+    for key in ("numba", "llvmlite", "python"):
+        if meta.get(key) != cur[key]:
+            raise fail(f"the context was written by {key} {meta.get(key)}, this process has {key} {cur[key]}; "
+                       "recompile the model with this environment")
+    rec, host = parse_info(meta.get("compatibility", "")), parse_info(current_info())
+    if rec.get("triple") != host.get("triple"):
+        raise fail(f"the context targets {rec.get('triple')}, this host is {host.get('triple')}")
+    lacking = {f[1:] for f in rec.get("features", "").split(",") if f.startswith("+")} - {
+        f[1:] for f in host.get("features", "").split(",") if f.startswith("+")}
+    if lacking:
+        raise fail(f"the context's machine code uses CPU features this CPU lacks: {sorted(lacking)[:8]}")
+    end = 8 + n
+    for name, info in head.items():
+        if name == "__metadata__":
+            continue
+        lo, hi = info.get("data_offsets", (0, 0))
+        if end + hi > len(data):
+            raise fail(f"the context is truncated (tensor {name} ends at byte {end + hi}, the data has {len(data)})")
+    return meta
+
+
+def read_tensors(data: bytes, fail: Callable[[str], Exception]) -> dict[str, np.ndarray]:
+    from safetensors.numpy import load
+
+    try:
+        return load(data)
+    except Exception as exc:
+        raise fail(f"the context's tensors do not load ({type(exc).__name__}: {exc})") from None
+
+
+def verify_weight(key: str, arr: np.ndarray) -> bool:
+    from ep_numba_cpu.planner import weight_key
+
+    return weight_key(arr) == key
+
+
+def sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()

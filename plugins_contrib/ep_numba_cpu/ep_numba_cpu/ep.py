@@ -1,0 +1,287 @@
+"""The EP object: claims fusable groups, compiles them into Numba kernels, writes and reads its
+EPContext nodes. EPContext nodes are served by a kernel (not ``ep_compile``), so a session created
+from a context model runs no compilation at all."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Sequence
+
+import numpy as np
+
+from ep_core.compute import FusedNode, NodeComputeInfo
+from ep_core.epcontext.load import (
+    ContextNode,
+    context_base_dir,
+    context_nodes,
+    payload_location,
+    primary_for,
+    read_context_payload,
+)
+from ep_core.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_context_schema
+from ep_core.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
+from ep_core.errors import ConfigError, InvalidGraph
+from ep_core.kernels import KernelDef, KernelRegistry
+
+from ep_numba_cpu import EP_NAME
+from ep_numba_cpu import codegen, context
+from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
+from ep_numba_cpu.runtime import GraphRunner
+
+SOURCES = (EP_NAME, "NumbaCpu")
+
+
+class NumbaCpuEp:
+    context_sources = SOURCES
+
+    def __init__(self, ep_options: Mapping[str, str], session_options: Any) -> None:
+        register_ep_context_schema()
+        self.name = EP_NAME
+        self.session_options = session_options
+        self.parallel_mode = ep_options.get("parallel", "auto")
+        if self.parallel_mode not in ("auto", "0", "1"):
+            raise ConfigError(f"{EP_NAME} option parallel={self.parallel_mode!r}: use one of ['auto', '0', '1']")
+        self.graphs: dict[str, dict[str, Any]] = {}  # fused node name -> record (plan, weights, kernels)
+        self.kernels: dict[str, codegen.CompiledKernel] = {}
+        self.weights: dict[str, np.ndarray] = {}
+        self._loaded: dict[str, dict[str, GraphRunner]] = {}  # context location -> graph -> runner
+        self.registry = KernelRegistry(EP_NAME)
+        self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
+
+    # ----------------------------------------------------------------------------- hooks
+    def ep_get_kernel_registry(self) -> KernelRegistry:
+        return self.registry
+
+    def ep_get_capability(self, graph: Any, support: Any) -> None:
+        for node in graph.nodes:
+            if node.op_type == EP_CONTEXT_OP and node.domain == MS_DOMAIN:
+                support.add_single_node(node)
+        if self.session_options.flag("session.disable_compile"):
+            return
+        for group in choose_groups(graph):
+            support.add_nodes_to_fuse(group, drop_constant_initializers=True)
+
+    def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[FusedNode]) -> list[NodeComputeInfo]:
+        infos = []
+        for view, fused in zip(graphs, fused_nodes):
+            gp = build_plan(view, fused.inputs, fused.outputs, self._parallel)
+            compiled = {k: codegen.compile_kernel(v["source"], v["fn"], v["signature"], v["parallel"])
+                        for k, v in gp.kernels.items()}
+            wmap = {}
+            for name, arr in gp.weights.items():
+                key = weight_key(arr)
+                self.weights.setdefault(key, arr)
+                wmap[name] = key
+            self.kernels.update(compiled)
+            self.graphs[fused.name] = {"plan": gp.plan, "weights": wmap, "kernels": sorted(compiled)}
+            runner = GraphRunner(gp.plan, {k: c.dispatcher for k, c in compiled.items()}, gp.weights)
+            infos.append(NodeComputeInfo(compute=_compute(runner), metadata={"kernels": len(compiled)}))
+        return infos
+
+    def ep_get_ep_context_nodes(self) -> list[Any]:
+        from ep_core.epcontext.generate import current_output
+
+        out = current_output()
+        names = list(self.graphs)
+        if not names:
+            return []
+        nodes = []
+        if out.embed_mode == 1:
+            if sharing_enabled(self.session_options):
+                raise ConfigError("ep.share_ep_contexts=1 shares one context binary: set ep.context_embed_mode=0")
+            for name in names:
+                blob = self._pack([name])
+                nodes.append(self._node(name, 1, 1, blob, context.sha256(blob), out.source_model_filename))
+            return nodes
+        if sharing_enabled(self.session_options):
+            ws = workspace(EP_NAME)
+            with ws.lock:
+                if ws.binary_path is None:
+                    assert out.folder is not None
+                    ws.binary_path = out.folder / out.binary_name(EP_NAME)
+                rel = out.relative(ws.binary_path)
+                shared_kernels = ws.extra.setdefault("kernels", {})
+                for name in names:
+                    ws.graphs[name] = self.graphs[name]
+                    for k in self.graphs[name]["kernels"]:
+                        shared_kernels[k] = self.kernels[k]
+                    for wkey in self.graphs[name]["weights"].values():
+                        ws.add_weight(wkey, self.weights[wkey])
+                if is_last_sharing_session(self.session_options):
+                    blob = context.pack(ws.graphs, shared_kernels, ws.weights)
+                    out.write_absolute(ws.binary_path, blob)
+                    ws.clear_generation()
+            blob_sha = None
+        else:
+            blob = self._pack(names)
+            rel = out.binary_name(EP_NAME)
+            out.write_file(rel, blob)
+            blob_sha = context.sha256(blob)
+        for k, name in enumerate(names):
+            main = 1 if k == 0 else 0
+            nodes.append(self._node(name, main, 0, rel.encode() if main else b"", blob_sha if main else None,
+                                    out.source_model_filename))
+        return nodes
+
+    def ep_get_compiled_model_compatibility_info(self, graph: Any) -> str:
+        from ep_numba_cpu.compat import current_info
+
+        return current_info()
+
+    # ---------------------------------------------------------------------- generation
+    def _parallel(self, numel: int | None) -> bool:
+        if self.parallel_mode != "auto":
+            return self.parallel_mode == "1"
+        import numba
+
+        # threads pay only with cores to spare and enough elements per call
+        return numba.config.NUMBA_NUM_THREADS >= 4 and (numel is None or numel >= 1 << 16)
+
+    def _pack(self, names: Sequence[str]) -> bytes:
+        kernels = {k: self.kernels[k] for n in names for k in self.graphs[n]["kernels"]}
+        weights = {w: self.weights[w] for n in names for w in self.graphs[n]["weights"].values()}
+        return context.pack({n: self.graphs[n] for n in names}, kernels, weights)
+
+    def _node(self, name: str, main: int, embed: int, cache: bytes, blob_sha: str | None, model_file: str) -> Any:
+        import numba
+        from onnx import helper
+
+        from ep_numba_cpu.compat import host_target
+
+        rec = self.graphs[name]
+        notes: dict[str, Any] = {"graph": name, "kernels": {k: self.kernels[k].sha256 for k in rec["kernels"]}}
+        if blob_sha:
+            notes["blob_sha256"] = blob_sha
+        attrs: dict[str, Any] = {
+            "main_context": main,
+            "embed_mode": embed,
+            "ep_sdk_version": f"numba {numba.__version__}",
+            "hardware_architecture": host_target()[1],
+            "partition_name": name,
+            "source": EP_NAME,
+            "notes": json.dumps(notes, sort_keys=True),
+        }
+        if cache:
+            attrs["ep_cache_context"] = cache
+        if model_file:
+            attrs["onnx_model_filename"] = model_file
+        return helper.make_node(EP_CONTEXT_OP, rec["plan"]["inputs"], rec["plan"]["outputs"], name=name,
+                                domain=MS_DOMAIN, **attrs)
+
+    # ------------------------------------------------------------------------- loading
+    def _accepts(self, source: str) -> bool:
+        return source in SOURCES
+
+    def _build_context_kernel(self, node: Any, ctx: Any) -> Any:
+        cn = ContextNode.from_node(node)
+        base = context_base_dir(getattr(ctx, "model_path", None), ctx.session_options)
+        runner = self._runner_for(cn, node.graph, base)
+        if len(runner.inputs) != len(cn.inputs) or len(runner.outputs) != len(cn.outputs):
+            raise InvalidGraph(
+                f"EPContext node {cn.name!r} has {len(cn.inputs)} inputs and {len(cn.outputs)} outputs, its graph "
+                f"{cn.graph_name!r} has {len(runner.inputs)} and {len(runner.outputs)}"
+            )
+        return _compute_kernel(runner)
+
+    def _runner_for(self, cn: ContextNode, graph: Any, base: Path | None) -> GraphRunner:
+        notes = cn.notes_json()
+        gname = notes.get("graph") or cn.graph_name
+        if cn.main_context == 1:
+            primaries = [cn]
+        else:
+            primaries = primary_for(cn, context_nodes(graph, self._accepts))
+            if not primaries:
+                raise InvalidGraph(
+                    f"EPContext node {cn.name!r} has main_context=0 but the model has no main_context=1 node of source "
+                    f"{cn.source!r} holding its graph {gname!r}; regenerate the context model"
+                )
+        share = sharing_enabled(self.session_options)
+        ws = workspace(EP_NAME) if share else None
+        for p in primaries:
+            loc = payload_location(p, base)
+            if ws is not None:
+                taken = ws.take(loc, gname)
+                if taken is not None:
+                    self._check_kernels(cn, loc, taken, notes)
+                    return taken
+            graphs = self._load_primary(p, cn, base, loc)
+            if gname in graphs:
+                runner = graphs[gname]
+                self._check_kernels(cn, loc, runner, notes)
+                if ws is not None:
+                    mine = {c.graph_name for c in context_nodes(graph, self._accepts)}
+                    for other, r in graphs.items():
+                        if other not in mine:
+                            ws.park(loc, other, r)
+                return runner
+        raise InvalidGraph(
+            f"EPContext node {cn.name!r}: its graph {gname!r} is in none of the contexts "
+            f"{[payload_location(p, base) for p in primaries]}; regenerate the context model"
+        )
+
+    @staticmethod
+    def _check_kernels(cn: ContextNode, loc: str, runner: GraphRunner, notes: Mapping[str, Any]) -> None:
+        recorded = notes.get("kernels")
+        if recorded is None:
+            return
+        have = getattr(runner, "kernel_sha256", {})
+        for key, sha in recorded.items():
+            if have.get(key) != sha:
+                raise InvalidGraph(
+                    f"EPContext node {cn.name!r} ({loc}): kernel {key} differs from the one recorded in the model "
+                    "(corrupt or replaced context); regenerate the context model"
+                )
+
+    def _load_primary(self, p: ContextNode, cn: ContextNode, base: Path | None, loc: str) -> dict[str, GraphRunner]:
+        cached = self._loaded.get(loc)
+        if cached is not None:
+            return cached
+        who = f"EPContext node {cn.name!r}" + (f" (primary context node {p.name!r})" if p.name != cn.name else "")
+
+        def fail(msg: str) -> InvalidGraph:
+            return InvalidGraph(f"{who}, context {loc}: {msg}; regenerate the context model")
+
+        blob_sha = p.notes_json().get("blob_sha256")
+        data = read_context_payload(p, base, expected_sha256=blob_sha)
+        meta = context.read_header(data, fail)
+        tensors = context.read_tensors(data, fail)
+        dispatchers: dict[str, Any] = {}
+        kernel_sha: dict[str, str] = {}
+        for key, k in meta.get("kernels", {}).items():
+            blob = tensors.get(f"k.{key}")
+            if blob is None:
+                raise fail(f"kernel {key} has no payload")
+            dispatchers[key] = codegen.rebuild_kernel(key, k["source"], k["fn"], k["signature"], bool(k["parallel"]),
+                                                      blob.tobytes(), k["sha256"], fail)
+            kernel_sha[key] = k["sha256"]
+        graphs: dict[str, GraphRunner] = {}
+        for gname, rec in meta.get("graphs", {}).items():
+            weights = {}
+            for value, wkey in rec["weights"].items():
+                arr = tensors.get(f"w.{wkey}")
+                if arr is None or not context.verify_weight(wkey, arr):
+                    raise fail(f"weight {wkey} of graph {gname!r} is missing or corrupt")
+                weights[value] = arr
+            missing = [k for k in rec["kernels"] if k not in dispatchers]
+            if missing:
+                raise fail(f"graph {gname!r} needs kernels {missing} the context lacks")
+            runner = GraphRunner(rec["plan"], {k: dispatchers[k] for k in rec["kernels"]}, weights)
+            runner.kernel_sha256 = {k: kernel_sha[k] for k in rec["kernels"]}  # type: ignore[attr-defined]
+            graphs[gname] = runner
+        self._loaded[loc] = graphs
+        return graphs
+
+
+def _compute(runner: GraphRunner) -> Any:
+    def compute(state: Any, *inputs: Any) -> list[Any]:
+        return runner(*inputs)
+
+    return compute
+
+
+def _compute_kernel(runner: GraphRunner) -> Any:
+    def compute(*inputs: Any) -> list[Any]:
+        return runner(*inputs)
+
+    return compute

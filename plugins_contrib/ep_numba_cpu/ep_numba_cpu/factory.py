@@ -1,0 +1,35 @@
+"""Entry point of the Numba CPU EP (``ep_core.execution_providers`` group)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Sequence
+
+from ep_core.devices import EpDevice, HardwareDevice
+from ep_core.ep_base import HostEpFactory
+
+from ep_numba_cpu import EP_NAME, __version__
+
+
+class NumbaCpuFactory(HostEpFactory):
+    ep_name = EP_NAME
+    ep_vendor = "ep-core contrib"
+    ep_version = __version__
+    option_names = ("parallel",)
+
+    def ep_factory_create_ep(
+        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
+    ) -> Any:
+        self.check_options(ep_options)
+        from ep_numba_cpu.ep import NumbaCpuEp
+
+        return NumbaCpuEp(ep_options, session_options)
+
+    def ep_factory_validate_compiled_model_compatibility(
+        self, devices: Sequence[HardwareDevice], compatibility_info: str
+    ) -> str:
+        from ep_numba_cpu.compat import verdict
+
+        return verdict(compatibility_info)
+
+
+factory = NumbaCpuFactory()

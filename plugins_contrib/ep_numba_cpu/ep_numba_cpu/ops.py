@@ -1,0 +1,187 @@
+"""What the EP fuses: elementwise ops as scalar expressions for generated kernels, and the
+contractions (Conv, MatMul, Gemm) it runs through NumPy/BLAS before their elementwise tails.
+
+An elementwise op is a function ``(node, args, dtypes) -> expression`` over the scalar expressions
+of its inputs; it returns None when this node's attributes or types are not supported."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+FLOAT_DTYPES = ("float32", "float64")
+KERNEL_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+NB_NAMES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
+
+Expr = Callable[[Any, Sequence[str], Sequence[str], str], "str | None"]
+
+
+def literal(value: Any, dtype: str) -> str:
+    """A scalar constant spelled in the kernel's source with its exact dtype."""
+    if dtype == "bool":
+        return "True" if bool(value) else "False"
+    if dtype in FLOAT_DTYPES:
+        v = float(value)
+        if np.isnan(v):
+            return f"np.{dtype}(np.nan)"
+        if np.isinf(v):
+            return f"np.{dtype}({'np.inf' if v > 0 else '-np.inf'})"
+        return f"np.{dtype}({v!r})"
+    return f"np.{dtype}({int(value)})"
+
+
+def _binary(fmt: str, floats_only: bool = False) -> Expr:
+    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+        if len(a) != 2 or (floats_only and out not in FLOAT_DTYPES) or dt[0] != dt[1] or dt[0] == "bool":
+            return None
+        return fmt.format(*a)
+
+    return build
+
+
+def _unary(fmt: str) -> Expr:
+    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+        if len(a) != 1 or dt[0] not in FLOAT_DTYPES:
+            return None
+        return fmt.format(a[0], one=literal(1, out), zero=literal(0, out))
+
+    return build
+
+
+def _variadic(fn: str) -> Expr:
+    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+        if not a or len(set(dt)) != 1 or dt[0] not in FLOAT_DTYPES:
+            return None
+        expr = a[0]
+        for x in a[1:]:
+            expr = f"{fn}({expr}, {x})"
+        return expr
+
+    return build
+
+
+def _compare(op: str) -> Expr:
+    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+        if len(a) != 2 or dt[0] != dt[1] or out != "bool":
+            return None
+        return f"({a[0]} {op} {a[1]})"
+
+    return build
+
+
+def _div(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if len(a) != 2 or dt[0] != dt[1] or out not in FLOAT_DTYPES:
+        return None
+    return f"({a[0]} / {a[1]})"
+
+
+def _pow(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if len(a) != 2 or dt[0] not in FLOAT_DTYPES or dt[0] != out:
+        return None
+    exponent = node.graph.constant_value(node.inputs[1])
+    if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) == 2.0:
+        return f"({a[0]} * {a[0]})"
+    if dt[1] != dt[0]:
+        return None
+    return f"({a[0]} ** {a[1]})"
+
+
+def _clip(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if out not in FLOAT_DTYPES:
+        return None
+    expr = a[0]
+    if node.opset < 11:
+        lo, hi = node.attr("min"), node.attr("max")
+        if lo is not None:
+            expr = f"max({expr}, {literal(lo, out)})"
+        if hi is not None:
+            expr = f"min({expr}, {literal(hi, out)})"
+        return expr
+    if len(a) > 1 and a[1]:
+        expr = f"max({expr}, {a[1]})"
+    if len(a) > 2 and a[2]:
+        expr = f"min({expr}, {a[2]})"
+    return expr
+
+
+def _leaky(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if out not in FLOAT_DTYPES:
+        return None
+    alpha = literal(node.attr("alpha", 0.01), out)
+    return f"({a[0]} if {a[0]} >= {literal(0, out)} else {a[0]} * {alpha})"
+
+
+def _hard_sigmoid(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if out not in FLOAT_DTYPES:
+        return None
+    alpha, beta = literal(node.attr("alpha", 0.2), out), literal(node.attr("beta", 0.5), out)
+    return f"max({literal(0, out)}, min({literal(1, out)}, {alpha} * {a[0]} + {beta}))"
+
+
+def _hard_swish(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if out not in FLOAT_DTYPES:
+        return None
+    sixth, half = literal(1.0 / 6.0, out), literal(0.5, out)
+    return f"({a[0]} * max({literal(0, out)}, min({literal(1, out)}, {sixth} * {a[0]} + {half})))"
+
+
+def _cast(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if dt[0] not in KERNEL_DTYPES or out not in KERNEL_DTYPES:
+        return None
+    if out == "bool":
+        return f"({a[0]} != 0)"
+    return f"np.{out}({a[0]})"
+
+
+def _where(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if len(a) != 3 or dt[0] != "bool" or dt[1] != dt[2]:
+        return None
+    return f"({a[1]} if {a[0]} else {a[2]})"
+
+
+def _identity(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    return a[0] if len(a) == 1 else None
+
+
+def _erf(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    return f"np.{out}(math.erf({a[0]}))" if out in FLOAT_DTYPES else None
+
+
+ELEMENTWISE: dict[str, Expr] = {
+    "Add": _binary("({} + {})"),
+    "Sub": _binary("({} - {})"),
+    "Mul": _binary("({} * {})"),
+    "Div": _div,
+    "Pow": _pow,
+    "Max": _variadic("max"),
+    "Min": _variadic("min"),
+    "Sum": _variadic("np.add"),
+    "Neg": _unary("(-{0})"),
+    "Abs": _unary("abs({0})"),
+    "Sqrt": _unary("np.sqrt({0})"),
+    "Exp": _unary("np.exp({0})"),
+    "Log": _unary("np.log({0})"),
+    "Tanh": _unary("np.tanh({0})"),
+    "Floor": _unary("np.floor({0})"),
+    "Ceil": _unary("np.ceil({0})"),
+    "Reciprocal": _unary("({one} / {0})"),
+    "Sigmoid": _unary("({one} / ({one} + np.exp(-{0})))"),
+    "Relu": _unary("max({0}, {zero})"),
+    "Softplus": _unary("np.log({one} + np.exp({0}))"),
+    "Erf": _erf,
+    "Clip": _clip,
+    "LeakyRelu": _leaky,
+    "HardSigmoid": _hard_sigmoid,
+    "HardSwish": _hard_swish,
+    "Cast": _cast,
+    "Equal": _compare("=="),
+    "Less": _compare("<"),
+    "Greater": _compare(">"),
+    "LessOrEqual": _compare("<="),
+    "GreaterOrEqual": _compare(">="),
+    "Where": _where,
+    "Identity": _identity,
+}
+
+CONTRACTIONS = ("Conv", "MatMul", "Gemm")

@@ -1,0 +1,339 @@
+"""Choosing the groups to fuse, and turning one group into a plan plus generated kernel sources.
+
+Groups are grown in topological order: a supported node joins the group of one of its producers
+unless that would make the group non-convex (a path leaving the group and re-entering at the node).
+Constant nodes whose every consumer is in one group join it, so their values travel with the
+compiled context. Inside a group, contractions are separate steps and elementwise nodes form
+clusters, each compiled into one kernel that computes every value at the broadcast shape of the
+cluster's inputs (values stay in registers; outputs of a smaller shape are sliced back)."""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, NB_NAMES, literal
+
+MAX_INLINE_SIZE = 1  # constants of this many elements become literals in the kernel source
+
+
+def _dtype(graph: Any, name: str) -> str | None:
+    value = graph.constant_value(name)
+    if value is not None:
+        return "bool" if value.dtype == np.bool_ else str(value.dtype)
+    info = graph.value_info(name)
+    if info is None or info.kind != "tensor" or not info.elem_type:
+        return None
+    dt = info.np_dtype
+    return None if dt is None else ("bool" if dt == np.bool_ else str(np.dtype(dt)))
+
+
+def _rank(graph: Any, name: str) -> int | None:
+    value = graph.constant_value(name)
+    if value is not None:
+        return value.ndim
+    info = graph.value_info(name)
+    return None if info is None or info.shape is None else len(info.shape)
+
+
+def _known(graph: Any, names: Sequence[str], dtypes: Sequence[str] = KERNEL_DTYPES) -> bool:
+    return all(_dtype(graph, n) in dtypes and _rank(graph, n) is not None for n in names if n)
+
+
+def supported(node: Any) -> bool:
+    """Whether this EP can fuse ``node`` (types and ranks must be known: kernels are typed)."""
+    if node.domain not in ("", "ai.onnx") or node.has_subgraphs:
+        return False
+    g = node.graph
+    op = node.op_type
+    if op in ELEMENTWISE:
+        if not node.outputs or len(node.outputs) != 1 or not _known(g, list(node.inputs) + list(node.outputs)):
+            return False
+        dts = [_dtype(g, i) or "" for i in node.inputs if i]
+        args = [f"x{i}" for i, n in enumerate(node.inputs) if n]
+        if op == "Clip":
+            args = [f"x{i}" if n else "" for i, n in enumerate(node.inputs)]
+        try:
+            return ELEMENTWISE[op](node, args, dts, _dtype(g, node.outputs[0]) or "") is not None
+        except Exception:
+            return False
+    if op == "BatchNormalization":
+        return (len([o for o in node.outputs if o]) == 1 and not node.attr("training_mode", 0)
+                and all(g.constant_value(i) is not None for i in node.inputs[1:5])
+                and _known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES) and (_rank(g, node.inputs[0]) or 0) >= 2)
+    if op == "Conv":
+        return (_known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES) and _rank(g, node.inputs[0]) in (3, 4)
+                and g.constant_value(node.inputs[1]) is not None
+                and (len(node.inputs) < 3 or not node.inputs[2] or g.constant_value(node.inputs[2]) is not None))
+    if op == "MatMul":
+        return _known(g, list(node.inputs) + list(node.outputs), FLOAT_DTYPES) and all(
+            (_rank(g, n) or 0) >= 1 for n in node.inputs)
+    if op == "Gemm":
+        return _known(g, [n for n in node.inputs if n] + list(node.outputs), FLOAT_DTYPES)
+    return False
+
+
+def choose_groups(graph: Any) -> list[list[Any]]:
+    """Maximal convex groups of supported nodes among ``graph.nodes`` (the unclaimed ones)."""
+    available = {n.index for n in graph.nodes}
+    ok = {n.index for n in graph.nodes if supported(n)}
+    group_of: dict[int, int] = {}
+    groups: dict[int, list[Any]] = {}
+    reach: dict[int, frozenset[int]] = {}  # node -> groups it depends on
+    for n in graph.all_nodes:
+        producers = [p for p in (graph.producer(i) for i in tuple(n.inputs) + n.implicit_inputs if i) if p is not None]
+        r: set[int] = set()
+        for p in producers:
+            r |= reach.get(p.index, frozenset())
+            if p.index in group_of:
+                r.add(group_of[p.index])
+        reach[n.index] = frozenset(r)
+        if n.index not in ok or n.index not in available:
+            continue
+        chosen = None
+        for p in producers:
+            gid = group_of.get(p.index)
+            if gid is None or gid == chosen:
+                continue
+            # convex: no other producer outside the group may depend on the group
+            if all(group_of.get(q.index) == gid or gid not in reach.get(q.index, frozenset()) for q in producers):
+                chosen = gid
+                break
+        if chosen is None:
+            chosen = len(groups)
+            groups[chosen] = []
+        group_of[n.index] = chosen
+        groups[chosen].append(n)
+    # absorb Constant nodes whose every consumer is in one group
+    for n in graph.nodes:
+        if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or n.index in group_of:
+            continue
+        if n.outputs[0] in {v.name for v in graph.proto.output}:
+            continue
+        consumers = graph.consumers(n.outputs[0])
+        gids = {group_of.get(c.index) for c in consumers}
+        if len(gids) == 1 and None not in gids and graph.constant_value(n.outputs[0]) is not None:
+            gid = gids.pop()
+            group_of[n.index] = gid
+            groups[gid].append(n)
+    out = []
+    for nodes in groups.values():
+        if any(x.op_type != "Constant" for x in nodes):
+            out.append(sorted(nodes, key=lambda x: x.index))
+    return out
+
+
+@dataclass
+class _Item:
+    """One elementwise computation inside a cluster."""
+
+    inputs: list[str]
+    output: str
+    expr: Callable[[Sequence[str], Sequence[str], str], str | None]
+
+
+@dataclass
+class _Cluster:
+    items: list[_Item] = field(default_factory=list)
+    produced: set[str] = field(default_factory=set)
+
+
+@dataclass
+class GroupPlan:
+    """A plan (JSON data), the constants it needs and the kernel sources to compile."""
+
+    plan: dict[str, Any]
+    weights: dict[str, np.ndarray]
+    kernels: dict[str, dict[str, Any]]  # key -> {source, fn, signature, parallel}
+
+
+def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], parallel: Callable[[int | None], bool]) -> GroupPlan:
+    """The plan of one fused group (``view`` holds its nodes; ``inputs``/``outputs`` are the fused
+    node's)."""
+    from ep_numba_cpu.codegen import kernel_key
+
+    graph = view
+    consts: dict[str, np.ndarray] = {}
+    members = list(view.nodes)
+    steps: list[Any] = []  # ("contraction", dict) | ("cluster", _Cluster)
+    where: dict[str, int] = {}  # value -> index of the step producing it
+
+    def const(name: str) -> np.ndarray | None:
+        if not name:
+            return None
+        if name in consts:
+            return consts[name]
+        if name in inputs:
+            return None
+        v = graph.constant_value(name)
+        if v is not None:
+            consts[name] = v
+        return v
+
+    for node in members:
+        op = node.op_type
+        if op == "Constant":
+            consts[node.outputs[0]] = graph.constant_value(node.outputs[0])
+            continue
+        if op in CONTRACTIONS:
+            for i in node.inputs:
+                const(i)
+            kind = op.lower()
+            ins = list(node.inputs) + ([""] * (3 - len(node.inputs)) if kind in ("conv", "gemm") else [])
+            attrs = {k: v for k, v in node.attributes.items() if isinstance(v, (int, float, str, list))}
+            steps.append(("contraction", {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]], "attrs": attrs}))
+            where[node.outputs[0]] = len(steps) - 1
+            continue
+        if op == "BatchNormalization":
+            x = node.inputs[0]
+            scale, bias, mean, var = (graph.constant_value(i) for i in node.inputs[1:5])
+            eps = float(node.attr("epsilon", 1e-5))
+            dt = np.dtype(_dtype(graph, x))
+            a = (scale / np.sqrt(var + eps)).astype(dt)
+            b = (bias - mean * a).astype(dt)
+            shape = (a.shape[0],) + (1,) * ((_rank(graph, x) or 2) - 2)
+            an, bn = f"{node.outputs[0]}::bn_scale", f"{node.outputs[0]}::bn_shift"
+            consts[an], consts[bn] = a.reshape(shape), b.reshape(shape)
+            item = _Item([x, an, bn], node.outputs[0], lambda a_, d_, o_: f"({a_[0]} * {a_[1]} + {a_[2]})")
+        else:
+            for i in node.inputs:
+                const(i)
+            fn = ELEMENTWISE[op]
+            item = _Item(list(node.inputs), node.outputs[0], (lambda f, nd: lambda a_, d_, o_: f(nd, a_, d_, o_))(fn, node))
+        # join the latest cluster among the producers' if every producer runs no later
+        deps = [where[i] for i in item.inputs if i in where]
+        target = None
+        if deps:
+            last = max(deps)
+            if steps[last][0] == "cluster":
+                target = last
+        if target is None:
+            steps.append(("cluster", _Cluster()))
+            target = len(steps) - 1
+        cl = steps[target][1]
+        cl.items.append(item)
+        cl.produced.add(item.output)
+        where[item.output] = target
+
+    # which values leave each step (read by a later step or a fused-node output)
+    needed_later: dict[int, set[str]] = {}
+    for k, (kind, body) in enumerate(steps):
+        reads = body["inputs"] if kind == "contraction" else [i for it in body.items for i in it.inputs]
+        for name in reads:
+            if name in where and where[name] != k:
+                needed_later.setdefault(where[name], set()).add(name)
+    for name in outputs:
+        if name in where:
+            needed_later.setdefault(where[name], set()).add(name)
+
+    plan_steps: list[dict[str, Any]] = []
+    kernels: dict[str, dict[str, Any]] = {}
+    used_consts: set[str] = set()
+    for k, (kind, body) in enumerate(steps):
+        if kind == "contraction":
+            used_consts.update(n for n in body["inputs"] if n in consts)
+            plan_steps.append(body)
+            continue
+        step, kernel = _cluster_kernel(graph, body, needed_later.get(k, set()), consts, parallel)
+        used_consts.update(n for n in step["inputs"] if n in consts)
+        key = kernel_key(kernel["source"], kernel["signature"], kernel["parallel"])
+        step["kernel"] = key
+        kernels[key] = kernel
+        plan_steps.append(step)
+    plan = {"inputs": list(inputs), "outputs": list(outputs), "steps": plan_steps}
+    return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]) for n in used_consts}, kernels)
+
+
+def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray],
+                    parallel: Callable[[int | None], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
+    dtype: dict[str, str] = {}
+
+    def dt(name: str) -> str:
+        if name not in dtype:
+            dtype[name] = str(consts[name].dtype) if name in consts else (_dtype(graph, name) or "float32")
+            if dtype[name] == "bool":
+                pass
+        return dtype[name]
+
+    ext: list[str] = []
+    for it in cl.items:
+        for i in it.inputs:
+            if i and i not in cl.produced and i not in ext:
+                ext.append(i)
+    arrays = [n for n in ext if not (n in consts and consts[n].size <= MAX_INLINE_SIZE)]
+    expr: dict[str, str] = {}
+    for n in ext:
+        if n not in arrays:
+            v = consts[n].reshape(-1)[0]
+            expr[n] = literal(v, "bool" if consts[n].dtype == np.bool_ else str(consts[n].dtype))
+    for j, n in enumerate(arrays):
+        expr[n] = f"x{j}"
+    outs = [it.output for it in cl.items if it.output in exported]
+    ranks = [(_rank(graph, n) if n not in consts else consts[n].ndim) or 0 for n in arrays + outs]
+    rank = max([1] + ranks)
+    lines: list[str] = []
+    for t, it in enumerate(cl.items):
+        args = [expr[i] if i else "" for i in it.inputs]
+        e = it.expr(args, [dt(i) if i else "" for i in it.inputs], dt(it.output))
+        if e is None:
+            raise ValueError(f"cannot generate code for {it.output}")
+        var = f"v{t}"
+        lines.append(f"{var} = {e}")
+        expr[it.output] = var
+    # dependencies of every exported output on the array arguments
+    deps: dict[str, set[int]] = {n: {j} for j, n in enumerate(arrays)}
+    for it in cl.items:
+        deps[it.output] = set().union(*[deps.get(i, set()) for i in it.inputs if i])
+    idx = ", ".join(f"i{d}" for d in range(rank))
+    body = [f"        x{j} = a{j}[{idx}]" for j in range(len(arrays))]
+    body += [f"        {ln}" for ln in lines]
+    body += [f"        o{m}[{idx}] = {expr[n]}" for m, n in enumerate(outs)]
+    numel = _static_numel(graph, outs[0]) if outs else None
+    par = parallel(numel)
+    params = ", ".join([f"o{m}" for m in range(len(outs))] + [f"a{j}" for j in range(len(arrays))])
+    src = ["import math", "import numpy as np", "from numba import prange", "", "", f"def kernel({params}):"]
+    src += [f"    n{d} = o0.shape[{d}]" for d in range(rank)]
+    loop = "prange" if par else "range"
+    if rank == 1:
+        src.append(f"    for i0 in {loop}(n0):")
+    else:
+        outer = " * ".join(f"n{d}" for d in range(rank - 1))
+        src.append(f"    for t in {loop}({outer}):")
+        rest = "t"
+        for d in range(rank - 2, -1, -1):
+            if d == 0:
+                src.append(f"        i0 = {rest}")
+            else:
+                src.append(f"        i{d} = {rest} % n{d}")
+                src.append(f"        r{d} = {rest} // n{d}")
+                rest = f"r{d}"
+        src.append(f"        for i{rank - 1} in range(n{rank - 1}):")
+        body = ["    " + b for b in body]
+    src += body
+    source = "\n".join(src) + "\n"
+    sig = ",".join([f"{NB_NAMES[dt(n)]}:{rank}:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:{rank}:A:r" for n in arrays])
+    step = {
+        "kind": "kernel",
+        "inputs": arrays,
+        "rank": rank,
+        "outputs": [{"name": n, "dtype": dt(n), "rank": (_rank(graph, n) or 0), "deps": sorted(deps[n])} for n in outs],
+    }
+    return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}
+
+
+def _static_numel(graph: Any, name: str) -> int | None:
+    info = graph.value_info(name)
+    if info is None or info.shape is None or not all(isinstance(d, int) for d in info.shape):
+        return None
+    return int(np.prod(info.shape)) if info.shape else 1
+
+
+def weight_key(array: np.ndarray) -> str:
+    """Content key of a weight: identical weights are stored once."""
+    h = hashlib.sha256()
+    h.update(f"{array.dtype.str}|{array.shape}|".encode())
+    h.update(np.ascontiguousarray(array).tobytes())
+    return h.hexdigest()[:32]
