@@ -1,0 +1,103 @@
+"""Reduce* ops. Axes moved from an attribute to an input at opset 13 for ReduceSum and 18 for the
+others; ``noop_with_empty_axes`` (same opsets) makes empty axes mean "no reduction" instead of
+"all axes". Reductions over empty sets give the op's identity (0, 1, -inf, +inf...)."""
+
+from __future__ import annotations
+
+from typing import Any, Callable
+
+import numpy as np
+
+from ep_cpu_reference.registry import REGISTRY
+
+Fn = Callable[..., Any]
+
+
+def _wide(x: np.ndarray) -> np.ndarray:
+    """Floats narrower than float32 (and bfloat16) accumulate in float32."""
+    return x.astype(np.float32) if x.dtype.kind in "fV" and x.dtype.itemsize < 4 or x.dtype.name == "bfloat16" else x
+
+
+def _lowest(x: np.ndarray) -> Any:
+    if x.dtype == bool:
+        return False
+    return -np.inf if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else np.iinfo(x.dtype).min
+
+
+def _highest(x: np.ndarray) -> Any:
+    if x.dtype == bool:
+        return True
+    return np.inf if x.dtype.kind == "f" or x.dtype.name == "bfloat16" else np.iinfo(x.dtype).max
+
+
+def _logsumexp(x: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    m = np.max(x, axis=axis, keepdims=True) if x.size else np.zeros([1] * x.ndim, x.dtype)
+    m = np.where(np.isfinite(m), m, 0)
+    s = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m
+    return s if keepdims else np.squeeze(s, axis=axis)
+
+
+_REDUCERS: dict[str, Callable[[np.ndarray, Any, bool], Any]] = {
+    "ReduceSum": lambda x, a, k: np.sum(x, axis=a, keepdims=k),
+    "ReduceMean": lambda x, a, k: np.mean(x, axis=a, keepdims=k),
+    "ReduceProd": lambda x, a, k: np.prod(x, axis=a, keepdims=k),
+    "ReduceMax": lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x)),
+    "ReduceMin": lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x)),
+    "ReduceL1": lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k),
+    "ReduceL2": lambda x, a, k: np.sqrt(np.sum(np.square(x.astype(np.float64) if x.dtype.kind in "iu" else x), axis=a, keepdims=k)),
+    "ReduceSumSquare": lambda x, a, k: np.sum(np.square(x), axis=a, keepdims=k),
+    "ReduceLogSum": lambda x, a, k: np.log(np.sum(x, axis=a, keepdims=k)),
+    "ReduceLogSumExp": lambda x, a, k: _logsumexp(x, a, k),
+}
+# the op applies its elementwise part even when noop_with_empty_axes skips the reduction
+_NOOP_MAP: dict[str, Callable[[np.ndarray], Any]] = {
+    "ReduceL1": np.abs,
+    "ReduceSumSquare": np.square,
+    "ReduceLogSum": np.log,
+    "ReduceLogSumExp": lambda x: x,
+}
+_AXES_INPUT_SINCE = {"ReduceSum": 13}
+
+
+def _reduce(node: Any, op: str, x: np.ndarray, axes: list[int], keepdims: bool, noop: bool) -> np.ndarray:
+    if not axes and noop:
+        return np.asarray(_NOOP_MAP.get(op, lambda v: v)(x)).astype(x.dtype)
+    rank = x.ndim
+    for a in axes:
+        if not -rank <= a < max(rank, 1):
+            raise ValueError(f"{node.describe()}: axis {a} is out of range for rank {rank}")
+    axis = tuple(sorted({a + rank if a < 0 else a for a in axes})) if axes else None
+    with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+        r = _REDUCERS[op](_wide(x), axis, keepdims)
+    return np.asarray(r).astype(x.dtype)
+
+
+def _build_attr_axes(op: str) -> Callable[[Any, Any], Fn]:
+    def build(node: Any, ctx: Any) -> Fn:
+        """Axes from the attribute (none: all)."""
+        axes = list(node.attr("axes", []))
+        keepdims = bool(node.attr("keepdims", 1))
+        return lambda x: (_reduce(node, op, x, axes, keepdims, False),)
+
+    return build
+
+
+def _build_input_axes(op: str) -> Callable[[Any, Any], Fn]:
+    def build(node: Any, ctx: Any) -> Fn:
+        """Axes from the optional second input; empty + noop_with_empty_axes: no reduction."""
+        keepdims = bool(node.attr("keepdims", 1))
+        noop = bool(node.attr("noop_with_empty_axes", 0))
+
+        def compute(x: Any, axes: Any = None) -> tuple[Any]:
+            ax = [] if axes is None else [int(a) for a in np.asarray(axes).ravel()]
+            return (_reduce(node, op, x, ax, keepdims, noop),)
+
+        return compute
+
+    return build
+
+
+for _op in _REDUCERS:
+    _since = _AXES_INPUT_SINCE.get(_op, 18)
+    REGISTRY.register(_op, since=1, end=_since - 1)(_build_attr_axes(_op))
+    REGISTRY.register(_op, since=_since, host_inputs=(1,))(_build_input_axes(_op))
