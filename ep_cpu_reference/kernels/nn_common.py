@@ -4,7 +4,8 @@ first-opset lookups. Registers no kernel."""
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -129,10 +130,10 @@ def windows(
 ) -> np.ndarray:
     """A zero-copy view (N, C, *out, *kernel) of the padded input's sliding windows."""
     nd = len(kernel)
-    k_eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    k_eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=False)]
     v = np.lib.stride_tricks.sliding_window_view(xp, k_eff, axis=tuple(range(2, 2 + nd)))
     idx = (slice(None), slice(None))
-    idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides))
+    idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides, strict=False))
     idx += tuple(slice(None, None, d) for d in dilations)
     return v[idx]
 
@@ -141,10 +142,10 @@ def pad_spatial(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], value: floa
     if not any(pb) and not any(pe):
         return x
     nd = len(pb)
-    widths = [(0, 0), (0, 0)] + [(max(0, b), max(0, e)) for b, e in zip(pb, pe)]
+    widths = [(0, 0), (0, 0)] + [(max(0, b), max(0, e)) for b, e in zip(pb, pe, strict=False)]
     xp = np.pad(x, widths, constant_values=value) if any(w != (0, 0) for w in widths) else x
     # negative pads crop
     crop = (slice(None), slice(None)) + tuple(
-        slice(-b if b < 0 else 0, xp.shape[2 + i] + e if e < 0 else None) for i, (b, e) in enumerate(zip(pb, pe))
+        slice(-b if b < 0 else 0, xp.shape[2 + i] + e if e < 0 else None) for i, (b, e) in enumerate(zip(pb, pe, strict=False))
     )
-    return xp[crop] if any(b < 0 or e < 0 for b, e in zip(pb, pe)) or nd == 0 else xp
+    return xp[crop] if any(b < 0 or e < 0 for b, e in zip(pb, pe, strict=False)) or nd == 0 else xp

@@ -8,14 +8,13 @@ strided scatter-add (col2im)."""
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
-
 from ep_cpu_reference.kernels.nn_common import (
     as_compute,
-    compute_dtype,
     conv_pads,
     fail,
     first_since,
@@ -84,7 +83,7 @@ def conv_core(
         bshape = (1, group, mg) + (1,) * len(out)
         for t, offs in enumerate(itertools.product(*[range(k) for k in kernel])):
             sl = (slice(None), slice(None)) + tuple(
-                slice(o * d, o * d + (q - 1) * s + 1, s) for o, d, q, s in zip(offs, dil, out, strides)
+                slice(o * d, o * d + (q - 1) * s + 1, s) for o, d, q, s in zip(offs, dil, out, strides, strict=False)
             )
             xs = xp[sl]
             if mg == 1:
@@ -164,7 +163,7 @@ def scatter_taps(
     out = np.zeros((n, c, *full), dtype=cols.dtype)
     for offs in itertools.product(*[range(k) for k in kernel]):
         dst = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + (g - 1) * s + 1, s) for o, d, g, s in zip(offs, dil, grid, strides)
+            slice(o * d, o * d + (g - 1) * s + 1, s) for o, d, g, s in zip(offs, dil, grid, strides, strict=False)
         )
         out[dst] += cols[(slice(None), slice(None)) + tuple(offs)]
     return out
@@ -197,10 +196,10 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         dil = ints(node, "dilations", nd, 1)
         opad = ints(node, "output_padding", nd, 0)
         insp = list(x.shape[2:])
-        full = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, insp, opad, kernel, dil)]
+        full = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, insp, opad, kernel, dil, strict=False)]
         if auto_pad in ("SAME_UPPER", "SAME_LOWER") and not pads_attr:
-            outsp = [int(v) for v in out_shape_attr[-nd:]] if out_shape_attr else [i * s for i, s in zip(insp, strides)]
-            total = [f - o for f, o in zip(full, outsp)]
+            outsp = [int(v) for v in out_shape_attr[-nd:]] if out_shape_attr else [i * s for i, s in zip(insp, strides, strict=False)]
+            total = [f - o for f, o in zip(full, outsp, strict=False)]
             if auto_pad == "SAME_UPPER":
                 pb = [t // 2 for t in total]
             else:
@@ -232,13 +231,13 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         img = scatter_taps(cols, nd, full, strides, dil)
         src_start = [max(p_, 0) for p_ in pb]
         dst_start = [max(-p_, 0) for p_ in pb]
-        length = [max(0, min(f - s0, o - d0)) for f, s0, d0, o in zip(full, src_start, dst_start, outsp)]
+        length = [max(0, min(f - s0, o - d0)) for f, s0, d0, o in zip(full, src_start, dst_start, outsp, strict=False)]
         if dst_start == [0] * nd and length == outsp:
-            y = np.ascontiguousarray(img[(slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length))])
+            y = np.ascontiguousarray(img[(slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length, strict=False))])
         else:  # output_shape asks for more than the full image (or pads are negative): zero-extend
             y = np.zeros((n, m, *outsp), dtype=img.dtype)
-            y[(slice(None), slice(None)) + tuple(slice(d0, d0 + ln) for d0, ln in zip(dst_start, length))] = img[
-                (slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length))
+            y[(slice(None), slice(None)) + tuple(slice(d0, d0 + ln) for d0, ln in zip(dst_start, length, strict=False))] = img[
+                (slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length, strict=False))
             ]
         if b is not None:
             y = y + b.astype(y.dtype, copy=False).reshape(_bias_shape(nd))
@@ -309,7 +308,7 @@ def _bilinear_nd(img: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
     flat = img.reshape(n, g, cg, -1)
     out = np.zeros((n, g, cg) + tuple(qshape), dtype=img.dtype)
     lows = [np.floor(p) for p in pos]
-    fracs = [p - lo for p, lo in zip(pos, lows)]
+    fracs = [p - lo for p, lo in zip(pos, lows, strict=False)]
     lows = [lo.astype(np.int64) for lo in lows]
     strides = [int(np.prod(sizes[d + 1 :])) for d in range(nd)]
     nn_idx = np.arange(n)[:, None, None, None]

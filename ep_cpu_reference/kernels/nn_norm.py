@@ -11,7 +11,6 @@ from typing import Any
 
 import numpy as np
 
-
 from ep_cpu_reference.kernels.nn_common import as_compute, compute_dtype, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
 

@@ -7,10 +7,10 @@ AveragePool's divisor is separable, so it is an outer product of per-axis window
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
-
 
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, ints, pool_geometry
 from ep_cpu_reference.registry import REGISTRY
@@ -22,7 +22,7 @@ def _tap_slices(
     res = []
     for offs in itertools.product(*[range(k) for k in kernel]):
         sl = (slice(None), slice(None)) + tuple(
-            slice(o * d, o * d + (q - 1) * s + 1, s) for o, d, q, s in zip(offs, dil, out, strides)
+            slice(o * d, o * d + (q - 1) * s + 1, s) for o, d, q, s in zip(offs, dil, out, strides, strict=False)
         )
         res.append((offs, sl))
     return res
@@ -53,8 +53,8 @@ class _PoolGeom:
                 self.node, insp, self.kernel, self.strides, self.dil, self.auto_pad, self.pads, self.ceil
             )
             # extra end padding so every (ceil-mode) window fits
-            need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, self.strides, self.kernel, self.dil)]
-            pe_all = [max(e, n - i - b) for e, n, i, b in zip(pe, need, insp, pb)]
+            need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, self.strides, self.kernel, self.dil, strict=False)]
+            pe_all = [max(e, n - i - b) for e, n, i, b in zip(pe, need, insp, pb, strict=False)]
             taps = _tap_slices(self.kernel, self.strides, self.dil, out)
             got = (insp, pb, pe, pe_all, out, taps)
             self._cache[key] = got
@@ -64,7 +64,7 @@ class _PoolGeom:
 def _pad(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], value: Any) -> np.ndarray:
     if not any(pb) and not any(pe):
         return x
-    return np.pad(x, [(0, 0), (0, 0)] + [(b, e) for b, e in zip(pb, pe)], constant_values=value)
+    return np.pad(x, [(0, 0), (0, 0)] + [(b, e) for b, e in zip(pb, pe, strict=False)], constant_values=value)
 
 
 def _lowest(dt: np.dtype) -> Any:
@@ -236,7 +236,7 @@ def build_max_unpool(node: Any, ctx: Any) -> Any:
             return (y,)
         shape = [int(v) for v in output_shape]
         res = np.zeros(shape, dtype=x.dtype)
-        sl = tuple(slice(0, min(a, b)) for a, b in zip(inferred, shape))
+        sl = tuple(slice(0, min(a, b)) for a, b in zip(inferred, shape, strict=False))
         res[sl] = y[sl]
         return (res,)
 

@@ -8,7 +8,8 @@ and cached; each run is one gather plus one weighted sum per axis (a plain take 
 from __future__ import annotations
 
 import itertools
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
@@ -231,7 +232,7 @@ class _Resizer:
         if scales is not None:
             if len(scales) != len(axes):
                 raise fail(node, f"scales has {len(scales)} entries for {len(axes)} axes")
-            for a, s in zip(axes, scales):
+            for a, s in zip(axes, scales, strict=False):
                 if s <= 0:
                     raise fail(node, f"scale {s} must be positive")
                 full_scales[a] = float(s)
@@ -239,7 +240,7 @@ class _Resizer:
         else:
             if len(sizes) != len(axes):
                 raise fail(node, f"sizes has {len(sizes)} entries for {len(axes)} axes")
-            for a, s in zip(axes, sizes):
+            for a, s in zip(axes, sizes, strict=False):
                 full_scales[a] = s / shape[a]
                 out[a] = s
             if self.policy != "stretch":
@@ -387,7 +388,7 @@ def build_grid_sample(node: Any, ctx: Any) -> Any:
         else:
             taps = (0, 1) if mode == "linear" else (-1, 0, 1, 2)
             bases = [np.floor(cd[0]).astype(np.int64) for cd in coords]
-            fr = [cd[0] - b for cd, b in zip(coords, bases)]
+            fr = [cd[0] - b for cd, b in zip(coords, bases, strict=False)]
             if mode == "linear":
                 wts = [np.stack([1 - f, f]) for f in fr]
             else:

@@ -7,10 +7,10 @@ run forward, and scatter back. Steps past a sequence's length emit zeros and kee
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
@@ -155,7 +155,7 @@ def _run(
             if mask is not None:
                 m = mask[t][:, None]
                 h = np.where(m, h_new, h)
-                states = [np.where(m, sn, so) for sn, so in zip(states_new, states)]
+                states = [np.where(m, sn, so) for sn, so in zip(states_new, states, strict=False)]
                 yd[t] = np.where(m, h_new, 0)
             else:
                 h, states = h_new, states_new
@@ -168,7 +168,7 @@ def _run(
                 yd[~mask] = 0
         y[:, d] = yd
         y_h[d] = h
-        for f, s in zip(finals, states):
+        for f, s in zip(finals, states, strict=False):
             f[d] = s
     return y, y_h, finals
 

@@ -6,10 +6,10 @@ rule to older models, which is wrong for inputs of rank > 2."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
-
 
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY

@@ -65,7 +65,7 @@ def test_real_model_matches_onnxruntime(name: str) -> None:
     so.log_severity_level = 3
     want = ort.InferenceSession(path, so, providers=["CPUExecutionProvider"]).run(None, feed)
     assert len(got) == len(want)
-    for g, w, out in zip(got, want, sess.get_outputs()):
+    for g, w, out in zip(got, want, sess.get_outputs(), strict=False):
         g = np.asarray(g)
         assert g.shape == w.shape, f"{name} output {out.name}: shape {g.shape} vs onnxruntime {w.shape}"
         assert g.dtype == w.dtype, f"{name} output {out.name}: dtype {g.dtype} vs onnxruntime {w.dtype}"

@@ -1,0 +1,161 @@
+"""Latency of the real zoo models on the NumPy reference EP, onnxruntime CPU (1 thread) and
+onnx.reference.ReferenceEvaluator, in one run, with per-model ratios and geometric means.
+
+Usage: python benchmarks/bench_cpu_reference_models.py [--runs-seconds S] [--ref-timeout S]
+
+BLAS and OpenMP are pinned to one thread before NumPy loads, so every engine gets one core.
+ReferenceEvaluator runs in a child process under a time limit (it can crash or take minutes);
+its outputs are also compared with onnxruntime and a mismatch is reported, not hidden."""
+
+from __future__ import annotations
+
+import os
+
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[_var] = "1"
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cpu_reference"))
+from test_real_models import MODELS, model_feed  # noqa: E402
+
+
+def _median_latency(fn, budget_s: float, min_runs: int = 3, max_runs: int = 200) -> float:
+    fn()  # warm-up (plans, caches)
+    times: list[float] = []
+    start = time.perf_counter()
+    while len(times) < min_runs or (time.perf_counter() - start < budget_s and len(times) < max_runs):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return float(np.median(times))
+
+
+def _max_err(got, want) -> float:
+    return max(
+        (float(np.max(np.abs(np.asarray(g, np.float64) - np.asarray(w, np.float64)))) if np.size(w) else 0.0)
+        for g, w in zip(got, want, strict=False)
+    )
+
+
+def _ort(path: str):
+    import onnxruntime as ort
+
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    so.inter_op_num_threads = 1
+    so.log_severity_level = 3
+    return ort.InferenceSession(path, so, providers=["CPUExecutionProvider"])
+
+
+def ref_child(name: str, budget_s: float) -> None:
+    """Child process: time ReferenceEvaluator on one model, print one JSON line."""
+    from onnx.reference import ReferenceEvaluator
+
+    from ep_core.zoo import fetch_model
+
+    path = str(fetch_model(name))
+    feed = model_feed(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        try:
+            ev = ReferenceEvaluator(path)
+            t0 = time.perf_counter()
+            got = ev.run(None, feed)
+            first = time.perf_counter() - t0
+            lat = first if first > budget_s else _median_latency(lambda: ev.run(None, feed), budget_s, min_runs=1)
+        except Exception as exc:  # recorded, not hidden
+            print(json.dumps({"status": "crash", "error": f"{type(exc).__name__}: {str(exc)[:120]}"}))
+            return
+    want = _ort(path).run(None, feed)
+    err = _max_err(got, want)
+    ok = all(
+        np.allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), atol=1e-4, rtol=1e-3)
+        for g, w in zip(got, want, strict=False)
+    )
+    print(json.dumps({"status": "ok" if ok else "wrong", "latency": lat, "max_err": err}))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--runs-seconds", type=float, default=2.0, help="time budget per engine and model")
+    ap.add_argument("--ref-timeout", type=float, default=120.0, help="limit for ReferenceEvaluator per model")
+    ap.add_argument("--ref-child", help=argparse.SUPPRESS)
+    ap.add_argument("--models", nargs="*", default=MODELS)
+    args = ap.parse_args()
+    if args.ref_child:
+        ref_child(args.ref_child, args.runs_seconds)
+        return
+
+    import ep_core
+    from ep_core.zoo import fetch_model
+
+    rows = []
+    for name in args.models:
+        path = str(fetch_model(name))
+        feed = model_feed(name)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            sess = ep_core.InferenceSession(path, providers=["CpuReferenceExecutionProvider"])
+            ep_lat = _median_latency(lambda s=sess, f=feed: s.run(None, f), args.runs_seconds)
+            got = sess.run(None, feed)
+        ort_sess = _ort(path)
+        ort_lat = _median_latency(lambda s=ort_sess, f=feed: s.run(None, f), args.runs_seconds)
+        ep_err = _max_err(got, ort_sess.run(None, feed))
+        try:
+            proc = subprocess.run(
+                [sys.executable, __file__, "--ref-child", name, "--runs-seconds", str(args.runs_seconds)],
+                capture_output=True, text=True, timeout=args.ref_timeout,
+            )
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+            ref = json.loads(lines[-1]) if lines else {"status": "crash", "error": f"exit {proc.returncode}"}
+        except subprocess.TimeoutExpired:
+            ref = {"status": "timeout"}
+        rows.append((name, ep_lat, ort_lat, ep_err, ref))
+        print(f"# {name}: ep {ep_lat * 1e3:.2f} ms, ort {ort_lat * 1e3:.2f} ms, ref {ref}", file=sys.stderr, flush=True)
+
+    print("| model | ref EP (ms) | ORT 1 thread (ms) | EP / ORT | EP max abs err vs ORT | ReferenceEvaluator (ms) | RefEval / EP |")
+    print("|---|---:|---:|---:|---:|---:|---:|")
+    ort_ratios, ref_ratios, ref_lower = [], [], False
+    for name, ep_lat, ort_lat, ep_err, ref in rows:
+        r = ep_lat / ort_lat
+        ort_ratios.append(r)
+        st = ref["status"]
+        if st in ("ok", "wrong"):
+            ref_cell = f"{ref['latency'] * 1e3:.1f}" + ("" if st == "ok" else f" (wrong: max err {ref['max_err']:.2g})")
+            sp = ref["latency"] / ep_lat
+            ref_ratios.append(sp)
+            sp_cell = f"{sp:.1f}x"
+        elif st == "timeout":
+            ref_cell = f"timeout > {args.ref_timeout:.0f} s"
+            sp = args.ref_timeout / ep_lat
+            ref_ratios.append(sp)
+            ref_lower = True
+            sp_cell = f"> {sp:.0f}x"
+        else:
+            ref_cell = f"crash ({ref.get('error', '')[:60]})"
+            sp_cell = "n/a"
+        print(f"| {name} | {ep_lat * 1e3:.2f} | {ort_lat * 1e3:.2f} | {r:.2f} | {ep_err:.2g} | {ref_cell} | {sp_cell} |")
+
+    def gmean(v: list[float]) -> float:
+        return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
+
+    print()
+    print(f"geometric mean EP / ORT-1-thread: {gmean(ort_ratios):.2f}x over {len(ort_ratios)} models")
+    print(
+        f"geometric mean ReferenceEvaluator / EP: {gmean(ref_ratios):.1f}x over {len(ref_ratios)} models where it ran"
+        + (" (timeouts counted at the limit: a lower bound)" if ref_lower else "")
+    )
+
+
+if __name__ == "__main__":
+    main()

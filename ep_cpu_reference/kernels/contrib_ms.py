@@ -1,0 +1,243 @@
+"""com.microsoft contrib ops that exported transformer models use: Gelu, FastGelu, BiasGelu,
+QuickGelu, BiasAdd, SkipLayerNormalization, SkipSimplifiedLayerNormalization,
+LayerNormalization, SimplifiedLayerNormalization and FusedMatMul.
+
+onnx ships no schemas for this domain, so ``onnx.checker`` would reject models using them; the
+schemas are registered here (once, before any model is checked) with onnxruntime's inputs,
+outputs and attributes. Semantics follow onnxruntime's CPU contrib kernels."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ep_cpu_reference.kernels.nn_common import as_compute, fail
+from ep_cpu_reference.registry import REGISTRY
+
+MS = "com.microsoft"
+_FLOAT_TYPES = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
+
+
+def _register_schemas() -> None:
+    """Schemas for the contrib ops, so models using them pass onnx.checker."""
+    from onnx import defs
+
+    P = defs.OpSchema.FormalParameter
+    A = defs.OpSchema.Attribute
+    OPT = defs.OpSchema.FormalParameterOption.Optional
+
+    def schema(name: str, inputs: list[Any], outputs: list[Any], attrs: list[Any], doc: str) -> None:
+        try:
+            if defs.has(name, MS):
+                return
+        except Exception:
+            pass
+        s = defs.OpSchema(
+            name,
+            MS,
+            1,
+            doc=doc,
+            inputs=inputs,
+            outputs=outputs,
+            type_constraints=[("T", _FLOAT_TYPES, "float tensors"), ("U", ["tensor(float)", "tensor(double)"], "stats")],
+            attributes=attrs,
+        )
+        defs.register_schema(s)
+
+    def inp(n: str, opt: bool = False, t: str = "T") -> Any:
+        return P(n, t, "", param_option=OPT) if opt else P(n, t, "")
+
+    from onnx import helper
+
+    def attr(name: str, default: Any) -> Any:
+        return A(name, helper.make_attribute(name, default), "")
+
+    eps = attr("epsilon", 1e-5)
+    schema("Gelu", [inp("X")], [inp("Y")], [], "x * 0.5 * (1 + erf(x / sqrt(2)))")
+    schema("FastGelu", [inp("X"), inp("bias", True)], [inp("Y")], [], "tanh approximation of Gelu")
+    schema("BiasGelu", [inp("A"), inp("B")], [inp("C")], [], "Gelu(A + B)")
+    schema("QuickGelu", [inp("X")], [inp("Y")], [attr("alpha", 1.702)], "x * sigmoid(alpha * x)")
+    schema("BiasAdd", [inp("X"), inp("bias"), inp("skip")], [inp("Y")], [], "X + bias + skip")
+    schema(
+        "SkipLayerNormalization",
+        [inp("input"), inp("skip"), inp("gamma"), inp("beta", True), inp("bias", True)],
+        [inp("output"), inp("mean", True, "U"), inp("inv_std_var", True, "U"), inp("input_skip_bias_sum", True)],
+        [eps],
+        "LayerNormalization(input + skip + bias) over the last axis",
+    )
+    schema(
+        "SkipSimplifiedLayerNormalization",
+        [inp("input"), inp("skip"), inp("gamma"), inp("bias", True)],
+        [inp("output"), inp("mean", True, "U"), inp("inv_std_var", True, "U"), inp("input_skip_bias_sum", True)],
+        [attr("epsilon", 1e-5)],
+        "RMS normalization of input + skip + bias over the last axis",
+    )
+    schema(
+        "LayerNormalization",
+        [inp("X"), inp("Scale"), inp("B", True)],
+        [inp("Y"), inp("Mean", True, "U"), inp("InvStdDev", True, "U")],
+        [attr("axis", -1), attr("epsilon", 1e-5), attr("stash_type", 1)],
+        "LayerNormalization as in opset 17",
+    )
+    schema(
+        "SimplifiedLayerNormalization",
+        [inp("X"), inp("scale")],
+        [inp("Y"), inp("inv_std_var", True, "U")],
+        [attr("axis", -1), attr("epsilon", 1e-5), attr("stash_type", 1)],
+        "RMS normalization",
+    )
+    schema(
+        "FusedMatMul",
+        [inp("A"), inp("B")],
+        [inp("Y")],
+        [attr("alpha", 1.0), attr("transA", 0), attr("transB", 0), attr("transBatchA", 0), attr("transBatchB", 0)],
+        "alpha * op(A) @ op(B)",
+    )
+
+
+_register_schemas()
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """erf to ~1e-7 absolute (Abramowitz & Stegun 7.1.26) in float64: NumPy has no erf and scipy
+    is not a dependency; Gelu's float32 outputs need no more."""
+    xd = x.astype(np.float64)
+    s = np.sign(xd)
+    a = np.abs(xd)
+    t = 1.0 / (1.0 + 0.3275911 * a)
+    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    return s * (1.0 - poly * np.exp(-a * a))
+
+
+def _gelu(x: np.ndarray) -> np.ndarray:
+    return x * 0.5 * (1.0 + erf(x / np.sqrt(2.0)).astype(x.dtype))
+
+
+def _unary(fn: Any) -> Any:
+    def build(node: Any, ctx: Any) -> Any:
+        def compute(*xs: np.ndarray) -> tuple[np.ndarray]:
+            odt = xs[0].dtype
+            return (fn(node, *[None if v is None else as_compute(v) for v in xs]).astype(odt, copy=False),)
+
+        return compute
+
+    return build
+
+
+REGISTRY.register("Gelu", domain=MS)(_unary(lambda node, x: _gelu(x)))
+REGISTRY.register("BiasGelu", domain=MS)(_unary(lambda node, a, b: _gelu(a + b)))
+
+
+def _fast_gelu(node: Any, x: np.ndarray, bias: Any = None) -> np.ndarray:
+    if bias is not None:
+        x = x + bias
+    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+
+
+REGISTRY.register("FastGelu", domain=MS)(_unary(_fast_gelu))
+
+
+def _quick_gelu(node: Any, x: np.ndarray) -> np.ndarray:
+    alpha = float(node.attr("alpha", 1.702))
+    return x / (1.0 + np.exp(-alpha * x))
+
+
+REGISTRY.register("QuickGelu", domain=MS)(_unary(_quick_gelu))
+REGISTRY.register("BiasAdd", domain=MS)(_unary(lambda node, x, b, s: x + b + s))
+
+
+def _skip_norm(simplified: bool) -> Any:
+    def build(node: Any, ctx: Any) -> Any:
+        eps = float(node.attr("epsilon", 1e-12 if not simplified else 1e-5))
+        n_out = len(node.outputs)
+
+        def compute(x, skip, gamma, *rest):  # type: ignore[no-untyped-def]
+            if simplified:
+                beta, bias = None, (rest[0] if rest else None)
+            else:
+                beta = rest[0] if len(rest) > 0 else None
+                bias = rest[1] if len(rest) > 1 else None
+            odt = x.dtype
+            if skip.shape[-1] != x.shape[-1] or gamma.shape[-1] != x.shape[-1]:
+                raise fail(node, f"input {list(x.shape)}, skip {list(skip.shape)} and gamma {list(gamma.shape)} "
+                                 "must share the hidden (last) size")
+            s = as_compute(x) + as_compute(skip)
+            if bias is not None:
+                s = s + as_compute(bias)
+            s32 = s.astype(np.float32) if s.dtype != np.float64 else s
+            if simplified:
+                mean = np.zeros(s.shape[:-1] + (1,), dtype=s32.dtype)
+                inv = 1.0 / np.sqrt(np.mean(s32 * s32, axis=-1, keepdims=True) + eps)
+                y = s32 * inv * as_compute(gamma)
+            else:
+                mean = s32.mean(axis=-1, keepdims=True)
+                d = s32 - mean
+                inv = 1.0 / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + eps)
+                y = d * inv * as_compute(gamma)
+                if beta is not None:
+                    y = y + as_compute(beta)
+            outs = [y.astype(odt), mean.astype(np.float32), inv.astype(np.float32), s.astype(odt)]
+            return tuple(outs[:n_out])
+
+        return compute
+
+    return build
+
+
+REGISTRY.register("SkipLayerNormalization", domain=MS)(_skip_norm(False))
+REGISTRY.register("SkipSimplifiedLayerNormalization", domain=MS)(_skip_norm(True))
+
+
+def _layer_norm(simplified: bool) -> Any:
+    def build(node: Any, ctx: Any) -> Any:
+        axis_attr = int(node.attr("axis", -1))
+        eps = float(node.attr("epsilon", 1e-5))
+        n_out = len(node.outputs)
+
+        def compute(x, scale, b=None):  # type: ignore[no-untyped-def]
+            axis = axis_attr + x.ndim if axis_attr < 0 else axis_attr
+            xc = x.astype(np.float32) if x.dtype != np.float64 else x
+            axes = tuple(range(axis, x.ndim))
+            if simplified:
+                inv = 1.0 / np.sqrt(np.mean(xc * xc, axis=axes, keepdims=True) + eps)
+                y = xc * inv * as_compute(scale)
+                return tuple([y.astype(x.dtype), inv][:n_out])
+            mean = xc.mean(axis=axes, keepdims=True)
+            d = xc - mean
+            inv = 1.0 / np.sqrt(np.mean(d * d, axis=axes, keepdims=True) + eps)
+            y = d * inv * as_compute(scale)
+            if b is not None:
+                y = y + as_compute(b)
+            return tuple([y.astype(x.dtype), mean, inv][:n_out])
+
+        return compute
+
+    return build
+
+
+REGISTRY.register("LayerNormalization", domain=MS)(_layer_norm(False))
+REGISTRY.register("SimplifiedLayerNormalization", domain=MS)(_layer_norm(True))
+
+
+@REGISTRY.register("FusedMatMul", domain=MS)
+def build_fused_matmul(node: Any, ctx: Any) -> Any:
+    """FusedMatMul: alpha * op(A) @ op(B), op transposing the last two axes when asked."""
+    alpha = float(node.attr("alpha", 1.0))
+    ta, tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
+    if node.attr("transBatchA", 0) or node.attr("transBatchB", 0):
+        raise fail(node, "transBatchA/transBatchB are not supported; allowed transA, transB, alpha")
+
+    def compute(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray]:
+        odt = a.dtype
+        ac, bc = as_compute(a), as_compute(b)
+        if ta:
+            ac = ac.T if ac.ndim == 1 else np.swapaxes(ac, -1, -2)
+        if tb:
+            bc = bc.T if bc.ndim == 1 else np.swapaxes(bc, -1, -2)
+        y = np.matmul(ac, bc)
+        if alpha != 1.0:
+            y = y * y.dtype.type(alpha)
+        return (y.astype(odt, copy=False),)
+
+    return compute

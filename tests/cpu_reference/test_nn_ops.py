@@ -1,0 +1,141 @@
+"""Op-level tests of the native NN kernels: every onnx node test case of those ops, opset
+semantics onnx.reference gets wrong (BatchNormalization-9, Softmax before 13), and the
+com.microsoft contrib ops against onnxruntime."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper
+
+from ep_cpu_reference import conformance
+
+NN_OPS = {
+    "Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "GlobalAveragePool",
+    "GlobalMaxPool", "LpPool", "GlobalLpPool", "MaxUnpool", "MaxRoiPool", "RoiAlign", "BatchNormalization",
+    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "RMSNormalization", "LpNormalization",
+    "LRN", "MeanVarianceNormalization", "LSTM", "GRU", "RNN", "Resize", "Upsample", "Softmax", "LogSoftmax",
+    "Hardmax", "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "Einsum", "DepthToSpace", "SpaceToDepth",
+    "Col2Im", "GridSample", "DeformConv",
+}
+def _nn_cases() -> list:
+    out = []
+    for case in conformance.collect():
+        ops = {n.op_type for n in case.model.graph.node}
+        if case.model.graph.node and len(case.model.graph.node) == 1 and ops & NN_OPS:
+            out.append(case)
+    return out
+
+
+_CASES = _nn_cases()
+
+
+@pytest.mark.parametrize("case", _CASES, ids=[c.name for c in _CASES])
+def test_nn_node_case(case) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        conformance.run_case(case)
+
+
+def _run(model, feed):
+    import ep_core
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"]).run(
+            None, feed
+        )
+
+
+def test_batchnorm9_is_inference_mode() -> None:
+    """BN-9 with momentum: normalise with the given running statistics, not batch statistics."""
+    x = np.random.default_rng(1).standard_normal((2, 3, 4, 4)).astype(np.float32)
+    s, b = np.array([1.0, 2.0, 0.5], np.float32), np.array([0.1, -0.2, 0.3], np.float32)
+    m, v = np.array([0.5, -1.0, 2.0], np.float32), np.array([1.5, 0.25, 4.0], np.float32)
+    node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], momentum=0.9, epsilon=1e-5)
+    g = helper.make_graph(
+        [node], "bn", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 4, 4] if n == "x" else [3])
+                       for n in "xsbmv"],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 4])],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
+    (y,) = _run(model, {"x": x, "s": s, "b": b, "m": m, "v": v})
+    sh = (1, 3, 1, 1)
+    want = (x - m.reshape(sh)) / np.sqrt(v.reshape(sh) + 1e-5) * s.reshape(sh) + b.reshape(sh)
+    np.testing.assert_allclose(y, want, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["Softmax", "LogSoftmax", "Hardmax"])
+def test_softmax_before_13_coerces_to_2d(op: str) -> None:
+    x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
+    node = helper.make_node(op, ["x"], ["y"], axis=1)
+    g = helper.make_graph([node], "sm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    (y,) = _run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]), {"x": x})
+    flat = x.reshape(2, 12)
+    if op == "Softmax":
+        e = np.exp(flat - flat.max(1, keepdims=True))
+        want = e / e.sum(1, keepdims=True)
+    elif op == "LogSoftmax":
+        d = flat - flat.max(1, keepdims=True)
+        want = d - np.log(np.exp(d).sum(1, keepdims=True))
+    else:
+        want = np.zeros_like(flat)
+        want[np.arange(2), flat.argmax(1)] = 1
+    np.testing.assert_allclose(y, want.reshape(x.shape), rtol=1e-5, atol=1e-6)
+
+
+def _ms_model(op: str, inputs: dict, n_out: int = 1, **attrs):
+    node = helper.make_node(op, list(inputs), [f"y{i}" for i in range(n_out)], domain="com.microsoft", **attrs)
+    g = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [f"d{j}" for j in range(next(iter(inputs.values())).ndim)])
+         for i in range(n_out)],
+    )
+    return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+
+
+_R = np.random.default_rng(3)
+_X = (_R.standard_normal((2, 5, 16)) * 2).astype(np.float32)
+_H = lambda *s: _R.standard_normal(s).astype(np.float32)  # noqa: E731
+CONTRIB = [
+    ("Gelu", {"x": _X}, 1, {}),
+    ("FastGelu", {"x": _X, "bias": _H(16)}, 1, {}),
+    ("BiasGelu", {"a": _X, "b": _H(16)}, 1, {}),
+    ("QuickGelu", {"x": _X}, 1, {"alpha": 1.5}),
+    ("BiasAdd", {"x": _H(2, 4, 8), "bias": _H(8), "skip": _H(2, 4, 8)}, 1, {}),
+    ("SkipLayerNormalization", {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16), "beta": _H(16), "bias": _H(16)}, 4,
+     {"epsilon": 1e-5}),
+    ("SkipSimplifiedLayerNormalization", {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16)}, 1, {"epsilon": 1e-6}),
+    ("LayerNormalization", {"x": _X, "scale": _H(16), "b": _H(16)}, 1, {"epsilon": 1e-5}),
+    ("SimplifiedLayerNormalization", {"x": _X, "scale": _H(16)}, 1, {"epsilon": 1e-6}),
+    ("FusedMatMul", {"a": _H(2, 3, 5, 4), "b": _H(2, 3, 6, 5)}, 1, {"alpha": 0.5, "transA": 1, "transB": 1}),
+]
+
+
+@pytest.mark.parametrize("op,inputs,n_out,attrs", CONTRIB, ids=[c[0] for c in CONTRIB])
+def test_contrib_op_matches_onnxruntime(op, inputs, n_out, attrs) -> None:
+    """The model passes onnx.checker (schemas registered) and matches onnxruntime's contrib kernel."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _ms_model(op, inputs, n_out, **attrs)
+    got = _run(model, inputs)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    if op in ("LayerNormalization", "SimplifiedLayerNormalization", "BiasAdd"):
+        # onnxruntime keeps the two norms in the ONNX domain and has BiasAdd on CUDA only:
+        # compare against the NumPy formula instead
+        x = inputs["x"].astype(np.float64)
+        if op == "BiasAdd":
+            want = [x + inputs["bias"] + inputs["skip"]]
+        elif op == "LayerNormalization":
+            d = x - x.mean(-1, keepdims=True)
+            want = [d / np.sqrt((d * d).mean(-1, keepdims=True) + 1e-5) * inputs["scale"] + inputs["b"]]
+        else:
+            want = [x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-6) * inputs["scale"]]
+    else:
+        want = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, inputs)
+    for g, w in zip(got, want, strict=False):
+        np.testing.assert_allclose(np.asarray(g, np.float64).reshape(np.shape(w)), w, rtol=1e-4, atol=1e-5)
