@@ -12,8 +12,9 @@ from __future__ import annotations
 import hashlib
 import math
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 from numba import cuda

@@ -11,7 +11,6 @@ from functools import lru_cache
 
 from ep_core.devices import HardwareDevice
 from ep_core.memory import DeviceType, MemoryInfo, MemType
-
 from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID
 
 MIN_COMPUTE_CAPABILITY = (5, 0)

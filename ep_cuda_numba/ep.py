@@ -4,7 +4,8 @@ EPContext nodes), compiles fused groups, and answers layout, sync and compiled-m
 from __future__ import annotations
 
 import warnings
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ep_cuda_numba import EP_NAME
 from ep_cuda_numba.layout import preferred_layout, should_convert
@@ -15,7 +16,6 @@ if TYPE_CHECKING:
     from ep_core.compute import FusedNode, NodeComputeInfo
     from ep_core.graph import GraphView
     from ep_core.kernels import KernelRegistry
-
     from ep_cuda_numba.factory import NumbaCudaFactory
 
 EP_CONTEXT_OP = "EPContext"
@@ -42,6 +42,7 @@ class NumbaCudaEp:
         self._streams: list[Any] = []
         self.compiled: list[Any] = []  # fusion.CompiledGroup, for EPContext nodes
         self.host_nodes: list[str] = []  # nodes left to the host on purpose (shape math)
+        self.declined: dict[str, str] = {}  # node -> why a registered kernel cannot run it
 
     def context_sources(self) -> tuple[str, ...]:
         return (EP_NAME, "NumbaCuda")
@@ -63,13 +64,19 @@ class NumbaCudaEp:
             if n.op_type == EP_CONTEXT_OP and n.domain == MS_DOMAIN and n.attr("source") in self.context_sources():
                 if support.add_nodes_to_fuse([n]):
                     claimed.add(n.index)
+        from ep_cuda_numba.registry import unsupported_reason
+
         served = {}
         for n in graph.nodes:
             if n.index in claimed:
                 continue
             found = self.registry.lookup(n)
             if found.entry is not None:
-                served[n.index] = found.entry.kernel_def
+                why = unsupported_reason(n)
+                if why is None:
+                    served[n.index] = found.entry.kernel_def
+                else:
+                    self.declined[n.name] = why
         host = host_side_nodes(graph, served)
         self.host_nodes.extend(graph.all_nodes[i].name for i in sorted(host))
         device_nodes = [n for n in graph.nodes if n.index in served and n.index not in host]

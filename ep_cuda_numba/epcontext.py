@@ -12,15 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from typing import TYPE_CHECKING, Any, Sequence
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from ep_core.errors import InvalidGraph
-
 from ep_cuda_numba import EP_NAME, __version__
 
 if TYPE_CHECKING:
     from ep_core.devices import HardwareDevice
-
     from ep_cuda_numba.fusion import CompiledGroup
 
 PAYLOAD_FORMAT = "ep_cuda_numba.fused/1"

@@ -7,12 +7,12 @@ machine without numba-cuda still lists the EP with a reason it cannot run."""
 from __future__ import annotations
 
 import threading
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ep_core.devices import EpDevice, HardwareDevice
 from ep_core.errors import ConfigError
 from ep_core.memory import MemoryInfo
-
 from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID, __version__
 from ep_cuda_numba import device as _device
 from ep_cuda_numba.options import parse_options

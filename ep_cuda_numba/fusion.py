@@ -12,14 +12,14 @@ group's, which ``compute`` checks per run (it then evaluates node by node)."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ep_core.compute import ComputeContext, NodeComputeInfo
 from ep_core.errors import EpFail, InvalidGraph
-
 from ep_cuda_numba.codegen import ALL_OPS, Program, Statement, compile_program, instantiate, op_expression, run_program
 
 if TYPE_CHECKING:
@@ -79,32 +79,41 @@ def fusable(node: "NodeView") -> bool:
 
 
 def find_groups(graph: "GraphView", device_nodes: Sequence["NodeView"], max_nodes: int) -> list[list["NodeView"]]:
-    """Connected components of fusable device nodes (size >= 2), in topological order."""
-    cand = {n.index: n for n in device_nodes if fusable(n)}
-    parent = {i: i for i in cand}
+    """Convex groups of connected fusable device nodes (size >= 2), built in topological order.
 
-    def find(i: int) -> int:
-        while parent[i] != i:
-            parent[i] = parent[parent[i]]
-            i = parent[i]
-        return i
-
-    for n in cand.values():
-        data_inputs = n.inputs[:1] if n.op_type == "Clip" else n.inputs
-        for name in data_inputs:
-            p = graph.producer(name) if name else None
-            if p is not None and p.index in cand:
-                parent[find(p.index)] = find(n.index)
-    comps: dict[int, list["NodeView"]] = {}
-    for i in sorted(cand):
-        comps.setdefault(find(i), []).append(cand[i])
-    groups: list[list["NodeView"]] = []
-    for comp in comps.values():
-        for k in range(0, len(comp), max_nodes):
-            chunk = comp[k : k + max_nodes]
-            if len(chunk) >= 2 and _external_inputs(chunk) <= MAX_GROUP_INPUTS:
-                groups.append(chunk)
-    return groups
+    A node joins the group of one of its producers unless some path has already left that group
+    and arrives at the node: ``left[v]`` holds the groups a path to ``v`` has left, so joining
+    never makes a group non-convex (the core would reject it)."""
+    cand = {n.index for n in device_nodes if fusable(n)}
+    group_of: dict[int, int] = {}
+    members: list[list["NodeView"]] = []
+    left: dict[int, set[int]] = {}
+    for n in graph.all_nodes:
+        producers = [p for p in (graph.producer(i) for i in tuple(n.inputs) + n.implicit_inputs if i) if p is not None]
+        arrived: set[int] = set()
+        for p in producers:
+            arrived |= left.get(p.index, set())
+        chosen: int | None = None
+        if n.index in cand:
+            data = n.inputs[:1] if n.op_type == "Clip" else n.inputs
+            for name in data:
+                p = graph.producer(name) if name else None
+                g = group_of.get(p.index) if p is not None else None
+                if g is not None and g not in arrived and len(members[g]) < max_nodes:
+                    chosen = g
+                    break
+            if chosen is None:
+                chosen = len(members)
+                members.append([])
+            group_of[n.index] = chosen
+            members[chosen].append(n)
+        mine: set[int] = set(arrived)
+        for p in producers:
+            g = group_of.get(p.index)
+            if g is not None and g != chosen:
+                mine.add(g)
+        left[n.index] = mine
+    return [g for g in members if len(g) >= 2 and _external_inputs(g) <= MAX_GROUP_INPUTS]
 
 
 def _external_inputs(nodes: Sequence["NodeView"]) -> int:
@@ -247,7 +256,6 @@ class CompiledGroup:
 
     def run_unfused(self, rt: Any, inputs: Sequence[Any]) -> list[Any]:
         """Node by node (exact shapes); used when a group output is smaller than the group."""
-        from ep_cuda_numba.codegen import single_op_program
 
         temps: list[Any] = []
         for k, e in enumerate(self.spec["nodes"]):

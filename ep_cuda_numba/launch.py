@@ -8,7 +8,8 @@ patches that module-level name), so they are imported only when the registry loa
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numba import config, cuda

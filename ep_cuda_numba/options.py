@@ -3,12 +3,12 @@ are validated here, and every rejection names the option and what it accepts."""
 
 from __future__ import annotations
 
-from typing import Literal, Mapping
+from collections.abc import Mapping
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ep_core.errors import ConfigError
-
 from ep_cuda_numba import EP_NAME
 
 ArenaStrategy = Literal["kNextPowerOfTwo", "kSameAsRequested"]

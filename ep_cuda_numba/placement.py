@@ -8,7 +8,8 @@ add copies in both directions; everything else the registry serves goes to the d
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ep_core.graph import GraphView, NodeView

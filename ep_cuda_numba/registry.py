@@ -8,11 +8,11 @@ always validates against the pinned onnx and a new opset of an op is not silentl
 from __future__ import annotations
 
 import threading
-from functools import lru_cache
-from typing import Any, Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from functools import cache
+from typing import Any
 
 from ep_core.kernels import KernelBuilder, KernelRegistry
-
 from ep_cuda_numba import EP_NAME
 
 REGISTRY = KernelRegistry(EP_NAME)
@@ -38,7 +38,7 @@ def registry() -> KernelRegistry:
     return REGISTRY
 
 
-@lru_cache(maxsize=None)
+@cache
 def _schema_versions(op: str, domain: str = "") -> tuple[Any, ...]:
     from onnx import defs
 
@@ -82,3 +82,27 @@ def register_versions(
         return builder
 
     return deco
+
+
+# op -> predicate(node) returning why this EP cannot run that node (attributes, ranks), or None.
+# The capability step consults it so a node is never claimed only to fail at session creation.
+SUPPORT_CHECKS: dict[str, Callable[[Any], str | None]] = {}
+
+
+def support_check(*ops: str) -> Callable[[Callable[[Any], str | None]], Callable[[Any], str | None]]:
+    def deco(fn: Callable[[Any], str | None]) -> Callable[[Any], str | None]:
+        for op in ops:
+            SUPPORT_CHECKS[op] = fn
+        return fn
+
+    return deco
+
+
+def unsupported_reason(node: Any) -> str | None:
+    check = SUPPORT_CHECKS.get(node.op_type)
+    return check(node) if check is not None and node.domain in ("", "ai.onnx") else None
+
+
+def rank_of(node: Any, i: int = 0) -> int | None:
+    vi = node.input_info(i)
+    return None if vi is None or vi.shape is None else len(vi.shape)

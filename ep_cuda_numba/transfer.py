@@ -14,7 +14,6 @@ import numpy as np
 
 from ep_core.errors import Fail
 from ep_core.memory import DeviceType, MemoryInfo
-
 from ep_cuda_numba.stream import raw_stream
 
 if TYPE_CHECKING:

@@ -4,7 +4,8 @@ generated from its expression by ``ep_cuda_numba.codegen``."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 from numba import cuda  # noqa: F401  (the simulator wants numba.cuda imported at module level)

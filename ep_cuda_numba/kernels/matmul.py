@@ -1,0 +1,178 @@
+"""MatMul and Gemm: one shared-memory tiled kernel addressing A and B through (row, col) strides,
+so transposes are free, with batch broadcasting by per-dimension batch strides and an
+``alpha*AB + beta*C`` epilogue (Gemm's C broadcast through its own strides). Conv's GEMM reuses it.
+
+Tiles are 16x16 on a GPU and 4x4 under the simulator (each simulated thread is an OS thread)."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import numpy as np
+from numba import cuda, from_dtype
+
+from ep_core.errors import InvalidArgument
+from ep_cuda_numba.launch import MAX_BLOCKS, SIM, Runtime, c_strides, flat
+from ep_cuda_numba.registry import FLOAT_T, register_versions
+
+TILE = 4 if SIM else 16
+_kernels: dict[np.dtype, Any] = {}
+_lock = threading.Lock()
+
+
+def _make_kernel(dtype: np.dtype) -> Any:
+    nbt = from_dtype(dtype)
+    zero = dtype.type(0)
+
+    @cuda.jit
+    def matmul_tiled(a, b, c, M, N, K, a_rs, a_cs, b_rs, b_cs, bshape, a_bst, b_bst, c_bst, n_batch, alpha, bias, bias_rs, bias_cs, beta, has_bias):
+        sa = cuda.shared.array((TILE, TILE), nbt)
+        sb = cuda.shared.array((TILE, TILE), nbt)
+        tx = cuda.threadIdx.x
+        ty = cuda.threadIdx.y
+        tiles_m = (M + TILE - 1) // TILE
+        tiles_n = (N + TILE - 1) // TILE
+        per_batch = tiles_m * tiles_n
+        for t in range(cuda.blockIdx.x, n_batch * per_batch, cuda.gridDim.x):
+            bi = t // per_batch
+            rem = t % per_batch
+            row = (rem // tiles_n) * TILE + ty
+            col = (rem % tiles_n) * TILE + tx
+            ao = 0
+            bo = 0
+            co = 0
+            r = bi
+            for d in range(len(bshape) - 1, -1, -1):
+                cd = r % bshape[d]
+                r = r // bshape[d]
+                ao += cd * a_bst[d]
+                bo += cd * b_bst[d]
+                co += cd * c_bst[d]
+            acc = zero
+            for k0 in range(0, K, TILE):
+                ka = k0 + tx
+                if row < M and ka < K:
+                    sa[ty, tx] = a[ao + row * a_rs + ka * a_cs]
+                else:
+                    sa[ty, tx] = zero
+                kb = k0 + ty
+                if kb < K and col < N:
+                    sb[ty, tx] = b[bo + kb * b_rs + col * b_cs]
+                else:
+                    sb[ty, tx] = zero
+                cuda.syncthreads()
+                for kk in range(TILE):
+                    acc += sa[ty, kk] * sb[kk, tx]
+                cuda.syncthreads()
+            if row < M and col < N:
+                v = alpha * acc
+                if has_bias:
+                    v += beta * bias[row * bias_rs + col * bias_cs]
+                c[co + row * N + col] = v
+
+    return matmul_tiled
+
+
+def kernel_for(dtype: Any) -> Any:
+    dtype = np.dtype(dtype)
+    with _lock:
+        k = _kernels.get(dtype)
+        if k is None:
+            k = _kernels[dtype] = _make_kernel(dtype)
+    return k
+
+
+def gemm(
+    rt: Runtime,
+    a: Any,
+    b: Any,
+    out: Any,
+    M: int,
+    N: int,
+    K: int,
+    a_strides: tuple[int, int],
+    b_strides: tuple[int, int],
+    batch: tuple[tuple[int, ...], tuple[int, ...], tuple[int, ...], tuple[int, ...]] = ((1,), (0,), (0,), (0,)),
+    alpha: float = 1.0,
+    bias: Any = None,
+    bias_strides: tuple[int, int] = (0, 0),
+    beta: float = 0.0,
+) -> None:
+    """out[batch, M, N] = alpha * A @ B (+ beta * bias), all flat C-contiguous device buffers."""
+    bshape, a_bst, b_bst, c_bst = batch
+    n_batch = int(np.prod(bshape, dtype=np.int64))
+    if M == 0 or N == 0 or n_batch == 0:
+        return
+    dt = np.dtype(out.dtype)
+    kern = kernel_for(dt)
+    tiles = n_batch * ((M + TILE - 1) // TILE) * ((N + TILE - 1) // TILE)
+    blocks = 1 if SIM else max(1, min(tiles, MAX_BLOCKS))
+    kern[blocks, (TILE, TILE), rt.s](
+        flat(a), flat(b), flat(out), M, N, K, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
+        bshape, a_bst, b_bst, c_bst, n_batch, dt.type(alpha), flat(bias) if bias is not None else flat(out),
+        bias_strides[0], bias_strides[1], dt.type(beta), bias is not None,
+    )
+
+
+def matmul(rt: Runtime, a: Any, b: Any) -> Any:
+    """NumPy ``matmul`` semantics: 1-D promotion and broadcast batch dimensions."""
+    ash, bsh = tuple(int(s) for s in a.shape), tuple(int(s) for s in b.shape)
+    a2 = ash if len(ash) >= 2 else (1,) + ash
+    b2 = bsh if len(bsh) >= 2 else bsh + (1,)
+    M, K = a2[-2], a2[-1]
+    K2, N = b2[-2], b2[-1]
+    if K != K2:
+        raise InvalidArgument(f"MatMul: shapes {list(ash)} and {list(bsh)} do not align ({K} != {K2})")
+    batch = tuple(int(s) for s in np.broadcast_shapes(a2[:-2], b2[:-2]))
+    nb = len(batch)
+
+    def bstrides(shape2: tuple[int, ...]) -> tuple[int, ...]:
+        bs = (1,) * (nb - (len(shape2) - 2)) + shape2[:-2]
+        st = c_strides(shape2)
+        full = (0,) * (nb - (len(shape2) - 2)) + st[:-2]
+        return tuple(0 if bs[d] == 1 else full[d] for d in range(nb))
+
+    out_shape = batch + (M, N)
+    out = rt.empty(out_shape, a.dtype)
+    cst = c_strides(out_shape)[:-2]
+    spec = (batch or (1,), bstrides(a2) or (0,), bstrides(b2) or (0,), cst or (0,))
+    gemm(rt, a, b, out, M, N, K, (K, 1), (N, 1), spec)
+    final = batch + ((M,) if len(ash) >= 2 else ()) + ((N,) if len(bsh) >= 2 else ())
+    return out.reshape(final) if final != out_shape else out
+
+
+@register_versions("MatMul", 1, {"T": FLOAT_T})
+def build_matmul(node: Any, ctx: Any) -> Any:
+    rt = Runtime(ctx)
+
+    def compute(a: Any, b: Any) -> tuple[Any]:
+        return (matmul(rt, a, b),)
+
+    return compute
+
+
+@register_versions("Gemm", 7, {"T": FLOAT_T})
+def build_gemm(node: Any, ctx: Any) -> Any:
+    rt = Runtime(ctx)
+    ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))
+    alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
+
+    def compute(a: Any, b: Any, c: Any = None) -> tuple[Any]:
+        (r_a, c_a), (r_b, c_b) = (int(s) for s in a.shape), (int(s) for s in b.shape)
+        M, K = (c_a, r_a) if ta else (r_a, c_a)
+        K2, N = (c_b, r_b) if tb else (r_b, c_b)
+        if K != K2:
+            raise InvalidArgument(f"{node.describe()}: A {list(a.shape)} and B {list(b.shape)} do not align")
+        a_st = (1, c_a) if ta else (c_a, 1)
+        b_st = (1, c_b) if tb else (c_b, 1)
+        out = rt.empty((M, N), a.dtype)
+        bias_st = (0, 0)
+        if c is not None:
+            cs = tuple(int(s) for s in c.shape)
+            cs2 = (1,) * (2 - len(cs)) + cs
+            bias_st = (0 if cs2[0] == 1 else cs2[1], 0 if cs2[1] == 1 else 1)
+        gemm(rt, a, b, out, M, N, K, a_st, b_st, alpha=alpha, bias=c, bias_strides=bias_st, beta=beta)
+        return (out,)
+
+    return compute
