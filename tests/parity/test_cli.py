@@ -1,0 +1,70 @@
+"""``ep-core parity-report``: formats and the exit codes scripts rely on."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from ep_core.cli import main
+
+REF = "CpuReferenceExecutionProvider"
+
+
+def test_static_markdown_report_is_written(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out = tmp_path / "ref.md"
+    assert main(["parity-report", "--ep", REF, "--static", "--format", "md", "-o", str(out)]) == 0
+    text = out.read_text()
+    assert text.startswith(f"# Parity report: {REF}") and "## Static coverage" in text
+    assert "| `ai.onnx::Softmax` |" in text
+    assert "Static:" in capsys.readouterr().out
+
+
+def test_wrong_kernel_exits_1(wrong_add_ep: str, tmp_path: Path) -> None:
+    out = tmp_path / "r.json"
+    assert main(["parity-report", "--ep", wrong_add_ep, "--runtime", "--ops", "Add", "--no-expanded",
+                 "--format", "json", "-o", str(out)]) == 1
+    data = json.loads(out.read_text())
+    assert data["summary"]["defects"] > 0 and data["runtime"]["totals"]["fail"] > 0
+
+
+def test_fail_under_compares_the_pass_rate(claims_nothing_ep: str, exact_add_ep: str, capsys: pytest.CaptureFixture[str]) -> None:
+    args = ["--runtime", "--ops", "Add", "--no-expanded"]
+    assert main(["parity-report", "--ep", claims_nothing_ep, *args]) == 0  # fallbacks are not defects ...
+    assert main(["parity-report", "--ep", claims_nothing_ep, *args, "--fail-under", "50"]) == 1  # ... nor passes
+    assert "under --fail-under 50%" in capsys.readouterr().err
+    assert main(["parity-report", "--ep", exact_add_ep, *args, "--fail-under", "100"]) == 0
+
+
+def test_fail_under_in_static_mode_uses_onnx_coverage(exact_add_ep: str) -> None:
+    assert main(["parity-report", "--ep", exact_add_ep, "--static", "--fail-under", "0"]) == 0
+    assert main(["parity-report", "--ep", exact_add_ep, "--static", "--fail-under", "5"]) == 1
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--filter", "("],
+        ["--fail-under", "120"],
+        ["--models", "no_such_model"],
+        ["--static", "--node-tests"],
+        ["--ops", "NoSuchOp"],
+    ],
+)
+def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["parity-report", "--ep", REF, *argv]) == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_argparse_usage_error_exits_2() -> None:
+    with pytest.raises(SystemExit) as exc:
+        main(["parity-report", "--format", "pdf", "--ep", REF])
+    assert exc.value.code == 2
+
+
+def test_ep_that_fails_to_load_exits_3(broken_ep: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["parity-report", "--ep", broken_ep]) == 3
+    assert "planted failure in create_ep" in capsys.readouterr().err
+    assert main(["parity-report", "--ep", "NoSuchExecutionProvider"]) == 3
+    assert "Available:" in capsys.readouterr().err

@@ -1,0 +1,92 @@
+"""Runtime parity: planted defects are caught, fallbacks are never passes."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+
+from ep_core.parity import build_report
+from ep_core.parity.compare import compare_arrays
+from ep_core.parity.runtime import STATUSES
+
+REF = "CpuReferenceExecutionProvider"
+
+
+def _runtime(ep: str, **kw: object) -> dict:
+    return build_report(ep, static=False, runtime=True, **kw).data["runtime"]  # type: ignore[arg-type]
+
+
+def test_planted_wrong_add_fails_every_case(wrong_add_ep: str) -> None:
+    report = build_report(wrong_add_ep, static=False, runtime=True, ops=["Add"])
+    rt = report.data["runtime"]
+    assert rt["cases"] and {c["op_type"] for c in rt["cases"]} == {"Add"}
+    assert {c["status"] for c in rt["cases"]} == {"fail"}, [(c["name"], c["status"], c["reason"]) for c in rt["cases"]]
+    float_case = next(c for c in rt["cases"] if c["name"] == "test_add")
+    assert float_case["nodes_on_ep"] == float_case["nodes_total"] == 1
+    assert math.isclose(float_case["max_abs_err"], 1e-2, rel_tol=1e-3)
+    assert float_case["vs_expected"]["ok"] is False and float_case["vs_reference"]["ok"] is False
+    assert "vs expected outputs" in float_case["reason"]
+    assert rt["pass_rate"] == 0.0 and rt["defects"] == len(rt["cases"])
+    assert report.exit_code() == 1
+    (op,) = rt["ops"]
+    assert op["status"] == "fail" and op["counts"]["fail"] == op["cases"]
+
+
+def test_correct_add_passes_on_the_ep_itself(exact_add_ep: str) -> None:
+    report = build_report(exact_add_ep, static=False, runtime=True, ops=["Add"], include_expanded=False)
+    rt = report.data["runtime"]
+    assert {c["status"] for c in rt["cases"]} == {"pass"}
+    assert all(c["ep_counts"] == {exact_add_ep: 1} and c["max_abs_err"] == 0.0 for c in rt["cases"])
+    assert report.exit_code(fail_under=100) == 0
+
+
+def test_ep_that_claims_nothing_shows_only_fallbacks(claims_nothing_ep: str) -> None:
+    rt = _runtime(claims_nothing_ep, ops=["Add", "Relu"], models=["magika"])
+    cases = rt["cases"] + rt["models"]
+    assert cases and {c["status"] for c in cases} == {"fallback"}
+    assert rt["totals"]["pass"] == 0 and rt["pass_rate"] == 0.0
+    for c in cases:
+        assert c["nodes_on_ep"] == 0 and c["fallback_nodes"] and {n["ep"] for n in c["fallback_nodes"]} == {REF}
+        assert c["reason"].startswith(f"no node ran on {claims_nothing_ep}")
+
+
+def test_partial_fallback_names_the_nodes_that_fell_back(exact_add_ep: str) -> None:
+    rt = _runtime(exact_add_ep, node_tests=False, models=["magika"])
+    (m,) = rt["models"]
+    assert m["status"] == "fallback" and m["reason"].startswith("partial fallback")
+    assert 0 < m["nodes_on_ep"] < m["nodes_total"]
+    assert {n["op_type"] for n in m["fallback_nodes"]} >= {"Conv", "MatMul"} and "Add" not in {n["op_type"] for n in m["fallback_nodes"]}
+    assert m["vs_reference"]["ok"] is True and m["vs_expected"] is None
+
+
+def test_crashing_kernel_is_an_error_and_a_defect(crashing_add_ep: str) -> None:
+    report = build_report(crashing_add_ep, static=False, runtime=True, ops=["Add"], include_expanded=False)
+    rt = report.data["runtime"]
+    assert {c["status"] for c in rt["cases"]} == {"error"}
+    assert all("planted crash in Add" in c["reason"] and c["reference_status"] == "ok" for c in rt["cases"])
+    assert rt["defects"] == len(rt["cases"]) and report.exit_code() == 1
+
+
+def test_filters_and_size_limit_select_and_skip_with_reasons() -> None:
+    rt = _runtime(REF, filter=r"^test_relu$|^Softmax$", include_expanded=False, max_elements=10)
+    names = {c["name"] for c in rt["cases"]}
+    assert "test_relu" in names and all(c["op_type"] in ("Relu", "Softmax") for c in rt["cases"])
+    assert {c["op_type"] for c in rt["cases"]} == {"Relu", "Softmax"}
+    skipped = [c for c in rt["cases"] if c["status"] == "skipped"]
+    assert skipped and all("over the limit of 10" in c["reason"] for c in skipped)
+    assert rt["totals"]["ran"] == rt["totals"]["total"] - len(skipped)
+    assert sum(rt["totals"][s] for s in STATUSES) == rt["totals"]["total"]
+
+
+def test_compare_rules() -> None:
+    f = np.array([1.0, np.nan, np.inf], dtype=np.float32)
+    assert compare_arrays(f, f.copy(), 1e-3, 1e-7).ok
+    assert not compare_arrays(np.array([1.0, 2.0], np.float32), np.array([1.0, np.nan], np.float32), 1e-3, 0).ok
+    assert "dtype" in (compare_arrays(np.zeros(2, np.float64), np.zeros(2, np.float32), 1e-3, 0).mismatch or "")
+    assert "shape" in (compare_arrays(np.zeros(2), np.zeros(3), 1e-3, 0).mismatch or "")
+    c = compare_arrays(np.array([1.001], np.float32), np.array([1.0], np.float32), 1e-2, 0)
+    assert c.ok and c.max_abs_err == pytest.approx(1e-3, rel=1e-3)
+    assert compare_arrays(np.array(["a"], dtype=object), np.array(["a"]), 0, 0).ok
+    assert not compare_arrays([np.ones(2)], [np.ones(2), np.ones(2)], 0, 0).ok
