@@ -207,7 +207,7 @@ def generate_context_model(session: Any) -> str | None:
     prefix = options.get_session_config_entry(PREFIX_KEY, "") or ""
     stem_src = model_path.name if model_path is not None else (out_path.name if out_path is not None else "model")
     stem = stem_src[:-5] if stem_src.endswith(".onnx") else stem_src
-    if out_path is None and model_path is None and stem.endswith("_ctx"):
+    if model_path is None and stem.endswith("_ctx"):
         stem = stem[:-4]
     output = ContextOutput(
         model_path=out_path,

@@ -128,7 +128,7 @@ def read_context_payload(node: ContextNode | Any, model_dir: Path | None, expect
     (embed_mode=0, resolved against ``model_dir``). With ``expected_sha256`` the bytes are
     checked against it before anyone parses them."""
     cn = node if isinstance(node, ContextNode) else ContextNode.from_node(node)
-    where = "its ep_cache_context attribute"
+    where = "the payload embedded in its ep_cache_context attribute"
     if cn.embed_mode == 1:
         data = cn.ep_cache_context
         if not data:

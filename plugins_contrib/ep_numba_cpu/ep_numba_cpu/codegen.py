@@ -91,7 +91,9 @@ def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) ->
         cres = disp.overloads[args]
         if cres.lifted or cres.library.has_dynamic_globals:
             raise RuntimeError(f"kernel {key} cannot be serialised (lifted code or dynamic globals)")
-        payload = dumps(cres._reduce())
+        reduced = cres._reduce()
+        # the 7th field is the type-annotated source listing, only read by inspect_types(): drop it
+        payload = dumps(reduced[:6] + ("",) + reduced[7:])
         ck = CompiledKernel(key, source, signature, parallel, disp, payload)
         _compiled[key] = ck
         return ck

@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import zlib
 from typing import Any, Callable, Mapping
 
 import numpy as np
@@ -30,7 +31,7 @@ def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping
         tensors[f"w.{key}"] = np.ascontiguousarray(arr)
     kmeta = {}
     for key, ck in kernels.items():
-        tensors[f"k.{key}"] = np.frombuffer(ck.payload, dtype=np.uint8)
+        tensors[f"k.{key}"] = np.frombuffer(zlib.compress(ck.payload, 6), dtype=np.uint8)
         kmeta[key] = {"source": ck.source, "fn": "kernel", "signature": ck.signature, "parallel": ck.parallel,
                       "sha256": ck.sha256}
     header = {"format": CONTEXT_FORMAT, "ep_version": __version__, **versions(), "compatibility": current_info(),
@@ -91,3 +92,21 @@ def verify_weight(key: str, arr: np.ndarray) -> bool:
 
 def sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
+
+
+MAX_PAYLOAD = 256 << 20
+
+
+def kernel_payload(tensors: Mapping[str, np.ndarray], key: str, fail: Callable[[str], Exception]) -> bytes:
+    """A kernel's machine-code payload, decompressed with a size cap (its sha256 is checked next)."""
+    blob = tensors.get(f"k.{key}")
+    if blob is None:
+        raise fail(f"kernel {key} has no payload")
+    d = zlib.decompressobj()
+    try:
+        data = d.decompress(blob.tobytes(), MAX_PAYLOAD)
+    except zlib.error as exc:
+        raise fail(f"kernel {key}: payload does not decompress ({exc})") from None
+    if d.unconsumed_tail:
+        raise fail(f"kernel {key}: payload larger than {MAX_PAYLOAD} bytes")
+    return data

@@ -249,11 +249,9 @@ class NumbaCpuEp:
         dispatchers: dict[str, Any] = {}
         kernel_sha: dict[str, str] = {}
         for key, k in meta.get("kernels", {}).items():
-            blob = tensors.get(f"k.{key}")
-            if blob is None:
-                raise fail(f"kernel {key} has no payload")
+            payload = context.kernel_payload(tensors, key, fail)
             dispatchers[key] = codegen.rebuild_kernel(key, k["source"], k["fn"], k["signature"], bool(k["parallel"]),
-                                                      blob.tobytes(), k["sha256"], fail)
+                                                      payload, k["sha256"], fail)
             kernel_sha[key] = k["sha256"]
         graphs: dict[str, GraphRunner] = {}
         for gname, rec in meta.get("graphs", {}).items():

@@ -1,0 +1,137 @@
+"""Generation: where the model goes, what is refused before compiling, and that a failure leaves
+no file behind."""
+
+from __future__ import annotations
+
+import shutil
+import warnings
+from pathlib import Path
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper
+
+import ep_core.epcontext.generate as gen
+from ep_core import InferenceSession
+from ep_core.errors import InvalidArgument
+from ep_core.zoo import fetch_model
+from epcontext_support import NUMBA, ctx_nodes, options
+
+
+def _magika(folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    p = folder / "magika.onnx"
+    shutil.copy(fetch_model("magika"), p)
+    return p
+
+
+def unsupported_only(path: Path) -> Path:
+    """A model with no node the Numba EP fuses (Transpose only)."""
+    node = helper.make_node("Transpose", ["x"], ["y"], name="t", perm=[1, 0])
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
+    return path
+
+
+def test_bytes_model_without_context_file_path_fails_before_compiling(count_compiles):
+    count_compiles = count_compiles()
+    data = fetch_model("magika").read_bytes()
+    with pytest.raises(InvalidArgument) as e:
+        InferenceSession(data, options(ep__context_enable=1), providers=[NUMBA])
+    assert "ep.context_file_path" in e.value.message and "bytes" in e.value.message
+    assert count_compiles.ep_compile == 0
+
+
+def test_bytes_model_with_context_file_path(compiled, tmp_path):
+    compiled("magika", 1)
+    out = tmp_path / "out" / "m_ctx.onnx"
+    sess = InferenceSession(fetch_model("magika").read_bytes(),
+                            options(ep__context_enable=1, ep__context_file_path=out), providers=[NUMBA])
+    assert Path(sess.context_model_path) == out
+    assert sorted(p.name for p in out.parent.iterdir()) == ["m_NumbaCpuExecutionProvider.bin", "m_ctx.onnx"]
+
+
+def test_existing_output_is_not_overwritten_and_nothing_compiles(tmp_path, count_compiles):
+    count_compiles = count_compiles()
+    src = _magika(tmp_path)
+    out = tmp_path / "magika_ctx.onnx"
+    out.write_bytes(b"keep me")
+    with pytest.raises(InvalidArgument) as e:
+        InferenceSession(str(src), options(ep__context_enable=1), providers=[NUMBA])
+    assert str(out) in e.value.message and "ep.context_overwrite" in e.value.message
+    assert out.read_bytes() == b"keep me"
+    assert count_compiles.ep_compile == 0
+
+
+def test_overwrite_replaces_existing_output(tmp_path, compiled):
+    compiled("magika", 1)
+    src = _magika(tmp_path)
+    out = tmp_path / "magika_ctx.onnx"
+    out.write_bytes(b"old")
+    InferenceSession(str(src), options(ep__context_enable=1, ep__context_overwrite=1, ep__context_embed_mode=1),
+                     providers=[NUMBA])
+    assert ctx_nodes(onnx.load(str(out)))
+
+
+def test_the_source_model_is_never_overwritten(tmp_path):
+    src = _magika(tmp_path)
+    before = src.read_bytes()
+    with pytest.raises(InvalidArgument) as e:
+        InferenceSession(str(src), options(ep__context_enable=1, ep__context_file_path=src, ep__context_overwrite=1),
+                         providers=[NUMBA])
+    assert "source model" in e.value.message
+    assert src.read_bytes() == before
+
+
+def test_failure_midway_leaves_no_partial_file(tmp_path, compiled, monkeypatch):
+    compiled("magika", 0)
+    src = _magika(tmp_path)
+
+    def boom(*a, **k):
+        # the EP has staged its binary by now; the model is not written yet
+        assert any(p.name.startswith(".magika_NumbaCpuExecutionProvider.bin.tmp-") for p in tmp_path.iterdir())
+        raise RuntimeError("disk full")
+
+    monkeypatch.setattr(gen, "_build_model", boom)
+    with pytest.raises(RuntimeError, match="disk full"):
+        InferenceSession(str(src), options(ep__context_enable=1), providers=[NUMBA])
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["magika.onnx"]
+
+
+def test_nothing_compiled_warns_and_writes_a_copy(tmp_path):
+    src = unsupported_only(tmp_path / "t.onnx")
+    with pytest.warns(RuntimeWarning, match="nothing was compiled"):
+        sess = InferenceSession(str(src), options(ep__context_enable=1), providers=[NUMBA])
+    model = onnx.load(sess.context_model_path)
+    assert [n.op_type for n in model.graph.node] == ["Transpose"]
+
+
+def test_external_initializers_file_holds_every_initializer(tmp_path, compiled):
+    c = compiled("magika", 1)
+    src = _magika(tmp_path)
+    sess = InferenceSession(str(src), options(ep__context_enable=1, ep__context_embed_mode=1,
+                                              ep__context_model_external_initializers_file_name="weights.data"),
+                            providers=[NUMBA])
+    model = onnx.load(sess.context_model_path, load_external_data=False)
+    assert model.graph.initializer
+    assert all(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
+    assert (tmp_path / "weights.data").is_file()
+    again = InferenceSession(sess.context_model_path, providers=[NUMBA])
+    np.testing.assert_array_equal(again.run(None, c.feed)[0], c.expected[0])
+
+
+def test_ctx_model_does_not_depend_on_source_external_data(tmp_path, compiled):
+    c = compiled("magika", 1)
+    src_dir = tmp_path / "src"
+    src_dir.mkdir()
+    model = onnx.load(str(fetch_model("magika")))
+    onnx.save(model, str(src_dir / "magika.onnx"), save_as_external_data=True, location="magika.data",
+              size_threshold=0)
+    out = tmp_path / "out" / "magika_ctx.onnx"
+    InferenceSession(str(src_dir / "magika.onnx"), options(ep__context_enable=1, ep__context_file_path=out),
+                     providers=[NUMBA])
+    shutil.rmtree(src_dir)
+    sess = InferenceSession(str(out), providers=[NUMBA])
+    np.testing.assert_array_equal(sess.run(None, c.feed)[0], c.expected[0])
