@@ -46,6 +46,28 @@ def binary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
     return build
 
 
+def legacy_binary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
+    """Opsets before 7: B broadcasts to A only with ``broadcast=1``, aligned at ``axis`` when
+    given (B's dims start there) or at the trailing dims otherwise."""
+    f = _same_type(fn) if keep_type else fn
+
+    def build(node: Any, ctx: Any) -> Fn:
+        bcast = int(node.attr("broadcast", 0))
+        axis = node.attr("axis")
+
+        def compute(a: Any, b: Any) -> tuple[Any]:
+            if not bcast and a.shape != b.shape:
+                raise ValueError(f"{node.describe()}: shapes {a.shape} and {b.shape} differ and broadcast=0")
+            if bcast and axis is not None and b.ndim:
+                ax = int(axis) + a.ndim if int(axis) < 0 else int(axis)
+                b = b.reshape(b.shape + (1,) * (a.ndim - ax - b.ndim))
+            return (f(a, b),)
+
+        return compute
+
+    return build
+
+
 def _reg(op: str, since: int | tuple[int, ...], builder: Callable[[Any, Any], Fn], **kw: Any) -> None:
     for s in (since,) if isinstance(since, int) else since:
         REGISTRY.register(op, since=s, **kw)(builder)
@@ -66,14 +88,14 @@ def _round(x: Any) -> Any:
 
 
 _UNARY: dict[str, tuple[int, Fn]] = {
-    "Abs": (6, np.abs),
-    "Neg": (6, np.negative),
-    "Exp": (6, np.exp),
-    "Log": (6, np.log),
-    "Sqrt": (6, np.sqrt),
-    "Reciprocal": (6, np.reciprocal),
-    "Floor": (6, np.floor),
-    "Ceil": (6, np.ceil),
+    "Abs": (1, np.abs),
+    "Neg": (1, np.negative),
+    "Exp": (1, np.exp),
+    "Log": (1, np.log),
+    "Sqrt": (1, np.sqrt),
+    "Reciprocal": (1, np.reciprocal),
+    "Floor": (1, np.floor),
+    "Ceil": (1, np.ceil),
     "Sin": (7, np.sin),
     "Cos": (7, np.cos),
     "Tan": (7, np.tan),
@@ -85,14 +107,14 @@ _UNARY: dict[str, tuple[int, Fn]] = {
     "Asinh": (9, np.arcsinh),
     "Acosh": (9, np.arccosh),
     "Atanh": (9, np.arctanh),
-    "Sigmoid": (6, _sigmoid),
-    "Tanh": (6, np.tanh),
+    "Sigmoid": (1, _sigmoid),
+    "Tanh": (1, np.tanh),
     "Erf": (9, _erf),
     "Sign": (9, np.sign),
     "Round": (11, _round),
     "Softsign": (1, lambda x: x / (1 + np.abs(x))),
     "Softplus": (1, lambda x: np.logaddexp(0, x.astype(np.float64))),
-    "Relu": (6, lambda x: np.maximum(x, x.dtype.type(0))),
+    "Relu": (1, lambda x: np.maximum(x, x.dtype.type(0))),
     "Mish": (18, lambda x: x * np.tanh(np.logaddexp(0, x.astype(np.float64)))),
     "BitwiseNot": (18, np.invert),
 }
@@ -129,15 +151,15 @@ def _activation(op: str, since: int, defaults: dict[str, float], fn: Callable[..
     REGISTRY.register(op, since=since)(build)
 
 
-_activation("LeakyRelu", 6, {"alpha": 0.01}, lambda x, alpha: np.where(x < 0, alpha * x, x))
-_activation("Elu", 6, {"alpha": 1.0}, lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x))
+_activation("LeakyRelu", 1, {"alpha": 0.01}, lambda x, alpha: np.where(x < 0, alpha * x, x))
+_activation("Elu", 1, {"alpha": 1.0}, lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x))
 _activation(
-    "Selu", 6, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+    "Selu", 1, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
     lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(x), x),
 )
 _activation("Celu", 12, {"alpha": 1.0}, lambda x, alpha: np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha)))
 _activation("ThresholdedRelu", 10, {"alpha": 1.0}, lambda x, alpha: np.where(x > alpha, x, 0))
-_activation("HardSigmoid", 6, {"alpha": 0.2, "beta": 0.5}, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1))
+_activation("HardSigmoid", 1, {"alpha": 0.2, "beta": 0.5}, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1))
 _activation("HardSwish", 14, {}, lambda x: x * np.clip(x / 6 + 0.5, 0, 1))
 _activation(
     "Shrink", 9, {"lambd": 0.5, "bias": 0.0},
@@ -164,10 +186,16 @@ def build_gelu(node: Any, ctx: Any) -> Fn:
     return compute
 
 
-@REGISTRY.register("PRelu", since=7)
+@REGISTRY.register("PRelu", since=1)
 def build_prelu(node: Any, ctx: Any) -> Fn:
-    """slope broadcasts to x (unidirectionally)."""
-    return lambda x, slope: (np.where(x < 0, x * slope, x).astype(x.dtype),)
+    """slope broadcasts to x (unidirectionally); before opset 7 a 1-D slope is per channel (axis 1)."""
+
+    def compute(x: Any, slope: Any) -> tuple[Any]:
+        if node.opset < 7 and slope.ndim == 1 and x.ndim > 2 and slope.size == x.shape[1]:
+            slope = slope.reshape((-1,) + (1,) * (x.ndim - 2))
+        return (np.where(x < 0, x * slope, x).astype(x.dtype),)
+
+    return compute
 
 
 # ------------------------------------------------------------------------------- binary math
@@ -182,18 +210,23 @@ def _div(a: Any, b: Any) -> Any:
 
 for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("Div", _div)):
     _reg(_op, 7, binary(_fn))
+    REGISTRY.register(_op, since=1, end=6)(legacy_binary(_fn))
+
+
+def _pow(x: Any, y: Any) -> Any:
+    if x.dtype.kind in "iu" and y.dtype.kind in "iu":
+        return np.power(x.astype(np.int64), y.astype(np.int64)).astype(x.dtype)
+    return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
+
+
+REGISTRY.register("Pow", since=1, end=6)(legacy_binary(_pow))
 
 
 @REGISTRY.register("Pow", since=7)
 def build_pow(node: Any, ctx: Any) -> Fn:
     """Result has X's type (opset 12+ lets the exponent differ)."""
 
-    def compute(x: Any, y: Any) -> tuple[Any]:
-        if x.dtype.kind in "iu" and y.dtype.kind in "iu":
-            return (np.power(x.astype(np.int64), y.astype(np.int64)).astype(x.dtype),)
-        return (np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype),)
-
-    return compute
+    return lambda x, y: (_pow(x, y),)
 
 
 @REGISTRY.register("Mod", since=10)
@@ -212,9 +245,12 @@ for _op, _fn in (
     ("GreaterOrEqual", np.greater_equal),
 ):
     _reg(_op, 7 if _op in ("Equal", "Less", "Greater") else 12, binary(_fn, keep_type=False))
+    if _op in ("Equal", "Less", "Greater"):
+        REGISTRY.register(_op, since=1, end=6)(legacy_binary(_fn, keep_type=False))
 
 for _op, _fn in (("And", np.logical_and), ("Or", np.logical_or), ("Xor", np.logical_xor)):
     _reg(_op, 7, binary(_fn, keep_type=False))
+    REGISTRY.register(_op, since=1, end=6)(legacy_binary(_fn, keep_type=False))
 
 for _op, _fn in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or), ("BitwiseXor", np.bitwise_xor)):
     _reg(_op, 18, binary(_fn))
@@ -257,10 +293,11 @@ def _variadic(fn: Fn, mean: bool = False) -> Callable[[Any, Any], Fn]:
     return build
 
 
-_reg("Sum", 8, _variadic(np.add))
-_reg("Mean", 8, _variadic(np.add, mean=True))
-_reg("Max", 8, _variadic(np.maximum))  # NaN propagates, as the spec's reference does
-_reg("Min", 8, _variadic(np.minimum))
+# opsets before 8 require equal shapes, which NumPy accepts as a special case of broadcasting
+_reg("Sum", 1, _variadic(np.add))
+_reg("Mean", 1, _variadic(np.add, mean=True))
+_reg("Max", 1, _variadic(np.maximum))  # NaN propagates, as the spec's reference does
+_reg("Min", 1, _variadic(np.minimum))
 
 
 @REGISTRY.register("Where", since=9)
