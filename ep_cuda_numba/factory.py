@@ -102,9 +102,16 @@ class NumbaCudaFactory:
 
                 arena = DeviceArena(device_id, strategy or "kNextPowerOfTwo", limit or 0)
                 self._arenas[device_id] = arena
-            elif limit:
-                # a session asking for a limit tightens (never loosens) the shared arena
-                arena.limit = limit if not arena.limit else min(arena.limit, limit)
+            elif (limit is not None and limit != arena.limit) or (strategy is not None and strategy != arena.strategy):
+                import warnings
+
+                warnings.warn(
+                    f"{EP_NAME}: the arena of gpu:{device_id} is shared by every session and keeps the settings of "
+                    f"the first one (gpu_mem_limit={arena.limit}, arena_extend_strategy={arena.strategy}); "
+                    f"ignoring gpu_mem_limit={limit}, arena_extend_strategy={strategy}",
+                    RuntimeWarning,
+                    stacklevel=3,
+                )
             return arena
 
     def ep_factory_create_allocator(self, memory_info: MemoryInfo, allocator_options: Mapping[str, str]) -> Any:

@@ -15,7 +15,7 @@ class CudaNotification:
         from numba import cuda
 
         self.stream = stream
-        self.event = cuda.event(timing=False)
+        self.event = new_event()
         self.activated = False
 
     def activate(self) -> None:
@@ -49,6 +49,13 @@ class CudaSyncStream:
 
     def __repr__(self) -> str:
         return f"CudaSyncStream(gpu:{self.device_id})"
+
+
+def new_event() -> Any:
+    """A CUDA event without timing (cheaper); the simulator's Event takes no arguments."""
+    from numba import config, cuda
+
+    return cuda.event() if config.ENABLE_CUDASIM else cuda.event(timing=False)
 
 
 def raw_stream(stream: Any) -> Any:

@@ -14,7 +14,7 @@ import numpy as np
 
 from ep_core.errors import Fail
 from ep_core.memory import DeviceType, MemoryInfo
-from ep_cuda_numba.stream import raw_stream
+from ep_cuda_numba.stream import new_event, raw_stream
 
 if TYPE_CHECKING:
     from ep_cuda_numba.factory import NumbaCudaFactory
@@ -79,8 +79,6 @@ class CudaDataTransfer:
         raise Fail(f"CudaDataTransfer cannot copy {src} -> {dst}")
 
     def to_device(self, host: np.ndarray, device_id: int, stream: Any) -> Any:
-        from numba import cuda
-
         self.copies["h2d"] += 1
         host = np.ascontiguousarray(host)
         arena = self.factory.arena(device_id)
@@ -97,7 +95,7 @@ class CudaDataTransfer:
         staged = buf[: host.nbytes].view(host.dtype).reshape(host.shape)
         staged[...] = host
         dev.copy_to_device(staged, stream=s)
-        ev = cuda.event(timing=False)
+        ev = new_event()
         ev.record(s)
         self.staging.put(buf, ev)
         return dev
