@@ -1,0 +1,94 @@
+"""String ops: StringConcat, StringSplit, StringNormalizer, RegexFullMatch. Strings are object
+arrays of Python ``str``; the loops are per element because NumPy has no vectorised form for
+Python strings of unbounded length."""
+
+from __future__ import annotations
+
+import re
+from typing import Any, Callable
+
+import numpy as np
+
+from ep_cpu_reference.registry import REGISTRY
+
+Fn = Callable[..., Any]
+
+_concat = np.frompyfunc(lambda a, b: str(a) + str(b), 2, 1)
+
+
+def _text(v: Any) -> Any:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+@REGISTRY.register("StringConcat", since=20)
+def build_string_concat(node: Any, ctx: Any) -> Fn:
+    """Elementwise concatenation with multidirectional broadcasting."""
+
+    def compute(a: Any, b: Any) -> tuple[Any]:
+        return (np.asarray(_concat(a, b), dtype=object).reshape(np.broadcast_shapes(a.shape, b.shape)),)
+
+    return compute
+
+
+@REGISTRY.register("RegexFullMatch", since=20)
+def build_regex_full_match(node: Any, ctx: Any) -> Fn:
+    """Whether each whole string matches ``pattern`` (compiled once; RE2 syntax is a subset of
+    Python's for the features the spec uses)."""
+    pattern = _text(node.attr("pattern"))
+    try:
+        rx = re.compile(pattern)
+    except re.error as exc:
+        raise ValueError(f"{node.describe()}: invalid pattern {pattern!r}: {exc}") from exc
+
+    def compute(x: Any) -> tuple[Any]:
+        flat = [rx.fullmatch(str(s)) is not None for s in x.ravel()]
+        return (np.array(flat, dtype=bool).reshape(x.shape),)
+
+    return compute
+
+
+@REGISTRY.register("StringSplit", since=20)
+def build_string_split(node: Any, ctx: Any) -> Fn:
+    """Splits on ``delimiter`` (absent or empty: runs of whitespace), at most ``maxsplit``
+    times; Y pads each row with "" to the longest split, Z counts the pieces."""
+    delim = _text(node.attr("delimiter", "")) or None
+    maxsplit = node.attr("maxsplit")
+    limit = -1 if maxsplit is None else int(maxsplit)
+
+    def compute(x: Any) -> tuple[Any, Any]:
+        pieces = [str(s).split(delim, limit) for s in x.ravel()]
+        if delim is not None:
+            pieces = [[] if p == [""] else p for p in pieces]  # "" splits into nothing
+        width = max((len(p) for p in pieces), default=0)
+        y = np.full((len(pieces), width), "", dtype=object)
+        for i, p in enumerate(pieces):
+            y[i, : len(p)] = p
+        z = np.array([len(p) for p in pieces], dtype=np.int64).reshape(x.shape)
+        return y.reshape(x.shape + (width,)), z
+
+    return compute
+
+
+@REGISTRY.register("StringNormalizer", since=10)
+def build_string_normalizer(node: Any, ctx: Any) -> Fn:
+    """Drops stopwords (case-insensitively unless is_case_sensitive), then changes case.
+    Input is [C] or [1, C]; if nothing is left the output is a single "" of the same rank."""
+    action = _text(node.attr("case_change_action", "NONE"))
+    if action not in ("NONE", "LOWER", "UPPER"):
+        raise ValueError(f"{node.describe()}: case_change_action must be NONE, LOWER or UPPER, got {action!r}")
+    sensitive = bool(node.attr("is_case_sensitive", 0))
+    stops = [_text(s) for s in node.attr("stopwords", [])]
+    stop_set = set(stops) if sensitive else {s.lower() for s in stops}
+    change = {"NONE": lambda s: s, "LOWER": str.lower, "UPPER": str.upper}[action]
+
+    def compute(x: Any) -> tuple[Any]:
+        if x.ndim not in (1, 2) or x.ndim == 2 and x.shape[0] != 1:
+            raise ValueError(f"{node.describe()}: input must have shape [C] or [1, C], got {x.shape}")
+        words = [str(s) for s in x.ravel()]
+        kept = [change(w) for w in words if (w if sensitive else w.lower()) not in stop_set]
+        if not kept:
+            kept = [""]
+        out = np.array(kept, dtype=object)
+        return (out.reshape(1, -1) if x.ndim == 2 else out,)
+
+    return compute
