@@ -42,6 +42,7 @@ class NumbaCudaEp:
         self._streams: list[Any] = []
         self.compiled: list[Any] = []  # fusion.CompiledGroup, for EPContext nodes
         self.host_nodes: list[str] = []  # nodes left to the host on purpose (shape math)
+        self.loaded_context_groups: list[Any] = []  # groups rebuilt from EPContext nodes
         self.declined: dict[str, str] = {}  # node -> why a registered kernel cannot run it
 
     def context_sources(self) -> tuple[str, ...]:
@@ -61,8 +62,10 @@ class NumbaCudaEp:
 
         claimed: set[int] = set()
         for n in graph.nodes:
-            if n.op_type == EP_CONTEXT_OP and n.domain == MS_DOMAIN and n.attr("source") in self.context_sources():
-                if support.add_nodes_to_fuse([n]):
+            # the core offers EPContext nodes only to the EP their source names; the registry's
+            # EPContext kernel rebuilds the fused kernel from the node's payload
+            if n.op_type == EP_CONTEXT_OP and n.domain == MS_DOMAIN:
+                if support.add_single_node(n):
                     claimed.add(n.index)
         from ep_cuda_numba.registry import unsupported_reason
 
@@ -89,17 +92,11 @@ class NumbaCudaEp:
                 support.add_single_node(n)
 
     def ep_compile(self, graphs: Sequence["GraphView"], fused_nodes: Sequence["FusedNode"]) -> list["NodeComputeInfo"]:
-        from ep_cuda_numba.epcontext import load_context_node
-        from ep_cuda_numba.fusion import compile_group, compile_spec
+        from ep_cuda_numba.fusion import compile_group
 
         infos = []
         for view, fused in zip(graphs, fused_nodes):
-            nodes = view.nodes
-            if len(nodes) == 1 and nodes[0].op_type == EP_CONTEXT_OP and nodes[0].domain == MS_DOMAIN:
-                spec = load_context_node(nodes[0], self.session_options)
-                group = compile_spec(spec, fused, self)
-            else:
-                group = compile_group(view, fused, self)
+            group = compile_group(view, fused, self)
             self.compiled.append(group)
             infos.append(group.compute_info())
         return infos

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -85,6 +84,8 @@ def validate_compatibility(devices: Sequence["HardwareDevice"], info: str) -> st
 
 
 def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
+    """The EPContext node of one fused group; with ``ep.context_embed_mode=0`` the payload goes to
+    ``<model>_<EP>_<group>.json`` beside the context model (written by ep_core's output)."""
     from onnx import helper
 
     group.ensure_ptx()
@@ -96,12 +97,19 @@ def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
         "ptx": group.ptx,
         "ptx_target": group.ptx_target or ("sim" if group.simulated else ""),
     }
+    data = json.dumps(payload).encode("utf-8")
     notes = (
         "numba-cuda simulator: no PTX exists; the generated kernel source is recorded instead"
         if group.simulated
         else f"PTX for {group.ptx_target}; the kernel is regenerated from 'spec' on load"
     )
-    prefix = ep.session_options.get_session_config_entry("ep.context_node_name_prefix", "") or ""
+    out = _current_output()
+    embed = 1 if out is None else int(out.embed_mode)
+    cache: Any = data
+    if embed == 0:
+        rel = f"{out.model_name}_{EP_NAME}_{group.name}.json"
+        out.write_file(rel, data)
+        cache = rel
     return helper.make_node(
         "EPContext",
         inputs=list(group.spec["inputs"]),
@@ -109,39 +117,39 @@ def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
         name=group.name,
         domain="com.microsoft",
         main_context=1,
-        embed_mode=1,
-        ep_cache_context=json.dumps(payload),
+        embed_mode=embed,
+        ep_cache_context=cache,
         ep_sdk_version=f"numba-cuda {_numba_cuda_version()}",
-        partition_name=f"{prefix}{group.name}" if prefix and not group.name.startswith(prefix) else group.name,
+        hardware_architecture=payload["ptx_target"],
+        partition_name=group.name,
         source=EP_NAME,
         notes=notes,
     )
 
 
-def load_context_node(node: Any, session_options: Any) -> dict[str, Any]:
-    """The fusion spec of one of our EPContext nodes (embedded, or a file next to the model)."""
-    embed = int(node.attr("embed_mode", 1))
-    text = node.attr("ep_cache_context", "")
-    if embed == 0:
-        base = session_options.get_session_config_entry("ep.context_file_path", "") or ""
-        folder = os.path.dirname(os.path.abspath(base)) if base else os.getcwd()
-        path = os.path.realpath(os.path.join(folder, text))
-        if os.path.commonpath([path, os.path.realpath(folder)]) != os.path.realpath(folder):
-            raise InvalidGraph(f"EPContext node {node.name!r}: ep_cache_context {text!r} points outside {folder}")
-        try:
-            with open(path, encoding="utf-8") as fh:
-                text = fh.read()
-        except OSError as exc:
-            raise InvalidGraph(
-                f"EPContext node {node.name!r}: cannot read {path} ({exc}); set ep.context_file_path to the ctx model"
-            ) from None
+def _current_output() -> Any:
     try:
-        payload = json.loads(text)
+        from ep_core.epcontext.generate import current_output
+
+        return current_output()
+    except Exception:  # called outside ep_core's context-model writer (tests, tools): embed
+        return None
+
+
+def load_context_node(node: Any, ctx: Any) -> dict[str, Any]:
+    """The fusion spec of one of our EPContext nodes (embedded, or a file beside the model)."""
+    from ep_core.epcontext.load import context_base_dir, read_context_payload
+
+    base = context_base_dir(getattr(ctx, "model_path", None), getattr(ctx, "session_options", None))
+    data = read_context_payload(node, base)
+    try:
+        payload = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
     except ValueError:
         raise InvalidGraph(f"EPContext node {node.name!r}: ep_cache_context is not {EP_NAME} JSON") from None
     if not isinstance(payload, dict) or payload.get("format") != PAYLOAD_FORMAT or not isinstance(payload.get("spec"), dict):
+        got = payload.get("format") if isinstance(payload, dict) else "?"
         raise InvalidGraph(
-            f"EPContext node {node.name!r}: payload format {payload.get('format') if isinstance(payload, dict) else '?'!r} "
-            f"is not {PAYLOAD_FORMAT}; recompile the model with this version of {EP_NAME}"
+            f"EPContext node {node.name!r}: payload format {got!r} is not {PAYLOAD_FORMAT}; recompile the model with "
+            f"this version of {EP_NAME}"
         )
     return payload["spec"]

@@ -281,10 +281,11 @@ def compile_group(view: "GraphView", fused: "FusedNode", ep: Any) -> CompiledGro
     return _build(spec_from_group(view, fused), fused.name, ep)
 
 
-def compile_spec(spec: dict[str, Any], fused: "FusedNode", ep: Any) -> CompiledGroup:
-    if len(spec["inputs"]) != len(fused.inputs) or len(spec["outputs"]) != len(fused.outputs):
+def compile_spec(spec: dict[str, Any], name: str, inputs: Sequence[str], outputs: Sequence[str], ep: Any) -> CompiledGroup:
+    """Rebuild a group from an EPContext node's spec (nothing from the payload is executed)."""
+    if len(spec.get("inputs", ())) != len(inputs) or len(spec.get("outputs", ())) != len(outputs):
         raise InvalidGraph(
-            f"EPContext node {fused.name}: its spec has {len(spec['inputs'])} inputs/{len(spec['outputs'])} outputs "
-            f"but the node has {len(fused.inputs)}/{len(fused.outputs)}; recompile the model"
+            f"EPContext node {name}: its spec has {len(spec.get('inputs', ()))} inputs/{len(spec.get('outputs', ()))} "
+            f"outputs but the node has {len(inputs)}/{len(outputs)}; recompile the model"
         )
-    return _build(spec, fused.name, ep)
+    return _build(spec, name, ep)
