@@ -18,9 +18,9 @@ from ep_cpu_reference.kernels.nn_common import (
     conv_pads,
     fail,
     first_since,
+    im2col_view,
     ints,
     pad_spatial,
-    windows,
 )
 from ep_cpu_reference.registry import REGISTRY
 
@@ -64,9 +64,10 @@ def conv_core(
     pe: Sequence[int],
     out: Sequence[int],
     w_grouped: np.ndarray | None = None,
+    w_taps: np.ndarray | None = None,
 ) -> np.ndarray:
     """N-D grouped convolution without bias, in x's dtype. ``w_grouped`` is w reshaped to
-    (G, M/G, C/G*K) (precomputed when w is constant)."""
+    (G, M/G, C/G*K) and ``w_taps`` w as (K*M, C) (both precomputed when w is constant)."""
     n, c = x.shape[:2]
     m = w.shape[0]
     cg, mg = c // group, m // group
@@ -74,6 +75,11 @@ def conv_core(
     p = int(np.prod(out)) if len(out) else 1
     if w_grouped is None:
         w_grouped = w.reshape(group, mg, cg * ksize)
+    if cg == 1 and group > 1 and ksize > 1 and p <= 6400:
+        # small depthwise planes: im2col (N, C, K, P) and C batched (Mg, K) @ (K, P) products
+        xp = pad_spatial(x, pb, pe)
+        cols = im2col_view(xp, kernel, strides, dil, out).reshape(n, group, ksize, p)
+        return np.matmul(w.reshape(group, mg, ksize)[None], cols).reshape(n, m, *out)
     if cg == 1 and group > 1 and ksize > 1:
         # depthwise: accumulate taps over the padded input, no im2col copy
         xp = pad_spatial(x, pb, pe)
@@ -93,14 +99,29 @@ def conv_core(
                 np.multiply(xs[:, :, None], wt[:, :, t].reshape(bshape), out=tmp)
                 acc += tmp
         return acc.reshape(n, m, *out)
+    if group == 1 and ksize > 1 and c >= 32 and 4 * m <= c and all(s == 1 for s in strides) and min(pb + pe, default=0) >= 0:
+        # few output channels: one GEMM of all taps' weights against the padded input, then add
+        # the K shifted (M, *out) planes; avoids copying a C*K*P im2col matrix
+        xp = pad_spatial(x, pb, pe)
+        padded = xp.shape[2:]
+        wt = w_taps if w_taps is not None else np.ascontiguousarray(
+            np.moveaxis(w.reshape(m, c, ksize), 2, 0).reshape(ksize * m, c))
+        z = np.matmul(wt, xp.reshape(n, c, -1)).reshape(n, ksize, m, *padded)
+        y = None
+        for t, offs in enumerate(itertools.product(*[range(k) for k in kernel])):
+            sl = (slice(None), t, slice(None)) + tuple(
+                slice(o * d, o * d + q) for o, d, q in zip(offs, dil, out, strict=False)
+            )
+            if y is None:
+                y = z[sl].copy()
+            else:
+                y += z[sl]
+        return y
     if ksize == 1 and all(s == 1 for s in strides) and not any(pb) and not any(pe):
         cols = x.reshape(n, group, cg, p)
     else:
         xp = pad_spatial(x, pb, pe)
-        v = windows(xp, kernel, strides, dil, out)  # (N, C, *out, *k)
-        nd = len(out)
-        perm = (0, 1) + tuple(range(2 + nd, 2 + 2 * nd)) + tuple(range(2, 2 + nd))
-        cols = np.ascontiguousarray(v.transpose(perm)).reshape(n, group, cg * ksize, p)
+        cols = im2col_view(xp, kernel, strides, dil, out).reshape(n, group, cg * ksize, p)  # one copy
     if group == 1:
         y = np.matmul(w_grouped[0], cols[:, 0])
     else:
@@ -121,7 +142,7 @@ def build_conv(node: Any, ctx: Any) -> Any:
     group = geom.group
     prepared: dict[Any, Any] = {}
 
-    def prep(w: np.ndarray, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
+    def prep(w: np.ndarray, dt: np.dtype) -> tuple[Any, ...]:
         key = dt
         if w_const is not None and key in prepared:
             return prepared[key]
@@ -130,9 +151,12 @@ def build_conv(node: Any, ctx: Any) -> Any:
         if m % group or (m and cg == 0):
             raise fail(node, f"weight shape {list(w.shape)} is not divisible into group={group}")
         wg = np.ascontiguousarray(wc.reshape(group, m // group, -1))
+        wt = None
+        if group == 1 and wc.ndim > 2:
+            wt = np.ascontiguousarray(np.moveaxis(wc.reshape(m, cg, -1), 2, 0).reshape(-1, cg))
         if w_const is not None:
-            prepared[key] = (wc, wg)
-        return wc, wg
+            prepared[key] = (wc, wg, wt)
+        return wc, wg, wt
 
     def compute(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
         if x.ndim < 3:
@@ -142,8 +166,8 @@ def build_conv(node: Any, ctx: Any) -> Any:
         odt = x.dtype
         xc = as_compute(x)
         kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
-        wc, wg = prep(w, xc.dtype)
-        y = conv_core(xc, wc, group, kernel, strides, dil, pb, pe, out, wg)
+        wc, wg, wt = prep(w, xc.dtype)
+        y = conv_core(xc, wc, group, kernel, strides, dil, pb, pe, out, wg, wt)
         if b is not None:
             y += b.astype(xc.dtype, copy=False).reshape(_bias_shape(len(out)))
         return (y if y.dtype == odt else y.astype(odt),)
