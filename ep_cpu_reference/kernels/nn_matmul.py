@@ -177,3 +177,117 @@ def build_space_to_depth(node: Any, ctx: Any) -> Any:
         return (t.reshape(n, c * bs * bs, h // bs, w // bs),)
 
     return compute
+
+
+def _attention_bias(
+    q_len: int, kv_len: int, dt: np.dtype, mask: Any, is_causal: bool, past_len: int | None, nonpad: Any,
+    left: int, right: int, batch: int,
+) -> np.ndarray:
+    """The additive (…, q, kv) bias: attn_mask (bool or float, padded to kv with -inf/False),
+    causal and sliding-window limits aligned bottom-right, and the per-batch padding mask."""
+    neg = dt.type(-np.inf)
+    bias: np.ndarray = np.zeros((q_len, kv_len), dtype=dt)
+    if mask is not None:
+        pad = kv_len - mask.shape[-1]
+        if pad > 0:
+            mask = np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)],
+                          constant_values=False if mask.dtype == np.bool_ else -np.inf)
+        if mask.dtype == np.bool_:
+            mask = np.where(mask, dt.type(0), neg)
+        bias = bias + mask.astype(dt)
+    if past_len is None and nonpad is not None:
+        offset: Any = np.asarray(nonpad).reshape(-1, 1, 1) - q_len  # per batch
+    else:
+        offset = past_len or 0
+    i = np.arange(q_len).reshape(q_len, 1)
+    j = np.arange(kv_len).reshape(1, kv_len)
+    limits = []
+    if is_causal:
+        limits.append(j <= i + offset)
+    if left >= 0 or right >= 0:
+        diff = (i + offset) - j
+        allowed = np.ones(np.shape(diff), dtype=bool)
+        if left >= 0:
+            allowed &= diff <= left
+        if right >= 0:
+            allowed &= -diff <= right
+        limits.append(allowed)
+    for allowed in limits:
+        add = np.where(allowed, dt.type(0), neg)
+        if add.ndim == 3:  # per-batch offsets
+            add = add.reshape(add.shape[0], 1, q_len, kv_len)
+        bias = bias + add
+    if nonpad is not None:
+        keep = np.arange(kv_len) < np.asarray(nonpad).reshape(-1, 1)
+        bias = bias + np.where(keep, dt.type(0), neg).reshape(batch, 1, 1, kv_len)
+    return bias
+
+
+@REGISTRY.register("Attention", since=first_since("Attention"))
+def build_attention(node: Any, ctx: Any) -> Any:
+    """Attention (opset 23+): 3-D inputs split into heads, KV cache concatenation, grouped-query
+    head repetition, masks (bool/float, causal, padding, sliding window), softcap, the four
+    qk_matmul_output modes; fully masked rows give zeros."""
+    is_causal = bool(node.attr("is_causal", 0))
+    q_heads_attr = node.attr("q_num_heads")
+    kv_heads_attr = node.attr("kv_num_heads")
+    scale_attr = node.attr("scale")
+    softcap = node.attr("softcap")
+    mode = int(node.attr("qk_matmul_output_mode", 0))
+    precision = node.attr("softmax_precision")
+    left = int(node.attr("left_window_size", -1))
+    right = int(node.attr("right_window_size", -1))
+
+    def compute(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):  # type: ignore[no-untyped-def]
+        if (past_key is None) != (past_value is None):
+            raise fail(node, "past_key and past_value must be given together")
+        if q.ndim != k.ndim or q.ndim != v.ndim or q.ndim not in (3, 4):
+            raise fail(node, f"Q, K, V must all be 3-D or 4-D, got {q.ndim}, {k.ndim}, {v.ndim}")
+        three_d = q.ndim == 3
+        b = q.shape[0]
+        if three_d:
+            if q_heads_attr is None or kv_heads_attr is None:
+                raise fail(node, "3-D inputs need the q_num_heads and kv_num_heads attributes")
+            q = q.reshape(b, q.shape[1], q_heads_attr, -1).transpose(0, 2, 1, 3)
+            k = k.reshape(b, k.shape[1], kv_heads_attr, -1).transpose(0, 2, 1, 3)
+            v = v.reshape(b, v.shape[1], kv_heads_attr, -1).transpose(0, 2, 1, 3)
+        dt = q.dtype
+        sc = (1 / np.sqrt(q.shape[3])) if scale_attr is None else scale_attr
+        sc = dt.type(np.sqrt(sc))
+        present_k = k if past_key is None else np.concatenate((past_key, k), axis=2)
+        present_v = v if past_value is None else np.concatenate((past_value, v), axis=2)
+        q_len, kv_len = q.shape[2], present_k.shape[2]
+        bias = _attention_bias(q_len, kv_len, dt, attn_mask, is_causal,
+                               None if past_key is None else past_key.shape[2], nonpad_kv_seqlen, left, right, b)
+        kk, vv = present_k, present_v
+        hq, hk = q.shape[1], kk.shape[1]
+        if hq != hk:
+            if hq % hk:
+                raise fail(node, f"{hq} query heads are not a multiple of {hk} key/value heads")
+            kk = np.repeat(kk, hq // hk, axis=1)
+            vv = np.repeat(vv, hq // hk, axis=1)
+        qk = matmul(q * sc, np.swapaxes(kk, 2, 3) * sc)
+        if softcap:
+            qk = (np.tanh(qk / softcap) * softcap).astype(dt)
+        with_bias = qk + bias
+        qk_out = with_bias.copy() if mode == 2 else qk
+        logits = with_bias
+        if precision is not None:
+            from onnx import helper
+
+            logits = logits.astype(helper.tensor_dtype_to_np_dtype(precision))
+        mx = logits.max(axis=-1, keepdims=True)
+        safe = np.where(np.isneginf(mx), logits.dtype.type(0), mx)
+        e = np.exp(logits - safe)
+        s = e.sum(axis=-1, keepdims=True)
+        probs = e / np.where(s == 0, logits.dtype.type(1), s)
+        masked_rows = np.isneginf(np.max(bias, axis=-1, keepdims=True))
+        probs = np.where(masked_rows, probs.dtype.type(0), probs)
+        if mode == 3:
+            qk_out = probs
+        y = matmul(probs.astype(dt), vv)
+        if three_d:
+            y = y.transpose(0, 2, 1, 3).reshape(b, q_len, -1)
+        return (y, present_k, present_v, np.asarray(qk_out).astype(dt))
+
+    return compute

@@ -18,7 +18,7 @@ NN_OPS = {
     "InstanceNormalization", "LayerNormalization", "GroupNormalization", "RMSNormalization", "LpNormalization",
     "LRN", "MeanVarianceNormalization", "LSTM", "GRU", "RNN", "Resize", "Upsample", "Softmax", "LogSoftmax",
     "Hardmax", "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "Einsum", "DepthToSpace", "SpaceToDepth",
-    "Col2Im", "GridSample", "DeformConv",
+    "Col2Im", "GridSample", "DeformConv", "Attention",
 }
 def _nn_cases() -> list:
     out = []
