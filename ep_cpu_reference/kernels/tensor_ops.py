@@ -613,3 +613,33 @@ def build_reverse_sequence(node: Any, ctx: Any) -> Fn:
 
 
 __all__: Sequence[str] = ["ints", "norm_axis"]
+
+
+@REGISTRY.register("CenterCropPad", since=18, host_inputs=(1,))
+def build_center_crop_pad(node: Any, ctx: Any) -> Fn:
+    """Per listed axis: crop a centred window (start rounded down) or zero-pad around the input
+    (the odd pixel goes to the end)."""
+    axes_attr = node.attr("axes")
+
+    def compute(x: Any, shape: Any) -> tuple[Any]:
+        target = ints(shape)
+        axes = [norm_axis(node, a, x.ndim) for a in axes_attr] if axes_attr else list(range(x.ndim))
+        if len(axes) != len(target):
+            raise ValueError(f"{node.describe()}: shape has {len(target)} values for {len(axes)} axes")
+        out_shape = list(x.shape)
+        src: list[Any] = [slice(None)] * x.ndim
+        dst: list[Any] = [slice(None)] * x.ndim
+        for a, t in zip(axes, target):
+            n = x.shape[a]
+            out_shape[a] = t
+            if n >= t:
+                start = (n - t) // 2
+                src[a] = slice(start, start + t)
+            else:
+                start = (t - n) // 2
+                dst[a] = slice(start, start + n)
+        out = np.zeros(out_shape, dtype=x.dtype)
+        out[tuple(dst)] = x[tuple(src)]
+        return (out,)
+
+    return compute
