@@ -195,7 +195,7 @@ def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
         raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} do not match {spec.num_dir} direction(s) x {g} gates")
 
 
-@REGISTRY.register("LSTM", since=first_since("LSTM"))
+@REGISTRY.register("LSTM", since=first_since("LSTM"), host_inputs=(4,))
 def build_lstm(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     input_forget = bool(node.attr("input_forget", 0))
@@ -231,7 +231,7 @@ def build_lstm(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("GRU", since=first_since("GRU"))
+@REGISTRY.register("GRU", since=first_since("GRU"), host_inputs=(4,))
 def build_gru(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 3, ["Sigmoid", "Tanh"])
     lbr = bool(node.attr("linear_before_reset", 0))
@@ -260,7 +260,7 @@ def build_gru(node: Any, ctx: Any) -> Any:
     return compute
 
 
-@REGISTRY.register("RNN", since=first_since("RNN"))
+@REGISTRY.register("RNN", since=first_since("RNN"), host_inputs=(4,))
 def build_rnn(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 1, ["Tanh"])
     n_out = len(node.outputs)

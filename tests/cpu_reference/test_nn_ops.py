@@ -139,3 +139,92 @@ def test_contrib_op_matches_onnxruntime(op, inputs, n_out, attrs) -> None:
         want = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, inputs)
     for g, w in zip(got, want, strict=False):
         np.testing.assert_allclose(np.asarray(g, np.float64).reshape(np.shape(w)), w, rtol=1e-4, atol=1e-5)
+
+
+def _ort_compare(model, feed, rtol=1e-4, atol=1e-5) -> None:
+    ort = pytest.importorskip("onnxruntime")
+    got = _run(model, feed)
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    want = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feed)
+    for g, w in zip(got, want, strict=True):
+        assert np.shape(g) == np.shape(w)
+        np.testing.assert_allclose(np.asarray(g, np.float64), w, rtol=rtol, atol=atol)
+
+
+def _single(op, inputs: dict, inits: dict, n_out: int, opset: int = 17, ranks=None, **attrs):
+    from onnx import numpy_helper
+
+    node = helper.make_node(op, list(inputs) + list(inits), [f"y{i}" for i in range(n_out)], **attrs)
+    g = helper.make_graph(
+        [node], op,
+        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()],
+        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [f"d{j}" for j in range(rank)])
+         for i, rank in enumerate(ranks or [next(iter(inputs.values())).ndim] * n_out)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
+
+
+_CONV_CASES = [
+    # (x shape, w shape, attrs): each hits one code path of conv_core
+    ((1, 64, 12, 10), (8, 64, 3, 3), {"pads": [1, 1, 1, 1]}),                    # shift-add GEMM
+    ((1, 64, 12, 10), (8, 64, 3, 3), {"dilations": [2, 1], "pads": [2, 0, 1, 1]}),
+    ((1, 64, 12, 10), (8, 64, 4, 4), {"auto_pad": "SAME_LOWER"}),
+    ((2, 16, 9, 11), (32, 16, 3, 3), {"strides": [2, 1], "pads": [0, 1, 2, 1]}),  # im2col
+    ((1, 24, 10, 10), (24, 1, 5, 5), {"group": 24, "pads": [2, 2, 2, 2]}),        # small depthwise
+    ((1, 8, 90, 90), (16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),          # depthwise, multiplier 2
+    ((1, 12, 7, 7), (6, 4, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER"}),         # grouped
+    ((2, 16, 5, 5), (8, 16, 1, 1), {}),                                            # 1x1
+    ((1, 4, 50), (6, 4, 5), {"strides": [3], "pads": [2, 1]}),                     # 1-D
+    ((1, 3, 6, 7, 5), (4, 3, 3, 2, 2), {"pads": [1, 0, 1, 1, 1, 0]}),             # 3-D
+]
+
+
+@pytest.mark.parametrize("xs,ws,attrs", _CONV_CASES)
+def test_conv_paths_match_onnxruntime(xs, ws, attrs) -> None:
+    r = np.random.default_rng(5)
+    x = r.standard_normal(xs).astype(np.float32)
+    inits = {"w": r.standard_normal(ws).astype(np.float32), "b": r.standard_normal(ws[0]).astype(np.float32)}
+    _ort_compare(_single("Conv", {"x": x}, inits, 1, **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("attrs", [
+    {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+    {"group": 2, "strides": [2, 1], "dilations": [1, 2]},
+    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+])
+def test_conv_transpose_matches_onnxruntime(attrs) -> None:
+    r = np.random.default_rng(6)
+    x = r.standard_normal((1, 4, 5, 6)).astype(np.float32)
+    inits = {"w": r.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": r.standard_normal(3 * attrs.get("group", 1)).astype(np.float32)}
+    _ort_compare(_single("ConvTranspose", {"x": x}, inits, 1, **attrs), {"x": x})
+
+
+@pytest.mark.parametrize("op,gates,attrs", [
+    ("LSTM", 4, {"direction": "bidirectional"}),
+    ("LSTM", 4, {"direction": "reverse", "clip": 0.7, "input_forget": 1}),
+    ("GRU", 3, {"direction": "bidirectional", "linear_before_reset": 1}),
+    ("GRU", 3, {"direction": "reverse"}),
+    ("RNN", 1, {"direction": "bidirectional", "activations": ["Relu", "Tanh"]}),
+])
+def test_recurrent_matches_onnxruntime(op, gates, attrs) -> None:
+    """All directions with per-batch sequence lengths and initial states (reverse within each length)."""
+    r = np.random.default_rng(7)
+    nd = 2 if attrs["direction"] == "bidirectional" else 1
+    seq, batch, inp, hid = 5, 3, 4, 6
+    feed = {"x": r.standard_normal((seq, batch, inp)).astype(np.float32)}
+    inits = {
+        "w": (r.standard_normal((nd, gates * hid, inp)) * 0.5).astype(np.float32),
+        "r": (r.standard_normal((nd, gates * hid, hid)) * 0.5).astype(np.float32),
+        "b": (r.standard_normal((nd, 2 * gates * hid)) * 0.2).astype(np.float32),
+        "seq_lens": np.array([5, 2, 4], dtype=np.int32),
+        "h0": r.standard_normal((nd, batch, hid)).astype(np.float32),
+    }
+    n_out = 2
+    if op == "LSTM":
+        inits["c0"] = r.standard_normal((nd, batch, hid)).astype(np.float32)
+        inits["p"] = (r.standard_normal((nd, 3 * hid)) * 0.3).astype(np.float32)
+        n_out = 3
+    model = _single(op, feed, inits, n_out, opset=14, ranks=[4, 3, 3][:n_out], hidden_size=hid, **attrs)
+    _ort_compare(model, feed)
