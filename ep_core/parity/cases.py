@@ -10,8 +10,9 @@ from __future__ import annotations
 import functools
 import re
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -112,7 +113,7 @@ def node_cases(
         for inputs, outputs in c.data_sets or ():
             vals = [to_value(v) for v in inputs]
             n_elems = max(n_elems, sum(_elements(v) for v in vals))
-            feeds.append(dict(zip(input_names, vals)))
+            feeds.append(dict(zip(input_names, vals, strict=False)))
             expected.append([to_value(v) for v in outputs])
         case = Case(
             name=c.name, kind="node", op_type=op, domain=domain, model_bytes=c.model.SerializeToString(),

@@ -67,7 +67,7 @@ def compare_arrays(
             n = len(actual) if isinstance(actual, (list, tuple)) else type(actual).__name__
             return Comparison(False, mismatch=f"{where}: got sequence {n}, expected a sequence of {len(expected)}")
         out = Comparison(True)
-        for i, (a, e) in enumerate(zip(actual, expected)):
+        for i, (a, e) in enumerate(zip(actual, expected, strict=True)):
             out = out.merge(compare_arrays(a, e, rtol, atol, f"{where}[{i}]", check_values))
         return out
     if isinstance(expected, dict):
@@ -87,7 +87,7 @@ def compare_arrays(
     if not check_values:
         return Comparison(True)
     if strings:
-        bad = sum(1 for x, y in zip(a.ravel().tolist(), e.ravel().tolist()) if str(x) != str(y))
+        bad = sum(1 for x, y in zip(a.ravel().tolist(), e.ravel().tolist(), strict=True) if str(x) != str(y))
         return Comparison(bad == 0, float(bad > 0), float(bad > 0),
                           None if bad == 0 else f"{where}: {bad} of {e.size} strings differ")
     if e.dtype.kind == "b":
@@ -135,6 +135,6 @@ def compare_outputs(
     if len(actual) != len(expected):
         return Comparison(False, mismatch=f"{len(actual)} outputs, expected {len(expected)}")
     out = Comparison(True)
-    for a, e, n in zip(actual, expected, names):
+    for a, e, n in zip(actual, expected, names, strict=False):
         out = out.merge(compare_arrays(a, e, rtol, atol, f"output {n!r}", check_values))
     return out

@@ -18,8 +18,9 @@ runtime results still count (what actually ran is taken from the session's node 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any
 
 from ep_core.errors import EpCoreError
 from ep_core.kernels import KernelDef, KernelRegistry

@@ -9,8 +9,9 @@ from __future__ import annotations
 import html
 import json
 import math
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any
 
 FORMATS = ("text", "md", "json", "html")
 STATUS_ORDER = ("pass", "fail", "error", "fallback", "skipped")
@@ -114,6 +115,10 @@ def render_markdown(data: dict[str, Any]) -> str:
         cv = st["coverage_vs_onnx"]
         out += ["## Static coverage", "",
                 f"EP kind: `{st['ep_kind']}`; fusable ops declared: {'yes' if st['fusable_declared'] else 'no'}.", ""]
+        if not st["fusable_declared"]:
+            out += ["The EP does not implement `fusable_ops()` (see docs/parity.md), so ops it only serves by "
+                    "compiling fused groups are not counted here; the runtime section shows what actually ran "
+                    "on it.", ""]
         out += _md_table(["measure", "covered"], [
             ["ONNX ops at their newest opset", _frac(cv["ops_latest"])],
             ["ONNX op versions (schema ranges)", _frac(cv["op_versions"])],
@@ -161,16 +166,27 @@ def render_markdown(data: dict[str, Any]) -> str:
         bad = [c for c in rt["cases"] if c["status"] in ("fail", "error")]
         if bad:
             out += ["", f"### Failures and errors ({len(bad)})", ""]
-            out += _md_table(["case", "op", "status", "reason"],
-                             [[c["name"], c["op_type"], c["status"], c["reason"][:300]] for c in bad])
+            out += _md_table(["case", "op", "status", "defect", "reason"],
+                             [[c["name"], c["op_type"], c["status"],
+                               "yes" if c["status"] == "fail" or c["reference_status"] == "ok" else "no (reference fails too)",
+                               c["reason"][:300]] for c in bad[:300]])
+            if len(bad) > 300:
+                out += ["", f"{len(bad) - 300} more in the JSON report."]
         fb = [c for c in rt["cases"] if c["status"] == "fallback"]
         if fb:
-            out += ["", f"### Fallbacks ({len(fb)})", "",
-                    "A fallback is never a pass: these cases ran (partly) on another EP.", ""]
-            out += _md_table(["case", "op", "nodes on EP", "fell back"],
-                             [[c["name"], c["op_type"], f"{c['nodes_on_ep']}/{c['nodes_total']}",
-                               ", ".join(f"{n['node']} ({n['op_type']}) on {n['ep']}" for n in c["fallback_nodes"][:6])
-                               + (" ..." if len(c["fallback_nodes"]) > 6 else "")] for c in fb])
+            per_op: dict[str, list[dict[str, Any]]] = {}
+            for c in fb:
+                per_op.setdefault(c["op_type"], []).append(c)
+            out += ["", f"### Fallbacks ({len(fb)} cases, {len(per_op)} ops)", "",
+                    "A fallback is never a pass: these cases ran wholly (`full`) or partly (`partial`) on another EP. "
+                    "Every node that fell back is listed per case in the JSON report (`fallback_nodes`).", ""]
+            rows = []
+            for op, cs in sorted(per_op.items()):
+                full = sum(1 for c in cs if c["nodes_on_ep"] == 0)
+                took = sorted({f"{n['op_type']} on {n['ep']}" for c in cs for n in c["fallback_nodes"]})
+                rows.append([f"`{op}`", len(cs), full, len(cs) - full,
+                             ", ".join(took[:8]) + (f" (+{len(took) - 8} more)" if len(took) > 8 else "")])
+            out += _md_table(["op", "cases", "full", "partial", "nodes that fell back"], rows)
         sk = [c for c in rt["cases"] + rt["models"] if c["status"] == "skipped"]
         if sk:
             reasons: dict[str, int] = {}
@@ -183,7 +199,22 @@ def render_markdown(data: dict[str, Any]) -> str:
 
 # ----------------------------------------------------------------------------- json
 def render_json(data: dict[str, Any]) -> str:
-    return json.dumps(data, indent=1, allow_nan=False) + "\n"
+    """Valid JSON laid out for diffs: the top two levels indented, then one line per op, case or
+    model, so a regenerated report changes only the lines of what changed."""
+
+    def compact(obj: Any) -> str:
+        return json.dumps(obj, separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+    def dump(obj: Any, level: int) -> str:
+        pad = " " * (level + 1)
+        if isinstance(obj, dict) and level <= 1 and obj:
+            items = [f"{pad}{json.dumps(k)}: {dump(v, level + 1)}" for k, v in obj.items()]
+            return "{\n" + ",\n".join(items) + "\n" + " " * level + "}"
+        if isinstance(obj, list) and level <= 2 and obj and all(isinstance(x, dict) for x in obj):
+            return "[\n" + ",\n".join(pad + compact(x) for x in obj) + "\n" + " " * level + "]"
+        return compact(obj)
+
+    return dump(data, 0) + "\n"
 
 
 # ----------------------------------------------------------------------------- html

@@ -8,8 +8,9 @@ import datetime as _dt
 import os
 import platform
 import re
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Callable, Sequence
+from typing import Any
 
 from ep_core.parity.introspect import EpDescription, EpLoadFailure, describe_ep, reference_ep_name
 from ep_core.plugins import PluginRegistry, get_registry

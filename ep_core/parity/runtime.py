@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -88,7 +89,7 @@ def execute(case: Case, provider: str, registry: PluginRegistry | None) -> RunRe
 
 def _compare(run: RunResult, expected: Sequence[Sequence[Any]], case: Case) -> Comparison:
     out = Comparison(True)
-    for got, want in zip(run.outputs, expected):
+    for got, want in zip(run.outputs, expected, strict=False):
         out = out.merge(compare_outputs(list(got), list(want), run.output_names, case.rtol, case.atol,
                                         case.op_type not in RANDOM_OPS))
     return out

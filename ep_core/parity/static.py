@@ -10,8 +10,9 @@ fewer types (the missing ones are listed), ``missing`` otherwise."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 from ep_core.kernels import KernelDef
 from ep_core.parity.families import family_of

@@ -6,7 +6,8 @@ Each is a host-memory EP built from ep_core's public pieces (``HostEpFactory``, 
 from __future__ import annotations
 
 import contextlib
-from typing import Any, Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 import pytest

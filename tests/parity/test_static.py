@@ -7,8 +7,8 @@ from onnx import defs
 
 from ep_core.kernels import KernelDef
 from ep_core.parity import EpLoadFailure, FusableOpsError, build_report, normalize_fusable
-from ep_core.parity.static import SchemaVersion, _Def, op_segments, schema_index, static_report
 from ep_core.parity.introspect import describe_ep
+from ep_core.parity.static import SchemaVersion, _Def, op_segments, schema_index, static_report
 
 REF = "CpuReferenceExecutionProvider"
 
