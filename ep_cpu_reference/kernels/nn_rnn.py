@@ -118,6 +118,7 @@ def _run(
     h0: Any,
     extra_states: list[Any],
     step: Callable[..., Any],
+    cache: dict[Any, Any] | None = None,
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Shared driver: x is (T, B, I) in compute dtype. Returns Y (T, D, B, H), Y_h (D, B, H) and
     the final extra states (LSTM's cell)."""
@@ -137,8 +138,15 @@ def _run(
         if reverse:
             ridx = _reverse_index(seq, batch, lens_arr)
             xd = x[ridx, np.arange(batch)[None, :]]
-        wt = w[d].astype(dt, copy=False).T  # (I, G*H)
-        rt = np.ascontiguousarray(r[d].astype(dt, copy=False).T)  # (H, G*H)
+        got = None if cache is None else cache.get((d, dt))
+        if got is None:
+            got = (
+                np.ascontiguousarray(w[d].astype(dt, copy=False).T),  # (I, G*H)
+                np.ascontiguousarray(r[d].astype(dt, copy=False).T),  # (H, G*H)
+            )
+            if cache is not None:
+                cache[(d, dt)] = got
+        wt, rt = got
         g = spec.n_gates
         if b is not None:
             wb = b[d, : g * hsz].astype(dt)
@@ -189,6 +197,12 @@ def _outputs(spec: _RnnSpec, odt: np.dtype, y: np.ndarray, finals: list[np.ndarr
     return tuple(outs[:n_out]) + (None,) * max(0, n_out - len(outs))
 
 
+def _weight_cache(node: Any, ctx: Any) -> dict[Any, Any] | None:
+    """Transposed W and R per direction are kept across runs when both are constants."""
+    consts = [ctx.constant(n) for n in node.inputs[1:3]]
+    return {} if all(c is not None for c in consts) else None
+
+
 def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
     g = spec.n_gates
     if w.shape[0] != spec.num_dir or r.shape[0] != spec.num_dir or w.shape[1] != g * r.shape[-1]:
@@ -197,35 +211,38 @@ def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
 
 @REGISTRY.register("LSTM", since=first_since("LSTM"), host_inputs=(4,))
 def build_lstm(node: Any, ctx: Any) -> Any:
+    cache = _weight_cache(node, ctx)
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     input_forget = bool(node.attr("input_forget", 0))
     n_out = len(node.outputs)
-    peep: dict[str, Any] = {"p": None}
+    def make_step(p: Any) -> Callable[..., Any]:
+        """The per-step cell for peepholes ``p`` (a closure per run: no state shared between runs)."""
 
-    def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
-        (c,) = states
-        f_act, g_act, h_act = spec.dir_acts(d)
-        hs = h.shape[1]
-        gates = xw + h @ rt + (wb + rb)
-        p = peep["p"]
-        gi, go, gf, gc = (gates[:, k * hs : (k + 1) * hs] for k in range(4))
-        if p is not None:
-            gi = gi + p[d, :hs] * c
-            gf = gf + p[d, 2 * hs :] * c
-        i = f_act(spec.clipped(gi))
-        f = 1 - i if input_forget else f_act(spec.clipped(gf))
-        ct = g_act(spec.clipped(gc))
-        c_new = f * c + i * ct
-        if p is not None:
-            go = go + p[d, hs : 2 * hs] * c_new
-        o = f_act(spec.clipped(go))
-        return o * h_act(c_new), [c_new]
+        def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
+            (c,) = states
+            f_act, g_act, h_act = spec.dir_acts(d)
+            hs = h.shape[1]
+            gates = xw + h @ rt + (wb + rb)
+            gi, go, gf, gc = (gates[:, k * hs : (k + 1) * hs] for k in range(4))
+            if p is not None:
+                gi = gi + p[d, :hs] * c
+                gf = gf + p[d, 2 * hs :] * c
+            i = f_act(spec.clipped(gi))
+            f = 1 - i if input_forget else f_act(spec.clipped(gf))
+            ct = g_act(spec.clipped(gc))
+            c_new = f * c + i * ct
+            if p is not None:
+                go = go + p[d, hs : 2 * hs] * c_new
+            o = f_act(spec.clipped(go))
+            return o * h_act(c_new), [c_new]
+
+        return step
 
     def compute(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
         xc, (h0_, c0_) = _io(node, spec, x, [h0, c0])
-        peep["p"] = None if p is None else p.astype(xc.dtype)
-        y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step)
+        step = make_step(None if p is None else p.astype(xc.dtype))
+        y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step, cache)
         return _outputs(spec, x.dtype, y, [y_h, y_c], n_out)
 
     return compute
@@ -233,6 +250,7 @@ def build_lstm(node: Any, ctx: Any) -> Any:
 
 @REGISTRY.register("GRU", since=first_since("GRU"), host_inputs=(4,))
 def build_gru(node: Any, ctx: Any) -> Any:
+    cache = _weight_cache(node, ctx)
     spec = _RnnSpec(node, 3, ["Sigmoid", "Tanh"])
     lbr = bool(node.attr("linear_before_reset", 0))
     n_out = len(node.outputs)
@@ -254,7 +272,7 @@ def build_gru(node: Any, ctx: Any) -> Any:
     def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
         xc, (h0_,) = _io(node, spec, x, [h0])
-        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step)
+        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step, cache)
         return _outputs(spec, x.dtype, y, [y_h], n_out)
 
     return compute
@@ -262,6 +280,7 @@ def build_gru(node: Any, ctx: Any) -> Any:
 
 @REGISTRY.register("RNN", since=first_since("RNN"), host_inputs=(4,))
 def build_rnn(node: Any, ctx: Any) -> Any:
+    cache = _weight_cache(node, ctx)
     spec = _RnnSpec(node, 1, ["Tanh"])
     n_out = len(node.outputs)
 
@@ -272,7 +291,7 @@ def build_rnn(node: Any, ctx: Any) -> Any:
     def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
         xc, (h0_,) = _io(node, spec, x, [h0])
-        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step)
+        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step, cache)
         return _outputs(spec, x.dtype, y, [y_h], n_out)
 
     return compute
