@@ -79,6 +79,17 @@ def _attrs(node: Any) -> tuple[bool, str]:
     return saturate, mode
 
 
+@REGISTRY.register("Cast", since=1, end=5)
+def build_cast1(node: Any, ctx: Any) -> Callable[..., Any]:
+    """Opsets 1-5: ``to`` is the type's name as a string ("FLOAT", "INT64"...)."""
+    name = node.attr("to")
+    try:
+        to = int(name) if isinstance(name, int) else int(TensorProto.DataType.Value(str(name).upper()))
+    except ValueError:
+        raise ValueError(f"{node.describe()}: 'to' must name a TensorProto data type, got {name!r}") from None
+    return lambda x: (cast_array(x, to),)
+
+
 @REGISTRY.register("Cast", since=6, end=18)
 def build_cast6(node: Any, ctx: Any) -> Callable[..., Any]:
     """Opsets 6-18: no saturate attribute (float8 did not exist yet)."""

@@ -10,11 +10,17 @@ from __future__ import annotations
 from typing import Any, Sequence
 
 from ep_core.kernels import KernelContext
-
 from ep_cpu_reference.registry import REGISTRY
 
-# Ops onnx.reference gets wrong for our purposes (see the issue tracker and tests); never delegated.
-NEVER_DELEGATE = frozenset({"If", "Loop", "Scan", "SequenceMap"})
+# Ops never delegated, with why. Control flow must run its bodies through the session (nested
+# partitioning, outer-scope values); the others have no test that proves onnx.reference right.
+NEVER_DELEGATE: dict[str, str] = {
+    "If": "control flow runs natively (bodies are planned by the session)",
+    "Loop": "control flow runs natively (bodies are planned by the session)",
+    "Scan": "control flow runs natively (bodies are planned by the session)",
+    "SequenceMap": "control flow runs natively (bodies are planned by the session)",
+    "SVMClassifier": "no onnx node test and no independent expected values to prove onnx.reference's vote/score conventions",
+}
 DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview")
 
 
@@ -55,37 +61,46 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
 
 
 def _register_all() -> None:
+    """Delegate every op of DOMAINS that onnx.reference can run (natively or through the
+    schema's function body) and no native kernel serves; for an op whose native kernels start
+    at a later opset, delegate only the older versions, so old models still run."""
     from onnx import defs
     from onnx.reference.ops._op_list import load_op
+    from onnx.reference.ops.aionnx_preview._op_list import load_op as load_preview_op
+    from onnx.reference.ops.aionnxml._op_list import load_op as load_ml_op
 
-    first: dict[tuple[str, str], int] = {}
+    loaders = {"": load_op, "ai.onnx.ml": load_ml_op, "ai.onnx.preview": load_preview_op}
+    versions: dict[tuple[str, str], list[Any]] = {}
     for schema in defs.get_all_schemas_with_history():
-        key = (schema.domain, schema.name)
-        first[key] = min(first.get(key, schema.since_version), schema.since_version)
-    for schema in defs.get_all_schemas_with_history():
-        domain = schema.domain
-        if domain not in DOMAINS or schema.deprecated:
+        if schema.domain in DOMAINS and schema.name not in NEVER_DELEGATE:
+            versions.setdefault((schema.domain, schema.name), []).append(schema)
+    for (domain, op), schemas in sorted(versions.items()):
+        schemas.sort(key=lambda s: s.since_version)
+        first = schemas[0]
+        if all(s.deprecated for s in schemas):
             continue
-        op = schema.name
-        if op in NEVER_DELEGATE or REGISTRY.has_op(op, domain):
-            continue
-        if domain == "":
-            try:
-                load_op("", op, schema.since_version)
-            except Exception:
-                if not schema.has_function and not schema.has_context_dependent_function:
-                    continue
-        REGISTRY.add(
-            _delegated_def(op, domain, first[(domain, op)]),
-            build_delegate,
-        )
+        native = [e.kernel_def.since_version for e in REGISTRY if e.kernel_def.op_type == op
+                  and e.kernel_def.domain_key == ("ai.onnx" if domain == "" else domain)]
+        end = None
+        if native:
+            if first.since_version >= min(native):
+                continue
+            end = min(native) - 1
+        try:
+            loaders[domain](domain, op, first.since_version)
+        except Exception:
+            # no Python implementation: onnx.reference can still expand a function body
+            if not first.has_function and not first.has_context_dependent_function:
+                continue
+        REGISTRY.add(_delegated_def(op, domain, first.since_version, end), build_delegate)
 
 
-def _delegated_def(op: str, domain: str, since: int) -> Any:
-    """One open-ended def from the op's first schema version (onnx.reference handles versions)."""
+def _delegated_def(op: str, domain: str, since: int, end: int | None) -> Any:
+    """One def from the op's first schema version up to ``end`` (onnx.reference handles the
+    versions in between)."""
     from ep_core.kernels import KernelDef
 
-    return KernelDef(op_type=op, domain=domain, since_version=since, end_version=None, delegated=True)
+    return KernelDef(op_type=op, domain=domain, since_version=since, end_version=end, delegated=True)
 
 
 _register_all()

@@ -58,6 +58,13 @@ def build_transpose(node: Any, ctx: Any) -> Fn:
     return lambda x: (np.transpose(x, perm if perm else None),)
 
 
+@REGISTRY.register("Concat", since=1, end=3)
+def build_concat1(node: Any, ctx: Any) -> Fn:
+    """Opsets 1-3: axis is optional, default 1."""
+    axis = int(node.attr("axis", 1))
+    return lambda *xs: (np.concatenate(xs, axis=norm_axis(node, axis, xs[0].ndim)),)
+
+
 @REGISTRY.register("Concat", since=4)
 def build_concat(node: Any, ctx: Any) -> Fn:
     axis = int(node.attr("axis"))
@@ -121,6 +128,18 @@ def build_expand(node: Any, ctx: Any) -> Fn:
     def compute(x: Any, shape: Any) -> tuple[Any]:
         target = np.broadcast_shapes(x.shape, tuple(ints(shape)))
         return (np.array(np.broadcast_to(x, target)),)
+
+    return compute
+
+
+@REGISTRY.register("Tile", since=1, end=5, host_inputs=(1, 2))
+def build_tile1(node: Any, ctx: Any) -> Fn:
+    """Opsets 1-5: ``tiles`` copies along the single ``axis`` input."""
+
+    def compute(x: Any, tiles: Any, axis: Any) -> tuple[Any]:
+        reps = [1] * x.ndim
+        reps[norm_axis(node, ints(axis)[0], x.ndim)] = ints(tiles)[0]
+        return (np.tile(x, reps),)
 
     return compute
 
@@ -356,6 +375,15 @@ def _pad(node: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[i
     if mode in ("reflect", "edge", "wrap"):
         return np.pad(x, width, mode=mode)
     raise ValueError(f"{node.describe()}: mode must be constant, reflect, edge or wrap, got {mode!r}")
+
+
+@REGISTRY.register("Pad", since=1, end=1)
+def build_pad1(node: Any, ctx: Any) -> Fn:
+    """Opset 1: the pads attribute is called ``paddings``."""
+    pads = list(node.attr("paddings"))
+    mode = _text(node.attr("mode", "constant"))
+    value = float(node.attr("value", 0.0))
+    return lambda x: (_pad(node, x, pads, mode, np.asarray(value, dtype=x.dtype), None),)
 
 
 @REGISTRY.register("Pad", since=2, end=10)

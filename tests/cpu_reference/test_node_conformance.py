@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 
+import numpy as np
 import pytest
 
 from ep_cpu_reference import conformance
@@ -44,8 +45,6 @@ def test_exclusions_have_reasons_and_match_cases() -> None:
 
 def test_comparison_is_strict() -> None:
     """The runner's comparison catches dtype, shape, value, string and sequence differences."""
-    import numpy as np
-
     close = conformance.assert_close
     close(np.float32([1.0]), np.float32([1.0005]), 1e-3, 0.0)
     for expected, actual in (
@@ -59,3 +58,222 @@ def test_comparison_is_strict() -> None:
     ):
         with pytest.raises(AssertionError):
             close(expected, actual, 1e-3, 1e-7)
+
+
+# ---------------------------------------------------------------------------------------------
+# Hand-made cases for what onnx's node suite does not reach: ai.onnx.ml ops (native and
+# delegated), legacy opsets the reference EP serves, and the random ops whose suite cases are
+# excluded. Expected values are written out or computed here with plain NumPy formulas.
+from onnx import TensorProto as T  # noqa: E402
+from onnx import helper as oh  # noqa: E402
+
+ML = "ai.onnx.ml"
+
+
+def _model(node: object, inputs: list, outputs: list, opset: int = 18, ml: int = 3) -> bytes:
+    graph = oh.make_graph([node], "case", inputs, outputs)
+    imports = [oh.make_opsetid("", opset), oh.make_opsetid(ML, ml)]
+    return oh.make_model(graph, opset_imports=imports, ir_version=8).SerializeToString()
+
+
+def _t(name: str, elem: int, shape: list | None) -> object:
+    return oh.make_tensor_value_info(name, elem, shape)
+
+
+def _run_model(model: bytes, feed: dict) -> list:
+    import ep_core
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ep_core.InferenceSession(model).run(None, feed)
+
+
+X2 = np.array([[1.0, -2.0, 3.0], [0.0, 0.0, 0.0], [4.0, 5.0, -6.0]], dtype=np.float32)
+
+
+def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
+    """name -> (model, feed, expected outputs)."""
+    x = X2
+    cases: dict[str, tuple[bytes, dict, list]] = {}
+    f3 = [_t("x", T.FLOAT, [3, 3])]
+
+    cases["scaler"] = (
+        _model(oh.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0, 0.0, -1.0], scale=[2.0, 0.5, 1.0]), f3, [_t("y", T.FLOAT, [3, 3])]),
+        {"x": x},
+        [((x - np.float32([1, 0, -1])) * np.float32([2, 0.5, 1])).astype(np.float32)],
+    )
+    for norm in ("MAX", "L1", "L2"):
+        if norm == "MAX":
+            d = x.max(axis=1, keepdims=True)
+        elif norm == "L1":
+            d = np.abs(x).sum(axis=1, keepdims=True)
+        else:
+            d = np.sqrt((x * x).sum(axis=1, keepdims=True))
+        want = np.where(d == 0, x, x / np.where(d == 0, 1, d)).astype(np.float32)
+        cases[f"normalizer_{norm.lower()}"] = (
+            _model(oh.make_node("Normalizer", ["x"], ["y"], domain=ML, norm=norm), f3, [_t("y", T.FLOAT, [3, 3])]),
+            {"x": x},
+            [want],
+        )
+    xn = np.array([[1.0, np.nan], [np.nan, 4.0]], dtype=np.float32)
+    cases["imputer_nan_per_feature"] = (
+        _model(oh.make_node("Imputer", ["x"], ["y"], domain=ML, imputed_value_floats=[7.0, 8.0], replaced_value_float=float("nan")),
+               [_t("x", T.FLOAT, [2, 2])], [_t("y", T.FLOAT, [2, 2])]),
+        {"x": xn},
+        [np.array([[1.0, 8.0], [7.0, 4.0]], dtype=np.float32)],
+    )
+    w = np.array([[0.5, -1.0, 2.0], [1.0, 1.0, 1.0]], dtype=np.float32)
+    cases["linear_regressor_2_targets"] = (
+        _model(oh.make_node("LinearRegressor", ["x"], ["y"], domain=ML, coefficients=w.ravel().tolist(), intercepts=[1.0, -1.0], targets=2),
+               f3, [_t("y", T.FLOAT, [3, 2])]),
+        {"x": x},
+        [(x @ w.T + np.float32([1.0, -1.0])).astype(np.float32)],
+    )
+    cases["one_hot_encoder_ints"] = (
+        _model(oh.make_node("OneHotEncoder", ["x"], ["y"], domain=ML, cats_int64s=[1, 3, 5]),
+               [_t("x", T.INT64, [4])], [_t("y", T.FLOAT, [4, 3])]),
+        {"x": np.array([5, 1, 2, 3], dtype=np.int64)},
+        [np.array([[0, 0, 1], [1, 0, 0], [0, 0, 0], [0, 1, 0]], dtype=np.float32)],
+    )
+    cases["feature_vectorizer"] = (
+        _model(oh.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain=ML, inputdimensions=[2, 3]),
+               [_t("a", T.INT64, [2, 2]), _t("b", T.FLOAT, [2, 2])], [_t("y", T.FLOAT, [2, 5])]),
+        {"a": np.array([[1, 2], [3, 4]], dtype=np.int64), "b": np.array([[0.5, 1.5], [2.5, 3.5]], dtype=np.float32)},
+        [np.array([[1, 2, 0.5, 1.5, 0], [3, 4, 2.5, 3.5, 0]], dtype=np.float32)],
+    )
+    cases["category_mapper_str_to_int"] = (
+        _model(oh.make_node("CategoryMapper", ["x"], ["y"], domain=ML, cats_strings=["a", "b"], cats_int64s=[10, 20], default_int64=-7),
+               [_t("x", T.STRING, [3])], [_t("y", T.INT64, [3])]),
+        {"x": np.array(["b", "z", "a"], dtype=object)},
+        [np.array([20, -7, 10], dtype=np.int64)],
+    )
+    cases["category_mapper_int_to_str"] = (
+        _model(oh.make_node("CategoryMapper", ["x"], ["y"], domain=ML, cats_strings=["a", "b"], cats_int64s=[10, 20]),
+               [_t("x", T.INT64, [3])], [_t("y", T.STRING, [3])]),
+        {"x": np.array([20, 5, 10], dtype=np.int64)},
+        [np.array(["b", "_Unused", "a"], dtype=object)],
+    )
+    # three classes, linear scores X @ W.T + b, label = argmax (delegated to onnx.reference)
+    wc = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 0.0], [0.0, 0.0, 1.0]], dtype=np.float32)
+    bc = np.float32([0.0, 0.5, -0.5])
+    scores = x @ wc.T + bc
+    cases["linear_classifier_3_classes"] = (
+        _model(oh.make_node("LinearClassifier", ["x"], ["label", "scores"], domain=ML, coefficients=wc.ravel().tolist(),
+                            intercepts=bc.tolist(), classlabels_ints=[7, 8, 9]),
+               f3, [_t("label", T.INT64, [3]), _t("scores", T.FLOAT, [3, 3])]),
+        {"x": x},
+        [np.array([7, 8, 9], dtype=np.int64)[scores.argmax(axis=1)], scores.astype(np.float32)],
+    )
+    sv = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]], dtype=np.float32)
+    coef = np.float32([2.0, -1.0])
+    cases["svm_regressor_linear_kernel"] = (
+        _model(oh.make_node("SVMRegressor", ["x"], ["y"], domain=ML, kernel_type="LINEAR", support_vectors=sv.ravel().tolist(),
+                            coefficients=coef.tolist(), rho=[0.25], n_supports=2),
+               f3, [_t("y", T.FLOAT, [3, 1])]),
+        {"x": x},
+        [((x @ sv.T) @ coef + np.float32(0.25)).reshape(3, 1).astype(np.float32)],
+    )
+    # one tree: x0 <= 0.5 ? leaf 1 : leaf 2
+    tree = dict(
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+    )
+    xt = np.array([[0.0, 9.0], [1.0, -9.0], [0.5, 0.0]], dtype=np.float32)
+    cases["tree_ensemble_regressor_one_split"] = (
+        _model(oh.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=1, target_treeids=[0, 0],
+                            target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.5, -2.0], **tree),
+               [_t("x", T.FLOAT, [3, 2])], [_t("y", T.FLOAT, [3, 1])]),
+        {"x": xt},
+        [np.array([[1.5], [-2.0], [1.5]], dtype=np.float32)],
+    )
+    cases["tree_ensemble_classifier_3_classes"] = (
+        _model(oh.make_node("TreeEnsembleClassifier", ["x"], ["label", "probs"], domain=ML, class_treeids=[0, 0],
+                            class_nodeids=[1, 2], class_ids=[0, 2], class_weights=[1.0, 1.0], classlabels_int64s=[10, 20, 30], **tree),
+               [_t("x", T.FLOAT, [3, 2])], [_t("label", T.INT64, [3]), _t("probs", T.FLOAT, [3, 3])]),
+        {"x": xt},
+        [np.array([10, 30, 10], dtype=np.int64), np.array([[1, 0, 0], [0, 0, 1], [1, 0, 0]], dtype=np.float32)],
+    )
+    map_type = oh.make_map_type_proto(T.STRING, oh.make_tensor_type_proto(T.FLOAT, []))
+    cases["dict_vectorizer_strings"] = (
+        _model(oh.make_node("DictVectorizer", ["x"], ["y"], domain=ML, string_vocabulary=["a", "b", "c"]),
+               [oh.make_value_info("x", map_type)], [_t("y", T.FLOAT, [3])]),
+        {"x": {"a": 1.0, "c": 3.0}},
+        [np.array([1.0, 0.0, 3.0], dtype=np.float32)],
+    )
+    seq_of_maps = oh.make_sequence_type_proto(oh.make_map_type_proto(T.INT64, oh.make_tensor_type_proto(T.FLOAT, [])))
+    cases["zipmap_int_labels"] = (
+        _model(oh.make_node("ZipMap", ["x"], ["y"], domain=ML, classlabels_int64s=[3, 4]),
+               [_t("x", T.FLOAT, [2, 2])], [oh.make_value_info("y", seq_of_maps)]),
+        {"x": np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32)},
+        [[{3: 0.25, 4: 0.75}, {3: 1.0, 4: 0.0}]],
+    )
+    # legacy opsets the node suite no longer exports
+    xi = np.arange(6, dtype=np.float32).reshape(2, 3)
+    cases["cast_opset1_string_to"] = (
+        _model(oh.make_node("Cast", ["x"], ["y"], to="INT32"), [_t("x", T.FLOAT, [2, 3])], [_t("y", T.INT32, [2, 3])], opset=1),
+        {"x": xi + 0.25},
+        [xi.astype(np.int32)],
+    )
+    cases["concat_opset1_default_axis"] = (
+        _model(oh.make_node("Concat", ["a", "b"], ["y"]), [_t("a", T.FLOAT, [2, 3]), _t("b", T.FLOAT, [2, 3])], [_t("y", T.FLOAT, [2, 6])], opset=1),
+        {"a": xi, "b": -xi},
+        [np.concatenate([xi, -xi], axis=1)],
+    )
+    cases["pad_opset1_paddings"] = (
+        _model(oh.make_node("Pad", ["x"], ["y"], paddings=[0, 1, 0, 2], value=9.0), [_t("x", T.FLOAT, [2, 3])], [_t("y", T.FLOAT, [2, 6])], opset=1),
+        {"x": xi},
+        [np.array([[9, 0, 1, 2, 9, 9], [9, 3, 4, 5, 9, 9]], dtype=np.float32)],
+    )
+    cases["tile_opset1_axis_input"] = (
+        _model(oh.make_node("Tile", ["x", "tiles", "axis"], ["y"]),
+               [_t("x", T.FLOAT, [2, 3]), _t("tiles", T.INT64, []), _t("axis", T.INT64, [])], [_t("y", T.FLOAT, [4, 3])], opset=1),
+        {"x": xi, "tiles": np.array(2, dtype=np.int64), "axis": np.array(0, dtype=np.int64)},
+        [np.concatenate([xi, xi], axis=0)],
+    )
+    cases["add_opset6_broadcast_axis"] = (
+        _model(oh.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=0), [_t("a", T.FLOAT, [2, 3]), _t("b", T.FLOAT, [2])],
+               [_t("y", T.FLOAT, [2, 3])], opset=6),
+        {"a": xi, "b": np.float32([10, 20])},
+        [xi + np.float32([[10], [20]])],
+    )
+    return cases
+
+
+_EXTRA = _ml_cases()
+
+
+@pytest.mark.parametrize("name", sorted(_EXTRA))
+def test_hand_made_case(name: str) -> None:
+    model, feed, expected = _EXTRA[name]
+    got = _run_model(model, feed)
+    assert len(got) == len(expected)
+    for i, (e, a) in enumerate(zip(expected, got)):
+        if isinstance(e, list) and e and isinstance(e[0], dict):
+            assert a == e, f"output {i}"
+        else:
+            conformance.assert_close(e, a, 1e-5, 1e-6, f"output {i}")
+
+
+def test_random_ops_are_seeded_and_in_range() -> None:
+    """What the excluded Bernoulli cases cannot check: seeded draws repeat, unseeded ones vary,
+    values lie in range and p = 0 / p = 1 are exact."""
+    p = np.array([0.0, 1.0, 0.0, 1.0] * 50, dtype=np.float32)
+    model = _model(oh.make_node("Bernoulli", ["p"], ["y"], seed=3.0), [_t("p", T.FLOAT, [200])], [_t("y", T.FLOAT, [200])], opset=15)
+    (y,) = _run_model(model, {"p": p})
+    np.testing.assert_array_equal(y, p)
+    half = np.full(4000, 0.5, dtype=np.float32)
+    model = _model(oh.make_node("Bernoulli", ["p"], ["y"], seed=1.0), [_t("p", T.FLOAT, [4000])], [_t("y", T.FLOAT, [4000])], opset=15)
+    a, b = _run_model(model, {"p": half})[0], _run_model(model, {"p": half})[0]
+    np.testing.assert_array_equal(a, b)
+    assert set(np.unique(a)) <= {0.0, 1.0} and 0.45 < a.mean() < 0.55
+    node = oh.make_node("RandomUniform", [], ["y"], shape=[1000], low=2.0, high=3.0)
+    model = _model(node, [], [_t("y", T.FLOAT, [1000])], opset=15)
+    import ep_core
+
+    sess = ep_core.InferenceSession(model)
+    u1, u2 = sess.run(None, {})[0], sess.run(None, {})[0]
+    assert u1.dtype == np.float32 and u1.min() >= 2.0 and u1.max() < 3.0
+    assert not np.array_equal(u1, u2), "an unseeded generator must not repeat"
+    node = oh.make_node("RandomNormal", [], ["y"], shape=[5000], mean=1.0, scale=2.0, seed=5.0)
+    (n,) = _run_model(_model(node, [], [_t("y", T.FLOAT, [5000])], opset=15), {})
+    assert abs(n.mean() - 1.0) < 0.15 and abs(n.std() - 2.0) < 0.15

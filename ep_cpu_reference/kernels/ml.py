@@ -1,0 +1,208 @@
+"""The simple ``ai.onnx.ml`` ops, natively: Binarizer, Scaler, Normalizer, Imputer,
+LinearRegressor, OneHotEncoder, FeatureVectorizer, ArrayFeatureExtractor, ZipMap, CategoryMapper.
+Tree ensembles, SVMs, LabelEncoder, LinearClassifier and DictVectorizer stay delegated (proven by
+node tests and the hand-made cases in tests/cpu_reference/test_node_conformance.py).
+
+Where the spec text and onnxruntime disagree (Normalizer's L1/L2 keep the sign and divide by the
+sum of |x| / the L2 norm), these kernels follow onnxruntime, the runtime models are built for."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable
+
+import numpy as np
+
+from ep_cpu_reference.registry import REGISTRY
+
+Fn = Callable[..., Any]
+ML = "ai.onnx.ml"
+
+
+def _text(v: Any) -> Any:
+    return v.decode() if isinstance(v, bytes) else v
+
+
+@REGISTRY.register("Binarizer", since=1, domain=ML)
+def build_binarizer(node: Any, ctx: Any) -> Fn:
+    threshold = float(node.attr("threshold", 0.0))
+    return lambda x: ((x > threshold).astype(x.dtype),)
+
+
+@REGISTRY.register("Scaler", since=1, domain=ML)
+def build_scaler(node: Any, ctx: Any) -> Fn:
+    """(x - offset) * scale per feature (or one value for all), in float32."""
+    offset = np.array(node.attr("offset", [0.0]), dtype=np.float32)
+    scale = np.array(node.attr("scale", [1.0]), dtype=np.float32)
+    return lambda x: (((x.astype(np.float32) - offset) * scale).astype(np.float32),)
+
+
+@REGISTRY.register("Normalizer", since=1, domain=ML)
+def build_normalizer(node: Any, ctx: Any) -> Fn:
+    """Each row divided by its max, sum of |x| or L2 norm; a zero divisor leaves the row as is."""
+    norm = _text(node.attr("norm", "MAX"))
+    if norm not in ("MAX", "L1", "L2"):
+        raise ValueError(f"{node.describe()}: norm must be MAX, L1 or L2, got {norm!r}")
+
+    def compute(x: Any) -> tuple[Any]:
+        v = x.astype(np.float64)
+        v2 = v.reshape(1, -1) if v.ndim == 1 else v
+        if norm == "MAX":
+            d = v2.max(axis=1, keepdims=True)
+        elif norm == "L1":
+            d = np.abs(v2).sum(axis=1, keepdims=True)
+        else:
+            d = np.sqrt((v2 * v2).sum(axis=1, keepdims=True))
+        y = np.where(d == 0, v2, v2 / np.where(d == 0, 1, d))
+        return (y.reshape(x.shape).astype(np.float32),)
+
+    return compute
+
+
+@REGISTRY.register("Imputer", since=1, domain=ML)
+def build_imputer(node: Any, ctx: Any) -> Fn:
+    """Replaces elements equal to the replaced value (NaN matches NaN) by the imputed value of
+    their feature (last axis), or the single imputed value."""
+    floats = node.attr("imputed_value_floats")
+    imputed = np.array(floats if floats else node.attr("imputed_value_int64s", []))
+    replaced = float(node.attr("replaced_value_float", 0.0)) if floats else int(node.attr("replaced_value_int64", 0))
+    if imputed.size == 0:
+        raise ValueError(f"{node.describe()}: needs imputed_value_floats or imputed_value_int64s")
+
+    def compute(x: Any) -> tuple[Any]:
+        hit = np.isnan(x) if isinstance(replaced, float) and math.isnan(replaced) else x == replaced
+        fill = imputed if imputed.size > 1 else imputed.reshape(())
+        if imputed.size > 1 and x.shape[-1] != imputed.size:
+            raise ValueError(f"{node.describe()}: {imputed.size} imputed values for {x.shape[-1]} features")
+        return (np.where(hit, fill.astype(x.dtype), x),)
+
+    return compute
+
+
+@REGISTRY.register("LinearRegressor", since=1, domain=ML)
+def build_linear_regressor(node: Any, ctx: Any) -> Fn:
+    """X @ W.T + b with W [targets, features]; post_transform NONE only (the spec's PROBIT
+    applies to one target and is not implemented here)."""
+    targets = int(node.attr("targets", 1))
+    coef = np.array(node.attr("coefficients"), dtype=np.float64).reshape(targets, -1)
+    icpt = np.array(node.attr("intercepts", [0.0] * targets), dtype=np.float64)
+    post = _text(node.attr("post_transform", "NONE"))
+    if post != "NONE":
+        raise ValueError(f"{node.describe()}: post_transform {post!r} is not supported (NONE is)")
+
+    def compute(x: Any) -> tuple[Any]:
+        v = x.astype(np.float64).reshape(-1, coef.shape[1])
+        return ((v @ coef.T + icpt).astype(np.float32),)
+
+    return compute
+
+
+@REGISTRY.register("OneHotEncoder", since=1, domain=ML)
+def build_one_hot_encoder(node: Any, ctx: Any) -> Fn:
+    """A trailing axis of len(categories), 1.0 where the input equals the category; unknown
+    values are all-zero rows, or an error with zeros=0."""
+    ints = node.attr("cats_int64s")
+    cats = np.array(ints if ints else [_text(s) for s in node.attr("cats_strings", [])], dtype=np.int64 if ints else object)
+    zeros = int(node.attr("zeros", 1))
+
+    def compute(x: Any) -> tuple[Any]:
+        v = x.astype(np.int64) if ints else x.astype(object)
+        hot = v[..., None] == cats
+        if not zeros and not hot.any(axis=-1).all():
+            raise ValueError(f"{node.describe()}: an input value is not a category and zeros=0")
+        return (hot.astype(np.float32),)
+
+    return compute
+
+
+@REGISTRY.register("FeatureVectorizer", since=1, domain=ML)
+def build_feature_vectorizer(node: Any, ctx: Any) -> Fn:
+    """Inputs as [N, C_i] (1-D as [1, C]), each cut or zero-padded to inputdimensions[i], then
+    concatenated along axis 1 as float32."""
+    dims = [int(d) for d in node.attr("inputdimensions", [])]
+
+    def compute(*xs: Any) -> tuple[Any]:
+        parts = []
+        for i, x in enumerate(xs):
+            v = x.astype(np.float32).reshape(1, -1) if x.ndim == 1 else x.astype(np.float32).reshape(x.shape[0], -1)
+            d = dims[i] if i < len(dims) else v.shape[1]
+            out = np.zeros((v.shape[0], d), dtype=np.float32)
+            out[:, : min(d, v.shape[1])] = v[:, :d]
+            parts.append(out)
+        return (np.concatenate(parts, axis=1),)
+
+    return compute
+
+
+@REGISTRY.register("ArrayFeatureExtractor", since=1, domain=ML)
+def build_array_feature_extractor(node: Any, ctx: Any) -> Fn:
+    """Selects features (last axis) by index."""
+
+    def compute(x: Any, y: Any) -> tuple[Any]:
+        idx = np.asarray(y).astype(np.int64).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= x.shape[-1]):
+            raise IndexError(f"{node.describe()}: indices must be in [0, {x.shape[-1]}), got {idx.tolist()}")
+        out = np.take(x, idx, axis=-1)
+        return (out.reshape(1, -1) if x.ndim == 1 else out,)
+
+    return compute
+
+
+@REGISTRY.register("ZipMap", since=1, domain=ML)
+def build_zipmap(node: Any, ctx: Any) -> Fn:
+    """Each row of scores as a {class label: score} dict; the output is a list of dicts."""
+    ints = node.attr("classlabels_int64s")
+    labels = [int(v) for v in ints] if ints else [_text(s) for s in node.attr("classlabels_strings", [])]
+
+    def compute(x: Any) -> tuple[Any]:
+        rows = x.reshape(1, -1) if x.ndim == 1 else x
+        if rows.shape[1] != len(labels):
+            raise ValueError(f"{node.describe()}: {rows.shape[1]} scores per row for {len(labels)} labels")
+        return ([dict(zip(labels, (float(v) for v in row))) for row in rows],)
+
+    return compute
+
+
+@REGISTRY.register("CategoryMapper", since=1, domain=ML)
+def build_category_mapper(node: Any, ctx: Any) -> Fn:
+    """strings -> int64 through (cats_strings[i] -> cats_int64s[i]), or back; unknowns get the
+    default_int64 / default_string."""
+    strings = [_text(s) for s in node.attr("cats_strings", [])]
+    ints = [int(v) for v in node.attr("cats_int64s", [])]
+    if len(strings) != len(ints):
+        raise ValueError(f"{node.describe()}: cats_strings and cats_int64s differ in length")
+    to_int = dict(zip(strings, ints))
+    to_str = dict(zip(ints, strings))
+    d_int = int(node.attr("default_int64", -1))
+    d_str = _text(node.attr("default_string", "_Unused"))
+
+    def compute(x: Any) -> tuple[Any]:
+        if x.dtype == object or x.dtype.kind in "US":
+            return (np.array([to_int.get(str(v), d_int) for v in x.ravel()], dtype=np.int64).reshape(x.shape),)
+        return (np.array([to_str.get(int(v), d_str) for v in x.ravel()], dtype=object).reshape(x.shape),)
+
+    return compute
+
+
+@REGISTRY.register("DictVectorizer", since=1, domain=ML)
+def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
+    """A map as the 1-D vector over the vocabulary (absent keys are 0), typed as the node's
+    output says (onnx.reference returns float64 for float maps, hence native)."""
+    vocab = [_text(s) for s in node.attr("string_vocabulary", [])] or [int(v) for v in node.attr("int64_vocabulary", [])]
+    where = {k: i for i, k in enumerate(vocab)}
+    info = node.output_info(0)
+    dtype = info.np_dtype if info is not None and info.np_dtype is not None else None
+
+    def compute(x: Any) -> tuple[Any]:
+        if not isinstance(x, dict):
+            raise TypeError(f"{node.describe()}: input must be a map (dict), got {type(x).__name__}")
+        values = list(x.values())
+        out_type = dtype or (object if values and isinstance(values[0], str) else np.asarray(values).dtype)
+        out = np.zeros(len(vocab), dtype=out_type) if out_type != object else np.full(len(vocab), "", dtype=object)
+        for k, v in x.items():
+            if k not in where:
+                raise KeyError(f"{node.describe()}: key {k!r} is not in the vocabulary")
+            out[where[k]] = v
+        return (out,)
+
+    return compute
