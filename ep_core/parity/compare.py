@@ -94,13 +94,15 @@ def compare_arrays(
         bad = int(np.count_nonzero(a != e)) if a.size else 0
         return Comparison(bad == 0, float(bad > 0), float(bad > 0),
                           None if bad == 0 else f"{where}: {bad} of {e.size} values differ")
+    af: np.ndarray | None
+    ef: np.ndarray | None
     if e.dtype.kind == "c":
         af, ef = a.astype(np.complex128), e.astype(np.complex128)
     else:
         af, ef = _as_float64(a), _as_float64(e)
-        if af is None or ef is None:
-            bad = int(np.count_nonzero(a.view(np.uint8) != e.view(np.uint8))) if a.size else 0
-            return Comparison(bad == 0, mismatch=None if bad == 0 else f"{where}: {bad} bytes differ ({e.dtype})")
+    if af is None or ef is None:  # a dtype NumPy cannot widen: compare the bytes
+        nbytes = int(np.count_nonzero(a.view(np.uint8) != e.view(np.uint8))) if a.size else 0
+        return Comparison(nbytes == 0, mismatch=None if nbytes == 0 else f"{where}: {nbytes} bytes differ ({e.dtype})")
     if af.size == 0:
         return Comparison(True)
     nan_a, nan_e = np.isnan(af), np.isnan(ef)
@@ -120,8 +122,7 @@ def compare_arrays(
     max_abs = float(np.max(diff))
     nz = mag > 0
     max_rel = float(np.max(diff[nz] / mag[nz])) if np.any(nz) else (0.0 if max_abs == 0 else math.inf)
-    bad = diff > atol + rtol * mag
-    nbad = int(np.count_nonzero(bad))
+    nbad = int(np.count_nonzero(diff > atol + rtol * mag))
     if nbad:
         return Comparison(False, max_abs, max_rel,
                           f"{where}: {nbad} of {diff.size} values off (max abs {max_abs:.3g}, max rel {max_rel:.3g}; "

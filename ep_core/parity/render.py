@@ -355,7 +355,9 @@ def render_html(data: dict[str, Any]) -> str:
         if err_rows:
             shown = err_rows[:60]
             body.append(f"<h2>Max absolute error per op{' (worst 60)' if len(err_rows) > 60 else ''}</h2>")
-            body.append('<div class="sub">Against the expected outputs of the ONNX node tests; bar colour is the op\'s status.</div>')
+            body.append('<div class="sub">Against the expected outputs of the ONNX node tests, over the cases where '
+                        'at least one node ran on the EP (a full fallback measures another EP); bar colour is the '
+                        'op\'s status.</div>')
             body.append(log_error_svg(shown, "max abs error per op, log scale"))
     if st is not None:
         colors = {"ok": "#2e8540", "partial": "#e5a000", "missing": "#d83933"}

@@ -130,6 +130,7 @@ def op_segments(defs: Sequence[_Def], versions: Sequence[SchemaVersion], max_ops
         schema = _schema_at(versions, opset)
         if schema is None:
             continue
+        missing: dict[str, list[str]]
         if schema.deprecated:
             status, via, missing = "deprecated", "none", {}
         else:

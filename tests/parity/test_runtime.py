@@ -47,6 +47,8 @@ def test_ep_that_claims_nothing_shows_only_fallbacks(claims_nothing_ep: str) -> 
     cases = rt["cases"] + rt["models"]
     assert cases and {c["status"] for c in cases} == {"fallback"}
     assert rt["totals"]["pass"] == 0 and rt["pass_rate"] == 0.0
+    # a full fallback measures the reference EP, so no error is charged to the EP under test
+    assert all(o["max_abs_err"] is None and o["status"] == "fallback" for o in rt["ops"])
     for c in cases:
         assert c["nodes_on_ep"] == 0 and c["fallback_nodes"] and {n["ep"] for n in c["fallback_nodes"]} == {REF}
         assert c["reason"].startswith(f"no node ran on {claims_nothing_ep}")
