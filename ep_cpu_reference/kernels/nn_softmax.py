@@ -11,7 +11,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
+from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, is_float
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -43,8 +43,8 @@ def _family(fn: Callable[[np.ndarray, int], np.ndarray]) -> Callable[..., Any]:
             axis = axis_attr + r if axis_attr < 0 else axis_attr
             if not 0 <= axis < max(r, 1):
                 raise fail(node, f"axis={axis_attr} is outside the input rank {r}")
-            # float16 stays float16 (as the ONNX reference computes); bfloat16 goes via float32
-            xc = x if x.dtype == np.float16 else as_compute(x)
+            # half types compute natively, as the ONNX reference does (its expected values round there)
+            xc = x if x.dtype.itemsize == 2 and is_float(x.dtype) else as_compute(x)
             if legacy:
                 lead = int(np.prod(x.shape[:axis]))
                 y = fn(xc.reshape(lead, -1), 1).reshape(x.shape)
