@@ -148,6 +148,8 @@ def judge_case(case: Case, ep_name: str, mine: RunResult | None, oracle: RunResu
         fallback_nodes=others,
         ep_counts=counts,
     )
+    if case.kind == "model":  # the full node -> EP map; node tests have one node, ep_counts says it
+        entry["assignment"] = {n: a["ep"] for n, a in mine.assignment.items()}
     vs_expected = _compare(mine, case.expected, case) if case.expected is not None else None
     vs_reference = None
     if oracle is not None and oracle.error is None:

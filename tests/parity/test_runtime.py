@@ -58,7 +58,8 @@ def test_partial_fallback_names_the_nodes_that_fell_back(exact_add_ep: str) -> N
     rt = _runtime(exact_add_ep, node_tests=False, models=["magika"])
     (m,) = rt["models"]
     assert m["status"] == "fallback" and m["reason"].startswith("partial fallback")
-    assert 0 < m["nodes_on_ep"] < m["nodes_total"]
+    assert 0 < m["nodes_on_ep"] < m["nodes_total"] == len(m["assignment"])
+    assert sum(1 for ep in m["assignment"].values() if ep == exact_add_ep) == m["nodes_on_ep"]
     assert {n["op_type"] for n in m["fallback_nodes"]} >= {"Conv", "MatMul"} and "Add" not in {n["op_type"] for n in m["fallback_nodes"]}
     assert m["vs_reference"]["ok"] is True and m["vs_expected"] is None
 
