@@ -29,6 +29,7 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
     training = node.opset >= 14 and bool(node.attr("training_mode", 0))
     n_out = len(node.outputs)
     consts = [ctx.constant(n) if n else None for n in node.inputs[1:5]]
+    all_const = all(c is not None for c in consts)
     folded: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
 
     def fold(scale: Any, bias: Any, mean: Any, var: Any, dt: np.dtype) -> tuple[np.ndarray, np.ndarray]:
@@ -49,16 +50,14 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
             rm = (mean * momentum + bm * (1 - momentum)).astype(mean.dtype)
             rv = (var * momentum + bv * (1 - momentum)).astype(var.dtype)
             return (y.astype(odt), rm, rv)
-        if all(c is not None for c in consts):
-            got = folded.get(dt)
-            if got is None:
-                got = fold(scale, bias, mean, var, dt)
-                folded[dt] = got
-            a, b = got
-        else:
+        got = folded.get((dt, x.ndim)) if all_const else None
+        if got is None:
             a, b = fold(scale, bias, mean, var, dt)
-        y = xc * a.reshape(_param_shape(a, x.ndim))
-        y += b.reshape(_param_shape(b, x.ndim))
+            got = (a.reshape(_param_shape(a, x.ndim)), b.reshape(_param_shape(b, x.ndim)))
+            if all_const:
+                folded[(dt, x.ndim)] = got
+        y = xc * got[0]
+        y += got[1]
         y = y if y.dtype == odt else y.astype(odt)
         if n_out == 1:
             return (y,)
