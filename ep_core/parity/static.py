@@ -2,8 +2,8 @@
 ONNX schemas of the pinned onnx and against the reference EP.
 
 Nothing runs here. For every (domain, op) the opsets from the op's first schema to the domain's
-newest opset are walked one by one and grouped into segments that follow the schema versions, so
-a gap reads like ``Softmax: 1-10 missing, 11-12 ok, 13+ ok``. A segment is ``ok`` when some
+newest opset are walked one by one and grouped into segments that follow the schema versions (adjacent gaps merge),
+so coverage reads like ``Softmax: 1-10 missing, 11-12 ok, 13+ ok``. A segment is ``ok`` when some
 kernel covers the opset with every type the schema allows, ``partial`` when it covers it with
 fewer types (the missing ones are listed), ``missing`` otherwise."""
 
@@ -135,7 +135,9 @@ def op_segments(defs: Sequence[_Def], versions: Sequence[SchemaVersion], max_ops
             status, via, missing = "deprecated", "none", {}
         else:
             status, via, missing = _coverage_at(defs, schema, opset)
-        key = (schema.since, status, via, tuple((k, tuple(v)) for k, v in missing.items()))
+        # covered opsets split at schema versions (types differ); gaps merge into one range
+        split = None if status in ("missing", "deprecated") else schema.since
+        key = (split, status, via, tuple((k, tuple(v)) for k, v in missing.items()))
         if segments and segments[-1]["_key"] == key and segments[-1]["to"] == opset - 1:
             segments[-1]["to"] = opset
         else:
