@@ -184,7 +184,12 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
             kind = op.lower()
             ins = list(node.inputs) + ([""] * (3 - len(node.inputs)) if kind in ("conv", "gemm") else [])
             attrs = {k: v for k, v in node.attributes.items() if isinstance(v, (int, float, str, list))}
-            steps.append(("contraction", {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]], "attrs": attrs}))
+            body: dict[str, Any] = {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]], "attrs": attrs}
+            if kind == "conv":
+                dw = _depthwise_kernel(graph, node, parallel)
+                if dw is not None:
+                    body["kernel"] = dw
+            steps.append(("contraction", body))
             where[node.outputs[0]] = len(steps) - 1
             continue
         if op == "BatchNormalization":
@@ -235,6 +240,11 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
     for k, (kind, body) in enumerate(steps):
         if kind == "contraction":
             used_consts.update(n for n in body["inputs"] if n in consts)
+            if "kernel" in body:
+                kernel = body["kernel"]
+                key = kernel_key(kernel["source"], kernel["signature"], kernel["parallel"])
+                kernels[key] = kernel
+                body = {**body, "kernel": key}
             plan_steps.append(body)
             continue
         step, kernel = _cluster_kernel(graph, body, needed_later.get(k, set()), consts, parallel)
@@ -322,6 +332,53 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
         "outputs": [{"name": n, "dtype": dt(n), "rank": (_rank(graph, n) or 0), "deps": sorted(deps[n])} for n in outs],
     }
     return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}
+
+
+_DEPTHWISE = """import numpy as np
+from numba import prange
+
+
+def kernel(out, x, w, p):
+    sh = p[0]
+    sw = p[1]
+    dh = p[2]
+    dw = p[3]
+    nb = out.shape[0]
+    nc = out.shape[1]
+    ho = out.shape[2]
+    wo = out.shape[3]
+    kh = w.shape[1]
+    kw = w.shape[2]
+    for t in {loop}(nb * nc):
+        b = t // nc
+        c = t % nc
+        for i in range(ho):
+            for j in range(wo):
+                out[b, c, i, j] = {zero}
+            for a in range(kh):
+                row = i * sh + a * dh
+                for e in range(kw):
+                    wv = w[c, a, e]
+                    off = e * dw
+                    for j in range(wo):
+                        out[b, c, i, j] += x[b, c, row, j * sw + off] * wv
+"""
+
+
+def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bool]) -> dict[str, Any] | None:
+    """A compiled kernel for a 2-D depthwise convolution (one filter per channel), which BLAS
+    serves badly; None for any other convolution."""
+    w = graph.constant_value(node.inputs[1])
+    dt = _dtype(graph, node.inputs[0])
+    if w is None or w.ndim != 4 or w.shape[1] != 1 or int(node.attr("group", 1)) != w.shape[0] or dt not in FLOAT_DTYPES:
+        return None
+    if _rank(graph, node.inputs[0]) != 4:
+        return None
+    par = parallel(_static_numel(graph, node.outputs[0]))
+    source = _DEPTHWISE.format(loop="prange" if par else "range", zero=literal(0, dt))
+    nb = NB_NAMES[dt]
+    return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,int64:1:C:r",
+            "parallel": par}
 
 
 def _static_numel(graph: Any, name: str) -> int | None:

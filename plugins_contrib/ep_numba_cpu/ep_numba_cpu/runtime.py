@@ -19,9 +19,10 @@ def _pads_for(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, in
     return total // 2, total - total // 2
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[str, Any]) -> np.ndarray:
-    """ONNX Conv for 1-D and 2-D inputs: 1x1 convolutions are one BLAS call, depthwise ones a few
-    shifted multiply-adds, the rest im2col + BLAS per group."""
+def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[str, Any],
+           depthwise: Any = None) -> np.ndarray:
+    """ONNX Conv for 1-D and 2-D inputs: 1x1 convolutions are one BLAS call per image, depthwise
+    ones the compiled ``depthwise`` kernel (or shifted multiply-adds), the rest im2col + BLAS."""
     one_d = x.ndim == 3
     if one_d:
         x, w = x[:, :, None, :], w[:, :, None, :]
@@ -43,12 +44,27 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
             pads = pads or [0, 0, 0, 0]
             pt, pl, pb, pr = pads
     if pt or pb or pl or pr:
-        x = np.pad(x, ((0, 0), (0, 0), (pt, pb), (pl, pr)))
+        padded = np.zeros((n, c, h + pt + pb, wd + pl + pr), dtype=x.dtype)
+        padded[:, :, pt:pt + h, pl:pl + wd] = x
+        x = padded
+    else:
+        x = np.ascontiguousarray(x)
     hp, wp = x.shape[2], x.shape[3]
     ho = (hp - dh * (kh - 1) - 1) // sh + 1
     wo = (wp - dw * (kw - 1) - 1) // sw + 1
     if kh == 1 and kw == 1 and sh == 1 and sw == 1 and group == 1:
-        out = np.matmul(w.reshape(m, c), x.reshape(n, c, hp * wp)).reshape(n, m, ho, wo)
+        wm = w.reshape(m, c)
+        xs = np.ascontiguousarray(x).reshape(n, c, hp * wp)
+        out = np.empty((n, m, hp * wp), dtype=x.dtype)
+        for img in range(n):
+            np.dot(wm, xs[img], out=out[img])
+        out = out.reshape(n, m, ho, wo)
+    elif group == c and cg == 1 and m == c and depthwise is not None:
+        out = np.empty((n, m, ho, wo), dtype=x.dtype)
+        params = np.array([sh, sw, dh, dw], dtype=np.int64)
+        wr = np.ascontiguousarray(w).reshape(m, kh, kw)
+        # the kernel's signature takes read-only views
+        depthwise(out, np.broadcast_to(x, x.shape), np.broadcast_to(wr, wr.shape), np.broadcast_to(params, (4,)))
     elif group == c and cg == 1 and m == c:
         out = np.zeros((n, m, ho, wo), dtype=x.dtype)
         for i in range(kh):
@@ -65,11 +81,22 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
                 for j in range(kw):
                     cols[:, :, i, j] = xs[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh,
                                           j * dw: j * dw + sw * (wo - 1) + 1: sw]
-            wg = w[g * mg:(g + 1) * mg].reshape(mg, cg * kh * kw)
-            out[:, g * mg:(g + 1) * mg] = np.matmul(wg, cols.reshape(n, cg * kh * kw, ho * wo)).reshape(n, mg, ho, wo)
+            wg = np.ascontiguousarray(w[g * mg:(g + 1) * mg]).reshape(mg, cg * kh * kw)
+            cm = cols.reshape(n, cg * kh * kw, ho * wo)
+            for img in range(n):
+                out[img, g * mg:(g + 1) * mg] = np.dot(wg, cm[img]).reshape(mg, ho, wo)
     if b is not None:
         out += b.reshape(1, m, 1, 1)
     return out[:, :, 0, :] if one_d else out
+
+
+def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """MatMul; a stack times a matrix is one BLAS call (np.dot is much faster than np.matmul's
+    stacked loop here)."""
+    if b.ndim == 2 and a.ndim >= 2:
+        out = np.dot(np.ascontiguousarray(a).reshape(-1, a.shape[-1]), b)
+        return out.reshape(a.shape[:-1] + (b.shape[1],))
+    return np.matmul(a, b)
 
 
 def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, attrs: Mapping[str, Any]) -> np.ndarray:
@@ -77,7 +104,7 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, attrs: Mapping[str,
         a = a.T
     if attrs.get("transB", 0):
         b = b.T
-    out = np.matmul(a, b)
+    out = np.dot(a, b)
     alpha = attrs.get("alpha", 1.0)
     if alpha != 1.0:
         out *= out.dtype.type(alpha)
@@ -98,10 +125,8 @@ class GraphRunner:
         self.steps: list[Any] = []
         for step in plan["steps"]:
             kind = step["kind"]
-            if kind == "kernel":
-                self.steps.append((kind, step, kernels[step["kernel"]]))
-            else:
-                self.steps.append((kind, step, None))
+            key = step.get("kernel")
+            self.steps.append((kind, step, kernels[key] if key else None))
 
     def __call__(self, *inputs: Any) -> list[Any]:
         env: dict[str, Any] = dict(self.weights)
@@ -112,9 +137,10 @@ class GraphRunner:
             if kind == "kernel":
                 self._run_kernel(step, fn, env)
             elif kind == "conv":
-                env[step["outputs"][0]] = conv2d(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"])
+                env[step["outputs"][0]] = conv2d(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"],
+                                                 fn)
             elif kind == "matmul":
-                env[step["outputs"][0]] = np.matmul(env[ins[0]], env[ins[1]])
+                env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]])
             elif kind == "gemm":
                 env[step["outputs"][0]] = gemm(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"])
             else:
