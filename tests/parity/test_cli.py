@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -68,3 +69,25 @@ def test_ep_that_fails_to_load_exits_3(broken_ep: str, capsys: pytest.CaptureFix
     assert "planted failure in create_ep" in capsys.readouterr().err
     assert main(["parity-report", "--ep", "NoSuchExecutionProvider"]) == 3
     assert "Available:" in capsys.readouterr().err
+
+
+def test_progress_bar_only_on_a_terminal_or_when_asked(exact_add_ep: str, capsys: pytest.CaptureFixture[str]) -> None:
+    import io
+
+    from ep_core.parity.progress import ProgressBar
+
+    quiet = io.StringIO()  # not a TTY
+    bar = ProgressBar(stream=quiet)
+    bar(0, 2, "a")
+    bar(2, 2, "done")
+    assert quiet.getvalue() == ""
+    loud = io.StringIO()
+    bar = ProgressBar(True, stream=loud)
+    bar(2, 2, "done")
+    assert "[" + "#" * 30 + "] 2/2" in loud.getvalue()
+
+    args = ["parity-report", "--ep", exact_add_ep, "--runtime", "--ops", "Add", "--no-expanded"]
+    assert main(args) == 0
+    assert "] " not in capsys.readouterr().err  # captured stderr is no terminal
+    assert main([*args, "--progress"]) == 0
+    assert re.search(r"\[#+\] \d+/\d+", capsys.readouterr().err)
