@@ -196,7 +196,7 @@ class _Resizer:
         self.antialias = bool(node.attr("antialias", 0))
         self.axes_attr = node.attr("axes")
         self.policy = node.attr("keep_aspect_ratio_policy", "stretch")
-        self._plans: dict[Any, list[tuple[int, _AxisPlan]]] = {}
+        self._plans: dict[Any, Any] = {}
 
     def run(self, x: np.ndarray, roi: Any, scales: Any, sizes: Any) -> np.ndarray:
         r = x.ndim
@@ -205,11 +205,19 @@ class _Resizer:
         sc_t = tuple(np.asarray(scales, dtype=np.float64).reshape(-1)) if scales is not None and np.size(scales) else None
         sz_t = tuple(int(v) for v in np.asarray(sizes).reshape(-1)) if sizes is not None and np.size(sizes) else None
         key = (x.shape, roi_t, sc_t, sz_t)
-        plans = self._plans.get(key)
-        if plans is None:
+        got = self._plans.get(key)
+        if got is None:
             plans = self._make_plans(x.shape, axes, roi_t, sc_t, sz_t)
-            self._plans[key] = plans
+            got = (plans, self._repeat_factors(x.shape, plans))
+            self._plans[key] = got
+        plans, reps = got
         odt = x.dtype
+        if reps is not None:
+            # integer nearest upsampling: one broadcast copy instead of a gather per axis
+            expanded = x.reshape(tuple(v for d, f in zip(x.shape, reps, strict=True) for v in ((d, 1) if f > 1 else (d,))))
+            full = tuple(v for d, f in zip(x.shape, reps, strict=True) for v in ((d, f) if f > 1 else (d,)))
+            return np.ascontiguousarray(np.broadcast_to(expanded, full)).reshape(
+                tuple(d * f for d, f in zip(x.shape, reps, strict=True)))
         y = x.astype(np.float64) if self.mode != "nearest" and odt.kind != "f" else (x if self.mode == "nearest" else as_compute(x))
         for axis, plan in plans:
             y = _apply_axis(y, axis, plan, self.extrapolation_value)
@@ -219,6 +227,22 @@ class _Resizer:
                 y = np.clip(np.rint(y), info.min, info.max)
             y = y.astype(odt)
         return y
+
+    @staticmethod
+    def _repeat_factors(shape: Sequence[int], plans: list[Any]) -> list[int] | None:
+        """Per-axis integer factors when every resized axis is nearest index i // f (else None)."""
+        if not plans:
+            return None
+        reps = [1] * len(shape)
+        for axis, plan in plans:
+            if plan.weights is not None or plan.extrap is not None:
+                return None
+            n_out = plan.idx.shape[0]
+            f = n_out // shape[axis]
+            if f < 2 or f * shape[axis] != n_out or not np.array_equal(plan.idx[:, 0], np.arange(n_out) // f):
+                return None
+            reps[axis] = f
+        return reps
 
     def _make_plans(self, shape: Sequence[int], axes: list[int], roi: Any, scales: Any, sizes: Any) -> list[Any]:
         r = len(shape)
