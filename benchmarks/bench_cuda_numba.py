@@ -16,8 +16,9 @@ import os
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from types import SimpleNamespace
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -62,8 +63,8 @@ def cuda_time(fn: Callable[[], None], stream: Any, reps: int) -> float:
 def runtime() -> Any:
     from numba import cuda
 
-    from ep_cuda_numba.launch import Runtime
     from ep_cuda_numba.factory import factory
+    from ep_cuda_numba.launch import Runtime
 
     stream = cuda.stream()
     rt = Runtime(SimpleNamespace(stream=stream, allocator=factory.arena(0)))
@@ -86,7 +87,7 @@ def bench_bandwidth(dev: Any) -> None:
     for n in (1 << 20, 1 << 24, 1 << 26):
         a = cuda.to_device(np.random.rand(n).astype(np.float32))
         b = cuda.to_device(np.random.rand(n).astype(np.float32))
-        t = cuda_time(lambda: run_program(rt, prog, [a, b], [], [np.dtype(np.float32)]), stream, 20)
+        t = cuda_time(lambda a=a, b=b: run_program(rt, prog, [a, b], [], [np.dtype(np.float32)]), stream, 20)
         gbs = 3 * n * 4 / t
         print(f"| {n:,} | {gbs / 1e9:.1f} | {gbs / peak:.2f} |")
 
@@ -139,7 +140,7 @@ def bench_matmul() -> None:
         a = np.random.rand(n, n).astype(np.float32)
         b = np.random.rand(n, n).astype(np.float32)
         da, db = cuda.to_device(a), cuda.to_device(b)
-        t = cuda_time(lambda: matmul(rt, da, db), stream, 5)
+        t = cuda_time(lambda da=da, db=db: matmul(rt, da, db), stream, 5)
         flops = 2 * n**3
         if peer is None:
             print(f"| {n} | {flops / t / 1e9:.0f} | n/a (install cupy or torch) | n/a |")

@@ -260,6 +260,6 @@ def run_program(rt: Any, program: Program, inputs: Sequence[Any], params: Sequen
     args += [p if isinstance(p, np.generic) else ptype(p) for p in params]
     if "strided" in pattern:
         args.append(out_shape if out_shape else (1,))
-        args += [s if s else (0,) for s, p in zip(strides, pattern) if p == "strided"]
+        args += [s if s else (0,) for s, p in zip(strides, pattern, strict=False) if p == "strided"]
     rt.launch1d(kernel, n, *args)
     return outs

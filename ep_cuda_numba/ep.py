@@ -95,7 +95,7 @@ class NumbaCudaEp:
         from ep_cuda_numba.fusion import compile_group
 
         infos = []
-        for view, fused in zip(graphs, fused_nodes):
+        for view, fused in zip(graphs, fused_nodes, strict=False):
             group = compile_group(view, fused, self)
             self.compiled.append(group)
             infos.append(group.compute_info())

@@ -16,7 +16,8 @@ import contextlib
 import importlib
 import json
 import sys
-from typing import Any, Iterator
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 

@@ -12,7 +12,6 @@ class CudaNotification:
     stream wait for it; ``wait_on_host()`` blocks the calling thread."""
 
     def __init__(self, stream: "CudaSyncStream") -> None:
-        from numba import cuda
 
         self.stream = stream
         self.event = new_event()

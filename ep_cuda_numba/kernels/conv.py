@@ -96,14 +96,14 @@ def im2col(x, col, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, zero):
     L = OH * OW
     CK = C * KH * KW
     for i in range(cuda.grid(1), col.size, cuda.gridsize(1)):
-        l = i % L
+        pos = i % L
         r = (i // L) % CK
         n = i // (L * CK)
         kw = r % KW
         kh = (r // KW) % KH
         c = r // (KW * KH)
-        ih = (l // OW) * sh - ph + kh * dh
-        iw = (l % OW) * sw - pw + kw * dw
+        ih = (pos // OW) * sh - ph + kh * dh
+        iw = (pos % OW) * sw - pw + kw * dw
         if ih >= 0 and ih < H and iw >= 0 and iw < W:
             col[i] = x[((n * C + c) * H + ih) * W + iw]
         else:

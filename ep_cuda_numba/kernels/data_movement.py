@@ -67,7 +67,7 @@ def slice_plan(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps:
     out_shape = list(shape)
     strides = list(st)
     base = 0
-    for s, e, a, k in zip(starts, ends, axes, steps):
+    for s, e, a, k in zip(starts, ends, axes, steps, strict=False):
         if k == 0:
             raise InvalidArgument("Slice: steps must not be 0")
         r = slice(s, e, k).indices(shape[a])
@@ -178,9 +178,9 @@ def build_pad(node: Any, ctx: Any) -> Any:
         begin, end = [0] * nd, [0] * nd
         for k, a in enumerate(ax):
             begin[a], end[a] = p[k], p[k + len(ax)]
-        if any(b < 0 or e < 0 for b, e in zip(begin, end)):
+        if any(b < 0 or e < 0 for b, e in zip(begin, end, strict=False)):
             raise InvalidArgument(f"{node.describe()}: negative pads (cropping) are not supported")
-        oshape = tuple(s + b + e for s, b, e in zip(shape, begin, end))
+        oshape = tuple(s + b + e for s, b, e in zip(shape, begin, end, strict=False))
         out = rt.empty(oshape, x.dtype)
         v = np.dtype(x.dtype).type(0 if cval is None or np.size(cval) == 0 else np.asarray(cval).reshape(-1)[0])
         if prod(oshape):

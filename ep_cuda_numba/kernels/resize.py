@@ -106,10 +106,10 @@ def build_resize(node: Any, ctx: Any) -> Any:
         nd = len(shape)
         if sizes is not None and np.size(sizes):
             out_shape = tuple(int(s) for s in np.asarray(sizes).reshape(-1))
-            sc = [o / i if i else 1.0 for o, i in zip(out_shape, shape)]
+            sc = [o / i if i else 1.0 for o, i in zip(out_shape, shape, strict=False)]
         elif scales is not None and np.size(scales):
             sc = [float(s) for s in np.asarray(scales).reshape(-1)]
-            out_shape = tuple(int(math.floor(i * s)) for i, s in zip(shape, sc))
+            out_shape = tuple(int(math.floor(i * s)) for i, s in zip(shape, sc, strict=False))
         else:
             raise InvalidArgument(f"{node.describe()}: give scales or sizes")
         if len(out_shape) != nd or any(out_shape[d] != shape[d] for d in range(nd - 2 if nd == 4 else nd - 1)):

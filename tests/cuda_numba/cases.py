@@ -79,7 +79,7 @@ class Builder:
         outs = [f"out{i}" for i in range(len(out_types))]
         node = helper.make_node(self.op, inputs, outs, name=f"{self.op}_node", **attrs)
         graph = helper.make_graph(
-            [node], "case", self.inputs, [helper.make_tensor_value_info(o, _tp(t), None) for o, t in zip(outs, out_types)],
+            [node], "case", self.inputs, [helper.make_tensor_value_info(o, _tp(t), None) for o, t in zip(outs, out_types, strict=False)],
             initializer=self.inits,
         )
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
@@ -285,7 +285,7 @@ def _declare_output_shapes(model: onnx.ModelProto, feeds: dict[str, np.ndarray])
     if all(len(vi.type.tensor_type.shape.dim) for vi in model.graph.output):
         return
     results = ReferenceEvaluator(model).run(None, feeds)
-    for vi, value in zip(model.graph.output, results):
+    for vi, value in zip(model.graph.output, results, strict=False):
         dims = vi.type.tensor_type.shape
         del dims.dim[:]
         for d in np.shape(value):

@@ -64,7 +64,7 @@ def run_both(model: Any, feeds: Mapping[str, np.ndarray], providers: Sequence[An
 
 def assert_close(got: Sequence[Any], ref: Sequence[Any], tol: float = 1e-5, what: str = "") -> None:
     assert len(got) == len(ref), what
-    for i, (g, r) in enumerate(zip(got, ref)):
+    for i, (g, r) in enumerate(zip(got, ref, strict=False)):
         g, r = np.asarray(g), np.asarray(r)
         assert g.shape == r.shape, f"{what} output {i}: shape {g.shape} != reference {r.shape}"
         assert g.dtype == r.dtype, f"{what} output {i}: dtype {g.dtype} != reference {r.dtype}"

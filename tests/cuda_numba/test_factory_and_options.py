@@ -46,9 +46,7 @@ def test_devices_are_found_through_numba_cuda() -> None:
 
 @skip_unless_cudasim("only the simulator's device carries simulated=1")
 def test_a_performance_policy_never_picks_the_simulated_device() -> None:
-    from ep_core import EpSelectionPolicy, SessionOptions
-
-    from ep_core import InferenceSession
+    from ep_core import EpSelectionPolicy, InferenceSession, SessionOptions
 
     opts = SessionOptions()
     opts.set_provider_selection_policy(EpSelectionPolicy.PREFER_GPU)
@@ -123,7 +121,6 @@ def test_valid_options_reach_the_ep() -> None:
 
 def test_nhwc_is_advertised_only_when_every_rewritten_op_has_an_nhwc_kernel() -> None:
     from ep_core.kernels import KernelRegistry
-
     from ep_cuda_numba.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN, preferred_layout
 
     with pytest.warns(RuntimeWarning, match="no com.ms.internal.nhwc kernel"):

@@ -135,8 +135,8 @@ def test_the_context_payload_carries_ptx_on_a_gpu(tmp_path: Path) -> None:
 
 
 def test_compatibility_verdicts(tmp_path: Path) -> None:
-    from ep_cuda_numba.epcontext import compatibility_info, validate_compatibility
     from ep_cuda_numba.device import probe
+    from ep_cuda_numba.epcontext import compatibility_info, validate_compatibility
 
     devices = list(probe().devices)
     here = compatibility_info(0)

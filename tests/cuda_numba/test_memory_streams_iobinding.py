@@ -91,7 +91,6 @@ def test_the_arena_reuses_blocks_across_runs_and_is_shared_by_sessions() -> None
 
 def test_arena_buckets_shrink_and_limit() -> None:
     from ep_core.errors import Fail
-
     from ep_cuda_numba.allocator import DeviceArena
 
     arena = DeviceArena(0, "kNextPowerOfTwo", limit=4096)
@@ -159,8 +158,8 @@ def test_io_binding_keeps_outputs_on_the_device() -> None:
 
 
 def test_streams_notifications_and_sync() -> None:
-    from ep_cuda_numba.factory import factory
     from ep_cuda_numba.device import device_memory_info
+    from ep_cuda_numba.factory import factory
 
     s1 = factory.ep_factory_create_sync_stream_for_device(device_memory_info(0), {})
     s2 = factory.ep_factory_create_sync_stream_for_device(device_memory_info(0), {})
