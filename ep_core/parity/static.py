@@ -42,11 +42,15 @@ class _Def:
 
 @functools.lru_cache(maxsize=1)
 def schema_index() -> dict[tuple[str, str], list[SchemaVersion]]:
-    """(domain, op) -> its schema versions, oldest first, from the pinned onnx."""
+    """(domain, op) -> its schema versions, oldest first, from the pinned onnx. Only the ONNX
+    domains count: EPs may register custom-domain schemas into ``onnx.defs`` at run time, which
+    must not change the totals from one call to the next."""
     from onnx import defs
 
     index: dict[tuple[str, str], list[SchemaVersion]] = {}
     for s in defs.get_all_schemas_with_history():
+        if _dkey(s.domain) not in ONNX_DOMAINS:
+            continue
         cons = {tc.type_param_str: frozenset(tc.allowed_type_strs) for tc in s.type_constraints}
         index.setdefault((_dkey(s.domain), s.name), []).append(SchemaVersion(s.since_version, bool(s.deprecated), cons))
     for versions in index.values():
@@ -62,6 +66,8 @@ def domain_max_opset() -> dict[str, int]:
     out: dict[str, int] = {}
     for s in defs.get_all_schemas_with_history():
         d = _dkey(s.domain)
+        if d not in ONNX_DOMAINS:
+            continue
         out[d] = max(out.get(d, 1), s.since_version)
     out["ai.onnx"] = max(out.get("ai.onnx", 1), defs.onnx_opset_version())
     out["ai.onnx.ml"] = max(out.get("ai.onnx.ml", 1), defs.onnx_ml_opset_version())
