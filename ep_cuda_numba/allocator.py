@@ -72,6 +72,7 @@ class DeviceArena:
         self._num_device_allocs = 0
         self._num_frees = 0
         self.users = 0
+        self._views_broken: str | None = None
 
     # --------------------------------------------------------------------------- blocks
     def _new_block(self, size: int) -> Block:
@@ -143,6 +144,10 @@ class DeviceArena:
         dtype = np.dtype(dtype)
         shape = tuple(int(s) for s in shape)
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if self._views_broken is not None:
+            from numba import cuda
+
+            return cuda.device_array(shape, dtype)
         block = self._take(nbytes, stream)
         if self.simulated:
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -151,7 +156,23 @@ class DeviceArena:
             arr = FakeCUDAArray(np.asarray(owner))
             weakref.finalize(owner, self._give_back, block)
             return arr
-        return self._device_view(block, shape, dtype, nbytes)
+        try:
+            return self._device_view(block, shape, dtype, nbytes)
+        except Exception as exc:  # numba internals changed: keep working without the arena
+            # the failed block may still be released by a half-built pointer's finalizer: leave it
+            # to that (at most one block, once) rather than risk returning it twice
+            self._views_broken = f"{type(exc).__name__}: {exc}"
+            import warnings
+
+            warnings.warn(
+                f"NumbaCudaExecutionProvider arena on gpu:{self.device_id} cannot wrap its blocks in device arrays "
+                f"({self._views_broken}); allocating directly from numba from now on (no block reuse)",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            from numba import cuda
+
+            return cuda.device_array(shape, dtype)
 
     def _device_view(self, block: Block, shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> Any:
         import ctypes
