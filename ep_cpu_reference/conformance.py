@@ -26,9 +26,10 @@ EXCLUDED: dict[str, str] = {
         "Bernoulli samples are random: the expected outputs come from an unseeded NumPy draw "
         "at export time, so no implementation can reproduce them (onnx excludes them too)"
     ),
-    r"^test_image_decoder_": (
-        "ImageDecoder needs an image codec library (Pillow: JPEG, JPEG2000, WebP, TIFF...); "
-        "it is not a dependency of this project"
+    r"^test_image_decoder_decode_(jpeg|jpeg2k|webp)_": (
+        "JPEG, JPEG 2000 and WebP need a codec library (Pillow), which is not a dependency of "
+        "this project; the reference EP decodes BMP, PNM, PNG and TIFF itself and uses Pillow "
+        "for these when it is installed (then these cases run)"
     ),
 }
 
@@ -37,7 +38,7 @@ def exclusion_reason(name: str) -> str | None:
     """The written reason a case is excluded, or None if it must run."""
     for pattern, reason in EXCLUDED.items():
         if re.search(pattern, name):
-            if pattern == r"^test_image_decoder_" and _have_pillow():
+            if pattern.startswith(r"^test_image_decoder_") and _have_pillow():
                 return None
             return reason
     return None

@@ -277,3 +277,61 @@ def test_random_ops_are_seeded_and_in_range() -> None:
     node = oh.make_node("RandomNormal", [], ["y"], shape=[5000], mean=1.0, scale=2.0, seed=5.0)
     (n,) = _run_model(_model(node, [], [_t("y", T.FLOAT, [5000])], opset=15), {})
     assert abs(n.mean() - 1.0) < 0.15 and abs(n.std() - 2.0) < 0.15
+
+
+def _png_bytes(img: np.ndarray, filters: list[int]) -> bytes:
+    """A PNG (8-bit RGB) whose rows use the given filter types, encoded here from the spec."""
+    import struct
+    import zlib
+
+    h, w, c = img.shape
+    raw = img.reshape(h, w * c).astype(np.int32)
+    lines = []
+    for y in range(h):
+        f = filters[y % len(filters)]
+        cur, prev = raw[y], raw[y - 1] if y else np.zeros(w * c, dtype=np.int32)
+        left = np.concatenate([np.zeros(c, dtype=np.int32), cur[:-c]])
+        upleft = np.concatenate([np.zeros(c, dtype=np.int32), prev[:-c]])
+        if f == 0:
+            pred = np.zeros_like(cur)
+        elif f == 1:
+            pred = left
+        elif f == 2:
+            pred = prev
+        elif f == 3:
+            pred = (left + prev) // 2
+        else:
+            p = left + prev - upleft
+            pa, pb, pc = np.abs(p - left), np.abs(p - prev), np.abs(p - upleft)
+            pred = np.where((pa <= pb) & (pa <= pc), left, np.where(pb <= pc, prev, upleft))
+        lines.append(bytes([f]) + ((cur - pred) & 0xFF).astype(np.uint8).tobytes())
+
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
+
+    ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
+    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"".join(lines))) + chunk(b"IEND", b"")
+
+
+def test_image_decoder_png_filters_pixel_formats_and_missing_codec() -> None:
+    """Every PNG row filter decodes exactly; BGR and Grayscale follow from RGB; a JPEG without
+    a codec library fails naming the format."""
+    rng = np.random.default_rng(7)
+    img = rng.integers(0, 256, size=(6, 5, 3), dtype=np.uint8)
+    r, g, b = (img[..., i].astype(np.uint32) for i in range(3))
+    data = np.frombuffer(_png_bytes(img, [0, 1, 2, 3, 4]), dtype=np.uint8)
+    for fmt, want in (
+        ("RGB", img),
+        ("BGR", img[:, :, ::-1]),
+        ("Grayscale", ((r * 19595 + g * 38470 + b * 7471 + 0x8000) >> 16).astype(np.uint8)[..., None]),
+    ):
+        node = oh.make_node("ImageDecoder", ["x"], ["y"], pixel_format=fmt)
+        model = _model(node, [_t("x", T.UINT8, [data.size])], [_t("y", T.UINT8, [None, None, None])], opset=20)
+        (got,) = _run_model(model, {"x": data})
+        np.testing.assert_array_equal(got, want)
+    if not conformance._have_pillow():
+        node = oh.make_node("ImageDecoder", ["x"], ["y"])
+        jpeg = np.frombuffer(b"\xff\xd8\xff\xe0" + bytes(20), dtype=np.uint8)
+        model = _model(node, [_t("x", T.UINT8, [jpeg.size])], [_t("y", T.UINT8, [None, None, None])], opset=20)
+        with pytest.raises(Exception, match="JPEG images need a codec library"):
+            _run_model(model, {"x": jpeg})
