@@ -4,9 +4,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Sequence
 from enum import IntFlag
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from ep_core.epcontext.generate import (
     EMBED_KEY,

@@ -14,9 +14,10 @@ import contextvars
 import os
 import uuid
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterator
+from typing import TYPE_CHECKING, Any
 
 from ep_core.epcontext.compatibility import METADATA_PREFIX
 from ep_core.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema

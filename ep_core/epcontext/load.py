@@ -7,9 +7,10 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Iterable
+from typing import TYPE_CHECKING, Any
 
 from ep_core.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN
 from ep_core.errors import InvalidGraph

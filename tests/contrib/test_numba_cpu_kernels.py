@@ -4,7 +4,6 @@ broadcasting, exported intermediate values, contractions with tails, and convexi
 from __future__ import annotations
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -29,7 +28,7 @@ def _check(model, feed, *, fused_at_least=1, rtol=1e-5, atol=1e-6):
     sess = InferenceSession(data, providers=[NUMBA])
     got = sess.run(None, feed)
     want = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, feed)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape and g.dtype == w.dtype
         np.testing.assert_allclose(g, w, rtol=rtol, atol=atol)
     fused = [n for n, a in sess.get_node_assignment().items() if a["ep"] == NUMBA]

@@ -98,7 +98,6 @@ class CompileCounter:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import numba.core.compiler as nbc
-
         from ep_numba_cpu.ep import NumbaCpuEp
 
         self.numba = 0

@@ -3,18 +3,16 @@
 from __future__ import annotations
 
 import shutil
-import warnings
-from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from epcontext_support import NUMBA, ctx_nodes
+from test_generate import unsupported_only
 
 from ep_core import CompileApiFlags, InferenceSession, ModelCompiler
 from ep_core.errors import Fail, InvalidArgument
 from ep_core.zoo import fetch_model
-from epcontext_support import NUMBA, ctx_nodes, options
-from test_generate import unsupported_only
 
 
 def test_compile_to_file_and_run(tmp_path, compiled):

@@ -9,10 +9,10 @@ from pathlib import Path
 
 import onnx
 import pytest
+from epcontext_support import NUMBA, ctx_nodes, options, set_attr
 
 from ep_core import InferenceSession
 from ep_core.errors import InvalidGraph, NotImplementedByAnyEp
-from epcontext_support import NUMBA, ctx_nodes, options, set_attr
 
 BIN = "magika_NumbaCpuExecutionProvider.bin"
 

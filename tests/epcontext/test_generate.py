@@ -4,19 +4,18 @@ no file behind."""
 from __future__ import annotations
 
 import shutil
-import warnings
 from pathlib import Path
 
 import numpy as np
 import onnx
 import pytest
+from epcontext_support import NUMBA, ctx_nodes, options
 from onnx import TensorProto, helper
 
 import ep_core.epcontext.generate as gen
 from ep_core import InferenceSession
 from ep_core.errors import InvalidArgument
 from ep_core.zoo import fetch_model
-from epcontext_support import NUMBA, ctx_nodes, options
 
 
 def _magika(folder: Path) -> Path:

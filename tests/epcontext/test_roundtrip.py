@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 import pytest
+from epcontext_support import NUMBA, ctx_nodes
 
 from ep_core import InferenceSession
-from epcontext_support import NUMBA, ctx_nodes
 
 pytestmark = pytest.mark.slow
 
@@ -23,7 +21,7 @@ def test_ctx_model_loads_without_compiling_and_matches_the_source(compiled, coun
     assert count_compiles.numba == 0, "loading the context model compiled kernels"
     assert count_compiles.ep_compile == 0, "loading the context model called ep_compile"
     got = sess.run(None, c.feed)
-    for a, b in zip(got, c.expected):
+    for a, b in zip(got, c.expected, strict=True):
         np.testing.assert_array_equal(a, b)
     assert [i.name for i in sess.get_inputs()] == c.input_names
     assert [o.name for o in sess.get_outputs()] == c.output_names
@@ -36,7 +34,7 @@ def test_numba_outputs_match_onnxruntime(compiled, name):
     ort = pytest.importorskip("onnxruntime")
     c = compiled(name, 1)
     want = ort.InferenceSession(str(c.source), providers=["CPUExecutionProvider"]).run(None, c.feed)
-    for a, b in zip(c.expected, want):
+    for a, b in zip(c.expected, want, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
@@ -59,7 +57,7 @@ def test_embed_mode_0_writes_one_binary_named_after_the_model(compiled):
     assert [a["main_context"] for a in attrs] == [1] + [0] * (len(nodes) - 1)
     assert attrs[0]["ep_cache_context"] == b"magika_NumbaCpuExecutionProvider.bin"
     assert all(a["embed_mode"] == 0 and a["source"] == NUMBA.encode() for a in attrs)
-    assert all(a["partition_name"] == n.name.encode() for a, n in zip(attrs, nodes))
+    assert all(a["partition_name"] == n.name.encode() for a, n in zip(attrs, nodes, strict=True))
 
 
 def test_embed_mode_1_model_is_self_contained_and_checks(compiled):

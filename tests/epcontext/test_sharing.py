@@ -9,12 +9,12 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from epcontext_support import NUMBA, feed_for, options
 from onnx import TensorProto, helper
 
 from ep_core import InferenceSession
 from ep_core.epcontext.sharing import reset_workspaces, workspace
 from ep_core.zoo import fetch_model
-from epcontext_support import NUMBA, feed_for, options
 
 
 def _variant(src: Path, dest: Path) -> None:

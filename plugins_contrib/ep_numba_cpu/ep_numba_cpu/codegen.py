@@ -15,8 +15,9 @@ import pickle
 import sys
 import threading
 import types
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 _lock = threading.Lock()
 # source sha256 + signature -> compiled kernel: identical kernels of one model compile once

@@ -5,7 +5,7 @@ triple, CPU name, CPU features) it was generated for."""
 from __future__ import annotations
 
 import platform
-from typing import Mapping
+from collections.abc import Mapping
 
 
 def host_target() -> tuple[str, str, str]:

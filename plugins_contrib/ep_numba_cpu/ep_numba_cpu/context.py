@@ -11,7 +11,8 @@ import hashlib
 import json
 import struct
 import zlib
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from typing import Any
 
 import numpy as np
 

@@ -5,8 +5,9 @@ from a context model runs no compilation at all."""
 from __future__ import annotations
 
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,9 +24,7 @@ from ep_core.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_conte
 from ep_core.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
 from ep_core.errors import ConfigError, InvalidGraph
 from ep_core.kernels import KernelDef, KernelRegistry
-
-from ep_numba_cpu import EP_NAME
-from ep_numba_cpu import codegen, context
+from ep_numba_cpu import EP_NAME, codegen, context
 from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
 from ep_numba_cpu.runtime import GraphRunner
 
@@ -64,7 +63,7 @@ class NumbaCpuEp:
 
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[FusedNode]) -> list[NodeComputeInfo]:
         infos = []
-        for view, fused in zip(graphs, fused_nodes):
+        for view, fused in zip(graphs, fused_nodes, strict=True):
             gp = build_plan(view, fused.inputs, fused.outputs, self._parallel)
             compiled = {k: codegen.compile_kernel(v["source"], v["fn"], v["signature"], v["parallel"])
                         for k, v in gp.kernels.items()}

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from ep_core.devices import EpDevice, HardwareDevice
 from ep_core.ep_base import HostEpFactory
-
 from ep_numba_cpu import EP_NAME, __version__
 
 

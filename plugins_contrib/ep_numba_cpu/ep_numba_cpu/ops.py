@@ -6,7 +6,8 @@ of its inputs; it returns None when this node's attributes or types are not supp
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 

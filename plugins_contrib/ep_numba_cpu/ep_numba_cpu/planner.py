@@ -10,8 +10,9 @@ cluster's inputs (values stay in registers; outputs of a smaller shape are slice
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Callable, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -4,7 +4,8 @@ kernels and the weights are handed in beside it."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -130,7 +131,7 @@ class GraphRunner:
 
     def __call__(self, *inputs: Any) -> list[Any]:
         env: dict[str, Any] = dict(self.weights)
-        for name, value in zip(self.inputs, inputs):
+        for name, value in zip(self.inputs, inputs, strict=True):
             env[name] = value
         for kind, step, fn in self.steps:
             ins = step["inputs"]
@@ -157,13 +158,13 @@ class GraphRunner:
         views = [np.broadcast_to(a.reshape((1,) * (rank - a.ndim) + a.shape), full) for a in args]
         outs = [np.empty(full, dtype=o["dtype"]) for o in step["outputs"]]
         fn(*outs, *views)
-        for o, buf in zip(step["outputs"], outs):
+        for o, buf in zip(step["outputs"], outs, strict=True):
             deps = [shapes[i] for i in o["deps"]]
             real = tuple(np.broadcast_shapes(*deps)) if deps else ()
             real = (1,) * (o["rank"] - len(real)) + real
             real_r = (1,) * (rank - len(real)) + real
             if real_r != full:
-                buf = buf[tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full))]
+                buf = buf[tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full, strict=True))]
             env[o["name"]] = buf.reshape(real)
 
 
