@@ -22,6 +22,33 @@ EP_CONTEXT_OP = "EPContext"
 MS_DOMAIN = "com.microsoft"
 
 
+class NumbaCudaProfiler:
+    """Adds the EP's own counters to the session trace when profiling stops: the device arena's
+    statistics and how many kernels were generated and fused (Chrome-trace counter events)."""
+
+    def __init__(self, ep: "NumbaCudaEp") -> None:
+        self.ep = ep
+        self.epoch_ns = 0
+
+    def start(self, epoch_ns: int) -> None:
+        self.epoch_ns = epoch_ns
+
+    def stop(self) -> list[dict[str, Any]]:
+        import time
+
+        from ep_cuda_numba import codegen
+
+        ts = (time.perf_counter_ns() - self.epoch_ns) / 1000.0
+        return [
+            {"name": "arena", "ph": "C", "ts": ts, "args": dict(self.ep.arena.stats())},
+            {"name": "kernels", "ph": "C", "ts": ts, "args": {
+                "generated_elementwise": len(codegen._CACHE),
+                "fused_groups": len(self.ep.compiled),
+                "fused_launches": sum(g.launches["fused"] for g in self.ep.compiled),
+            }},
+        ]
+
+
 class NumbaCudaEp:
     name = EP_NAME
 
@@ -117,6 +144,9 @@ class NumbaCudaEp:
 
     def ep_should_convert_data_layout_for_op(self, domain: str, op_type: str, target_layout: str) -> bool | None:
         return should_convert(self.options.prefer_nhwc and self.layout == "NHWC", self.registry, domain, op_type, target_layout)
+
+    def ep_create_profiler(self) -> "NumbaCudaProfiler":
+        return NumbaCudaProfiler(self)
 
     # ---------------------------------------------------------------------- run, sync
     def ep_on_run_end(self, run_options: Any, sync_stream: bool) -> None:

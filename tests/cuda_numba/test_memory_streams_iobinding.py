@@ -7,6 +7,7 @@ from __future__ import annotations
 import gc
 import json
 import threading
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -70,6 +71,8 @@ def test_copies_between_devices_show_in_the_plan_and_the_profile(tmp_path) -> No
     assert len(copy_events) == 4
     assert {e["args"]["detail"] for e in copy_events} == {"Cpu:CPU:0 -> Cuda:GPU:0", "Cuda:GPU:0 -> Cpu:CPU:0"}
     assert {e["args"]["provider"] for e in events if e.get("cat") == "Node"} == {EP, REF}
+    counters = {e["name"]: e["args"] for e in events if e.get("cat") == EP}
+    assert counters["arena"]["num_allocs"] > 0 and "generated_elementwise" in counters["kernels"]
 
 
 def test_the_arena_reuses_blocks_across_runs_and_is_shared_by_sessions() -> None:
@@ -155,6 +158,37 @@ def test_io_binding_keeps_outputs_on_the_device() -> None:
     np.testing.assert_allclose(out.numpy(), expected, rtol=1e-6)
     plan = sess.get_plan({"x": sess.execution_providers[0].memory_info}, outputs_to_host=False)
     assert not [line for line in plan if " copy " in line], "device input and output: nothing to copy"
+
+
+def test_reshape_family_returns_views_of_device_arrays() -> None:
+    from numba import cuda
+
+    from ep_cuda_numba.registry import registry
+
+    nodes = [
+        helper.make_node("Reshape", ["x", "s"], ["r"], name="reshape"),
+        helper.make_node("Unsqueeze", ["r", "a"], ["u"], name="unsqueeze"),
+        helper.make_node("Squeeze", ["u", "a"], ["q"], name="squeeze"),
+        helper.make_node("Flatten", ["q"], ["y"], name="flatten", axis=1),
+    ]
+    inits = [helper.make_tensor("s", TensorProto.INT64, [2], [4, 6]), helper.make_tensor("a", TensorProto.INT64, [1], [0])]
+    graph = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])], initializer=inits)
+    sess = session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
+    x = _x()
+    dx = cuda.to_device(x)
+    values = [dx]
+    for n in sess.graph.all_nodes:
+        kdef, compute = registry().build(n, SimpleNamespace(stream=None, allocator=None, constant=sess.graph.constant_value))
+        extra = [sess.graph.initializer(i) for i in n.inputs[1:]]
+        values.append(compute(values[-1], *extra)[0])
+    def address(a: object) -> int:
+        host = getattr(a, "_ary", None)  # the simulator's device arrays wrap NumPy arrays
+        return (host.__array_interface__ if host is not None else a.__cuda_array_interface__)["data"][0]
+
+    assert [address(v) for v in values] == [address(dx)] * 5, "no copies, only views"
+    assert values[-1].shape == (4, 6)
+    np.testing.assert_array_equal(values[-1].copy_to_host(), x.reshape(4, 6))
 
 
 def test_streams_notifications_and_sync() -> None:
