@@ -77,8 +77,11 @@ def build_flatten(node: Any, ctx: Any) -> Fn:
 
     def compute(x: Any) -> tuple[Any]:
         a = axis + x.ndim if axis < 0 else axis
-        return (x.reshape(int(np.prod(x.shape[:a], dtype=np.int64)), -1) if x.size else x.reshape(
-            int(np.prod(x.shape[:a], dtype=np.int64)), int(np.prod(x.shape[a:], dtype=np.int64))),)
+        if not 0 <= a <= x.ndim:
+            raise ValueError(f"{node.describe()}: axis {axis} is out of range [-{x.ndim}, {x.ndim}]")
+        outer = int(np.prod(x.shape[:a], dtype=np.int64))
+        inner = int(np.prod(x.shape[a:], dtype=np.int64))  # explicit: -1 is ambiguous for empty x
+        return (x.reshape(outer, inner),)
 
     return compute
 
@@ -503,8 +506,7 @@ def build_scatter_nd(node: Any, ctx: Any) -> Fn:
         upd = updates.reshape((-1,) + x.shape[k:])
         out = x.copy()
         if ufunc is None:
-            for i in range(idx.shape[0]):  # in order: a later duplicate wins
-                out[tuple(idx[i])] = upd[i]
+            out[tuple(idx.T)] = upd  # duplicate indices are undefined by the spec
         else:
             ufunc.at(out, tuple(idx.T), upd)
         return (out,)
