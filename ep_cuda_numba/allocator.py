@@ -86,10 +86,13 @@ class DeviceArena:
                 )
         from numba import cuda
 
+        from ep_cuda_numba.device import device_context
+
         if self.simulated:
             raw: Any = np.empty(size, np.uint8)
         else:
-            raw = cuda.device_array(size, np.uint8)
+            with device_context(self.device_id):
+                raw = cuda.device_array(size, np.uint8)
         self._reserved += size
         self._num_device_allocs += 1
         return Block(raw, size)
@@ -147,7 +150,10 @@ class DeviceArena:
         if self._views_broken is not None:
             from numba import cuda
 
-            return cuda.device_array(shape, dtype)
+            from ep_cuda_numba.device import device_context
+
+            with device_context(self.device_id):
+                return cuda.device_array(shape, dtype)
         block = self._take(nbytes, stream)
         if self.simulated:
             from numba.cuda.simulator.cudadrv.devicearray import FakeCUDAArray
@@ -172,7 +178,10 @@ class DeviceArena:
             )
             from numba import cuda
 
-            return cuda.device_array(shape, dtype)
+            from ep_cuda_numba.device import device_context
+
+            with device_context(self.device_id):
+                return cuda.device_array(shape, dtype)
 
     def _device_view(self, block: Block, shape: tuple[int, ...], dtype: np.dtype, nbytes: int) -> Any:
         import ctypes

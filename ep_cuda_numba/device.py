@@ -8,6 +8,7 @@ import importlib.util
 import os
 from dataclasses import dataclass, field
 from functools import lru_cache
+from typing import Any
 
 from ep_core.devices import HardwareDevice
 from ep_core.memory import DeviceType, MemoryInfo, MemType
@@ -27,6 +28,20 @@ def simulator_requested() -> bool:
 
         return bool(config.ENABLE_CUDASIM)
     return os.environ.get(SIM_ENV, "0") not in ("", "0")
+
+
+def device_context(device_id: int) -> Any:
+    """The CUDA context to run in for ``device_id``: numba's default (device 0) needs no push;
+    another device's primary context is pushed around each allocation and launch."""
+    import contextlib
+
+    from numba import config
+
+    if device_id == 0 or config.ENABLE_CUDASIM:
+        return contextlib.nullcontext()
+    from numba import cuda
+
+    return cuda.gpus[device_id]
 
 
 def device_memory_info(device_id: int) -> MemoryInfo:

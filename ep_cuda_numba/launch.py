@@ -39,7 +39,7 @@ def grid_blocks(n_items: int, threads: int) -> tuple[int, int]:
 class Runtime:
     """What a compute function needs at run time: its stream, the arena, the launch width."""
 
-    __slots__ = ("stream", "s", "arena", "tpb")
+    __slots__ = ("stream", "s", "arena", "tpb", "device")
 
     def __init__(self, ctx: Any) -> None:
         self.stream = getattr(ctx, "stream", None)
@@ -48,6 +48,11 @@ class Runtime:
         ep = getattr(getattr(ctx, "ep", None), "ep", None)
         opts = getattr(ep, "options", None)
         self.tpb = int(getattr(opts, "max_threads_per_block", DEFAULT_TPB))
+        from ep_cuda_numba.device import device_context
+
+        mem = getattr(ctx, "memory_info", None)
+        device_id = mem.device_id if mem is not None and not mem.is_host else int(getattr(opts, "device_id", 0))
+        self.device = device_context(device_id)
         if ep is not None and hasattr(ep, "note_stream"):
             ep.note_stream(self.stream)
 
@@ -60,13 +65,20 @@ class Runtime:
         if n <= 0:
             return
         blocks, threads = grid_1d(n, self.tpb)
-        kernel[blocks, threads, self.s](*args)
+        with self.device:
+            kernel[blocks, threads, self.s](*args)
 
     def launch_blocks(self, kernel: Any, n_items: int, threads: int, *args: Any) -> None:
         if n_items <= 0:
             return
         blocks, threads = grid_blocks(n_items, threads)
-        kernel[blocks, threads, self.s](*args)
+        with self.device:
+            kernel[blocks, threads, self.s](*args)
+
+    def launch(self, kernel: Any, blocks: int, threads: Any, *args: Any) -> None:
+        """A launch with an explicit configuration (2-D blocks: matmul tiles)."""
+        with self.device:
+            kernel[blocks, threads, self.s](*args)
 
     def to_device(self, host: np.ndarray) -> Any:
         """Upload a small host array (attributes, folded constants) at build time."""

@@ -35,8 +35,11 @@ class CudaSyncStream:
     def __init__(self, device_id: int) -> None:
         from numba import cuda
 
+        from ep_cuda_numba.device import device_context
+
         self.device_id = device_id
-        self.cuda_stream = cuda.stream()
+        with device_context(device_id):
+            self.cuda_stream = cuda.stream()
         self.notifications_created = 0
 
     def synchronize(self) -> None:

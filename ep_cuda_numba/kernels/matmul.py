@@ -108,7 +108,7 @@ def gemm(
     kern = kernel_for(dt)
     tiles = n_batch * ((M + TILE - 1) // TILE) * ((N + TILE - 1) // TILE)
     blocks = 1 if SIM else max(1, min(tiles, MAX_BLOCKS))
-    kern[blocks, (TILE, TILE), rt.s](
+    rt.launch(kern, blocks, (TILE, TILE),
         flat(a), flat(b), flat(out), M, N, K, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
         bshape, a_bst, b_bst, c_bst, n_batch, dt.type(alpha), flat(bias) if bias is not None else flat(out),
         bias_strides[0], bias_strides[1], dt.type(beta), bias is not None,
