@@ -125,19 +125,6 @@ def pool_geometry(
     return pb, pe, out
 
 
-def windows(
-    xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
-) -> np.ndarray:
-    """A zero-copy view (N, C, *out, *kernel) of the padded input's sliding windows."""
-    nd = len(kernel)
-    k_eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=False)]
-    v = np.lib.stride_tricks.sliding_window_view(xp, k_eff, axis=tuple(range(2, 2 + nd)))
-    idx = (slice(None), slice(None))
-    idx += tuple(slice(0, (o - 1) * s + 1, s) for o, s in zip(out, strides, strict=False))
-    idx += tuple(slice(None, None, d) for d in dilations)
-    return v[idx]
-
-
 def im2col_view(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
                 out: Sequence[int]) -> np.ndarray:
     """A zero-copy (N, C, *kernel, *out) view of a C-contiguous padded input (built directly from

@@ -284,7 +284,8 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
     return compute
 
 
-def _zp_shift(v: np.ndarray, zp: np.ndarray | None, channel_axis_len: int | None = None, nd: int = 0) -> np.ndarray:
+def _zp_shift(v: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
+    """v - zero_point in float64; a per-output-channel zero point broadcasts along axis 0."""
     v = v.astype(np.float64)
     if zp is None:
         return v

@@ -105,15 +105,14 @@ def _plan_axis(
         if not extrap.any():
             extrap = None
     if mode == "nearest":
-        if float(scale).is_integer() or True:
-            if nearest_mode == "round_prefer_floor":
-                i = np.ceil(x - 0.5)
-            elif nearest_mode == "round_prefer_ceil":
-                i = np.floor(x + 0.5)
-            elif nearest_mode == "floor":
-                i = np.floor(x)
-            else:
-                i = np.ceil(x)
+        if nearest_mode == "round_prefer_floor":
+            i = np.ceil(x - 0.5)
+        elif nearest_mode == "round_prefer_ceil":
+            i = np.floor(x + 0.5)
+        elif nearest_mode == "floor":
+            i = np.floor(x)
+        else:
+            i = np.ceil(x)
         # integer source coordinates pick themselves whatever the rounding rule
         i = np.where(x == np.floor(x), x, i)
         return _AxisPlan(np.clip(i, 0, in_len - 1).astype(np.intp)[:, None], None, extrap)
