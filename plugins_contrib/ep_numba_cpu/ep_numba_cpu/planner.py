@@ -339,15 +339,19 @@ _DEPTHWISE = """import numpy as np
 from numba import prange
 
 
-def kernel(out, x, w, p):
+def kernel(out, x, w, bias, p):
     sh = p[0]
     sw = p[1]
     dh = p[2]
     dw = p[3]
+    pt = p[4]
+    pl = p[5]
     nb = out.shape[0]
     nc = out.shape[1]
     ho = out.shape[2]
     wo = out.shape[3]
+    hi = x.shape[2]
+    wi = x.shape[3]
     kh = w.shape[1]
     kw = w.shape[2]
     for t in {loop}(nb * nc):
@@ -355,13 +359,21 @@ def kernel(out, x, w, p):
         c = t % nc
         for i in range(ho):
             for j in range(wo):
-                out[b, c, i, j] = {zero}
+                out[b, c, i, j] = bias[c]
             for a in range(kh):
-                row = i * sh + a * dh
+                row = i * sh + a * dh - pt
+                if row < 0 or row >= hi:
+                    continue
                 for e in range(kw):
                     wv = w[c, a, e]
-                    off = e * dw
-                    for j in range(wo):
+                    off = e * dw - pl
+                    lo = 0
+                    if off < 0:
+                        lo = (-off + sw - 1) // sw
+                    top = (wi - 1 - off) // sw + 1
+                    if top > wo:
+                        top = wo
+                    for j in range(lo, top):
                         out[b, c, i, j] += x[b, c, row, j * sw + off] * wv
 """
 
@@ -378,7 +390,7 @@ def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bo
     par = parallel(_static_numel(graph, node.outputs[0]))
     source = _DEPTHWISE.format(loop="prange" if par else "range", zero=literal(0, dt))
     nb = NB_NAMES[dt]
-    return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,int64:1:C:r",
+    return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r,int64:1:C:r",
             "parallel": par}
 
 

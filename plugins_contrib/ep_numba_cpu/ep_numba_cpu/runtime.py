@@ -44,15 +44,26 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
         else:
             pads = pads or [0, 0, 0, 0]
             pt, pl, pb, pr = pads
+    hp, wp = h + pt + pb, wd + pl + pr
+    ho = (hp - dh * (kh - 1) - 1) // sh + 1
+    wo = (wp - dw * (kw - 1) - 1) // sw + 1
+    if group == c and cg == 1 and m == c and depthwise is not None and not one_d:
+        # padding and bias handled inside the kernel: no padded copy, no extra pass
+        out = np.empty((n, m, ho, wo), dtype=x.dtype)
+        params = np.array([sh, sw, dh, dw, pt, pl], dtype=np.int64)
+        wr = np.ascontiguousarray(w).reshape(m, kh, kw)
+        bias = np.zeros(m, dtype=x.dtype) if b is None else np.ascontiguousarray(b, dtype=x.dtype)
+        xc = np.ascontiguousarray(x)
+        # the kernel's signature takes read-only views
+        depthwise(out, np.broadcast_to(xc, xc.shape), np.broadcast_to(wr, wr.shape), np.broadcast_to(bias, bias.shape),
+                  np.broadcast_to(params, params.shape))
+        return out
     if pt or pb or pl or pr:
-        padded = np.zeros((n, c, h + pt + pb, wd + pl + pr), dtype=x.dtype)
+        padded = np.zeros((n, c, hp, wp), dtype=x.dtype)
         padded[:, :, pt:pt + h, pl:pl + wd] = x
         x = padded
     else:
         x = np.ascontiguousarray(x)
-    hp, wp = x.shape[2], x.shape[3]
-    ho = (hp - dh * (kh - 1) - 1) // sh + 1
-    wo = (wp - dw * (kw - 1) - 1) // sw + 1
     if kh == 1 and kw == 1 and sh == 1 and sw == 1 and group == 1:
         wm = w.reshape(m, c)
         xs = np.ascontiguousarray(x).reshape(n, c, hp * wp)
@@ -60,12 +71,6 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
         for img in range(n):
             np.dot(wm, xs[img], out=out[img])
         out = out.reshape(n, m, ho, wo)
-    elif group == c and cg == 1 and m == c and depthwise is not None:
-        out = np.empty((n, m, ho, wo), dtype=x.dtype)
-        params = np.array([sh, sw, dh, dw], dtype=np.int64)
-        wr = np.ascontiguousarray(w).reshape(m, kh, kw)
-        # the kernel's signature takes read-only views
-        depthwise(out, np.broadcast_to(x, x.shape), np.broadcast_to(wr, wr.shape), np.broadcast_to(params, (4,)))
     elif group == c and cg == 1 and m == c:
         out = np.zeros((n, m, ho, wo), dtype=x.dtype)
         for i in range(kh):
