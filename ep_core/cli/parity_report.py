@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ep_core.parity.render import FORMATS
+
+if TYPE_CHECKING:
+    from ep_core.parity.report import ParityReport
 
 
 def register(subparsers: Any) -> None:
@@ -19,7 +22,8 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("--ep", required=True, help="execution provider under test (see `ep-core providers`)")
+    p.add_argument("--ep", help="execution provider under test (see `ep-core providers`); required unless --from-json")
+    p.add_argument("--from-json", metavar="PATH", help="render a saved JSON report again instead of running anything")
     mode = p.add_mutually_exclusive_group()
     mode.add_argument("--static", action="store_true", help="registry coverage only (default unless tests or models are asked for)")
     mode.add_argument("--runtime", action="store_true", help="run cases only (node tests unless --models alone)")
@@ -45,7 +49,6 @@ def _split(value: str | None) -> list[str]:
 def run(args: argparse.Namespace) -> int:
     from ep_core.parity import EXIT_EP_LOAD, EXIT_USAGE, EpLoadFailure, ParityUsageError, build_report
     from ep_core.parity.progress import ProgressBar
-    from ep_core.parity.render import render, render_text, write_report
 
     def usage(msg: str) -> int:
         print(f"ep-core parity-report: error: {msg}", file=sys.stderr)
@@ -55,6 +58,13 @@ def run(args: argparse.Namespace) -> int:
         return usage(f"--fail-under must be a percentage between 0 and 100, got {args.fail_under}")
     if args.max_elements is not None and args.max_elements < 1:
         return usage("--max-elements must be at least 1")
+    fmt = args.format or ("md" if args.output else "text")
+    if args.from_json:
+        if args.ep or args.static or args.runtime or args.node_tests or args.filter or args.ops or args.models:
+            return usage("--from-json re-renders a saved report; it takes only --format, -o and --fail-under")
+        return _from_json(args.from_json, fmt, args.output, args.fail_under)
+    if not args.ep:
+        return usage("--ep NAME is required (or --from-json PATH to re-render a saved report)")
     ops, models = _split(args.ops), _split(args.models)
     wants_cases = bool(args.node_tests or args.filter or ops or args.only_ep_ops or models)
     if args.static and wants_cases:
@@ -62,7 +72,6 @@ def run(args: argparse.Namespace) -> int:
     static = args.static or not args.runtime
     runtime = args.runtime or wants_cases
     node_tests = bool(args.node_tests or args.filter or ops or args.only_ep_ops or (args.runtime and not models))
-    fmt = args.format or ("md" if args.output else "text")
     try:
         report = build_report(
             args.ep, static=static, runtime=runtime, node_tests=node_tests, ops=ops or None, filter=args.filter,
@@ -75,13 +84,39 @@ def run(args: argparse.Namespace) -> int:
     except EpLoadFailure as exc:
         print(f"ep-core parity-report: error: {exc}", file=sys.stderr)
         return EXIT_EP_LOAD
-    if args.output:
-        path = write_report(report.data, fmt, args.output)
+    return _emit(report, fmt, args.output, args.fail_under)
+
+
+def _emit(report: "ParityReport", fmt: str, output: str | None, fail_under: float | None) -> int:
+    from ep_core.parity.render import render, render_text, write_report
+
+    if output:
+        path = write_report(report.data, fmt, output)
         sys.stdout.write(render_text(report.data))
         print(f"wrote {fmt} report to {path}")
     else:
         sys.stdout.write(render(report.data, fmt))
-    code = report.exit_code(args.fail_under)
-    if args.fail_under is not None and report.score is not None and report.score < args.fail_under:
-        print(f"score {report.score:.2f}% is under --fail-under {args.fail_under:g}%", file=sys.stderr)
+    code = report.exit_code(fail_under)
+    if fail_under is not None and report.score is not None and report.score < fail_under:
+        print(f"score {report.score:.2f}% is under --fail-under {fail_under:g}%", file=sys.stderr)
     return code
+
+
+def _from_json(path: str, fmt: str, output: str | None, fail_under: float | None) -> int:
+    """Render a saved report; it must carry the schema major version this ep-core writes."""
+    import json
+
+    from ep_core.parity import EXIT_USAGE, SCHEMA_VERSION, ParityReport
+
+    try:
+        with open(path, encoding="utf-8") as fh:
+            data = json.load(fh)
+    except (OSError, ValueError) as exc:
+        print(f"ep-core parity-report: error: cannot read the JSON report {path}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    version = str(data.get("schema_version", "")) if isinstance(data, dict) else ""
+    if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
+        print(f"ep-core parity-report: error: {path} has schema_version {version or 'none'!r}; this ep-core renders "
+              f"{SCHEMA_VERSION} (regenerate the report)", file=sys.stderr)
+        return EXIT_USAGE
+    return _emit(ParityReport(data), fmt, output, fail_under)

@@ -91,3 +91,18 @@ def test_progress_bar_only_on_a_terminal_or_when_asked(exact_add_ep: str, capsys
     assert "] " not in capsys.readouterr().err  # captured stderr is no terminal
     assert main([*args, "--progress"]) == 0
     assert re.search(r"\[#+\] \d+/\d+", capsys.readouterr().err)
+
+
+def test_saved_json_report_renders_again_with_its_exit_code(wrong_add_ep: str, tmp_path: Path) -> None:
+    saved = tmp_path / "r.json"
+    assert main(["parity-report", "--ep", wrong_add_ep, "--runtime", "--ops", "Add", "--no-expanded",
+                 "--format", "json", "-o", str(saved)]) == 1
+    html = tmp_path / "r.html"
+    assert main(["parity-report", "--from-json", str(saved), "--format", "html", "-o", str(html)]) == 1  # defects
+    assert 'id="coverage-table"' in html.read_text()
+    data = json.loads(saved.read_text())
+    data["schema_version"] = "2.0"
+    saved.write_text(json.dumps(data))
+    assert main(["parity-report", "--from-json", str(saved)]) == 2
+    assert main(["parity-report", "--from-json", str(saved), "--ep", wrong_add_ep]) == 2
+    assert main(["parity-report"]) == 2  # neither --ep nor --from-json
