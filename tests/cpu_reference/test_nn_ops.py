@@ -228,3 +228,40 @@ def test_recurrent_matches_onnxruntime(op, gates, attrs) -> None:
         n_out = 3
     model = _single(op, feed, inits, n_out, opset=14, ranks=[4, 3, 3][:n_out], hidden_size=hid, **attrs)
     _ort_compare(model, feed)
+
+
+@pytest.mark.parametrize("attrs,scales", [
+    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, [1, 1, 2, 3]),
+    # (scales chosen without exact .5 ties: onnxruntime maps coordinates in float32, the ONNX
+    # reference, and we, in float64, so a tie can round differently)
+    ({"mode": "nearest", "nearest_mode": "round_prefer_ceil"}, [1, 1, 0.6, 1.6]),
+    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 1.5, 0.5]),
+    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 2.0, 2.0]),
+    ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.35]),
+    ({"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel", "exclude_outside": 1}, [1, 1, 1.7, 0.8]),
+    ({"mode": "cubic", "antialias": 1, "cubic_coeff_a": -0.5}, [1, 1, 0.4, 0.6]),
+])
+def test_resize_matches_onnxruntime(attrs, scales) -> None:
+    r = np.random.default_rng(8)
+    x = r.standard_normal((1, 2, 9, 11)).astype(np.float32)
+    inits = {"roi": np.array([], np.float32), "scales": np.array(scales, np.float32)}
+    _ort_compare(_single("Resize", {"x": x}, inits, 1, opset=18, **attrs), {"x": x}, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize("op,attrs", [
+    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+    ("MaxPool", {"kernel_shape": [2, 3], "dilations": [2, 1], "pads": [1, 1, 0, 1]}),
+    ("MaxPool", {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER", "storage_order": 1}),
+    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
+                     "count_include_pad": 1}),
+    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 1, 0]}),
+    ("LpPool", {"kernel_shape": [3, 3], "p": 3, "pads": [1, 1, 1, 1]}),
+])
+def test_pools_match_onnxruntime(op, attrs) -> None:
+    r = np.random.default_rng(9)
+    x = r.standard_normal((2, 3, 10, 9)).astype(np.float32)
+    n_out = 2 if op == "MaxPool" else 1
+    model = _single(op, {"x": x}, {}, n_out, opset=18, **attrs)
+    if op == "MaxPool":
+        model.graph.output[1].type.tensor_type.elem_type = TensorProto.INT64
+    _ort_compare(model, {"x": x})
