@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from ep_core.compute import ComputeContext, FusedNode, NodeComputeInfo
-from ep_core.errors import EpCoreError, EpFail, Fail
+from ep_core.errors import EpCoreError, EpFail, Fail, InvalidGraph
 from ep_core.graph import GraphView, topo_order
 from ep_core.memory import HOST_MEMORY, MemoryInfo
 from ep_core.partition import Partition, fused_inputs_outputs, partition_graph
@@ -347,7 +347,7 @@ class GraphProgram:
                     ins.append(NONE_SLOT)
                     continue
                 if name not in slots and name not in loc:
-                    raise Fail(f"{u.name} ({u.op_type}) reads {name!r}, which no node, input or initializer provides")
+                    raise InvalidGraph(f"{u.name} ({u.op_type}) reads {name!r}, which no node, input or initializer provides")
                 need = HOST_MEMORY if (mem.is_host or i in u.host_inputs) else mem
                 ins.append(moved(name, need))
             outs = []
@@ -364,7 +364,7 @@ class GraphProgram:
         output_memory: list[MemoryInfo] = []
         for v in graph.outputs:
             if v.name not in slots:
-                raise Fail(f"graph output {v.name!r} of graph {graph.name!r} is produced by no node")
+                raise InvalidGraph(f"graph output {v.name!r} of graph {graph.name!r} is produced by no node")
             if outputs_to_host:
                 output_slots.append(moved(v.name, HOST_MEMORY))
                 output_memory.append(HOST_MEMORY)
