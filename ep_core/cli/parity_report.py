@@ -91,7 +91,12 @@ def _emit(report: "ParityReport", fmt: str, output: str | None, fail_under: floa
     from ep_core.parity.render import render, render_text, write_report
 
     if output:
-        path = write_report(report.data, fmt, output)
+        try:
+            path = write_report(report.data, fmt, output)
+        except OSError as exc:
+            print(f"ep-core parity-report: error: cannot write the {fmt} report to {output}: {exc}; "
+                  "choose a writable -o path", file=sys.stderr)
+            return 2
         sys.stdout.write(render_text(report.data))
         print(f"wrote {fmt} report to {path}")
     else:

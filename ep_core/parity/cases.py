@@ -76,6 +76,11 @@ def _all_node_testcases() -> tuple[Any, ...]:
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 
+def node_test_ops() -> set[str]:
+    """Every op type some node test case exercises (to check ``--ops`` names)."""
+    return {c.model.graph.node[0].op_type for c in _all_node_testcases() if len(c.model.graph.node) == 1}
+
+
 def node_cases(
     ops: Sequence[str] | None = None,
     pattern: str | None = None,

@@ -5,6 +5,7 @@ as JSON-ready data (the renderers and the JSON file read nothing else), validate
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import os
 import platform
 import re
@@ -89,7 +90,7 @@ def build_report(
     ``only_ep_ops`` just the ops the EP declares) and the zoo ``models``. ``max_elements`` and
     ``skip_models_reason`` keep slow EPs (simulators) bounded; what they leave out is listed as
     skipped with the reason. Raises ``EpLoadFailure`` (exit 3) or ``ParityUsageError`` (exit 2)."""
-    from ep_core.parity.cases import model_case, node_cases
+    from ep_core.parity.cases import model_case, node_cases, node_test_ops
     from ep_core.parity.runtime import runtime_report
     from ep_core.parity.static import static_report
     from ep_core.zoo import MODELS
@@ -104,6 +105,13 @@ def build_report(
     unknown = [m for m in models if m not in MODELS]
     if unknown:
         raise ParityUsageError(f"unknown model(s) {unknown}; known zoo models: {sorted(MODELS)}")
+    if runtime and node_tests and ops:
+        known = node_test_ops()
+        bad = [o for o in ops if o not in known]
+        if bad:
+            hints = {o: difflib.get_close_matches(o, known, n=1) for o in bad}
+            said = ", ".join(f"{o!r}" + (f" (did you mean {h[0]!r}?)" if h else "") for o, h in hints.items())
+            raise ParityUsageError(f"no ONNX node test exercises op {said}; op names are case-sensitive ONNX op types")
     registry = registry or get_registry()
     ref_name = reference or reference_ep_name(registry)
     desc = describe_ep(ep, registry)

@@ -51,6 +51,7 @@ def test_fail_under_in_static_mode_uses_onnx_coverage(exact_add_ep: str) -> None
         ["--models", "no_such_model"],
         ["--static", "--node-tests"],
         ["--ops", "NoSuchOp"],
+        ["--ops", "Add,Relux"],
     ],
 )
 def test_usage_errors_exit_2(argv: list[str], capsys: pytest.CaptureFixture[str]) -> None:
