@@ -153,7 +153,12 @@ def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
         if kind != "t":
             raise EpFail(f"fused group {fused.name}: output {name!r} is not produced inside the group")
         outputs.append(k)
-    return {"format": SPEC_FORMAT, "inputs": list(fused.inputs), "outputs": list(fused.outputs), "nodes": entries, "output_nodes": outputs}
+    in_dtypes = []
+    for name in fused.inputs:
+        vi = view.value_info(name)
+        in_dtypes.append(str(vi.np_dtype) if vi is not None and vi.np_dtype is not None else "float32")
+    return {"format": SPEC_FORMAT, "inputs": list(fused.inputs), "input_dtypes": in_dtypes, "outputs": list(fused.outputs),
+            "nodes": entries, "output_nodes": outputs}
 
 
 def program_from_spec(spec: dict[str, Any]) -> tuple[Program, list[Any], list[np.dtype], list[set[int]]]:
@@ -212,28 +217,33 @@ class CompiledGroup:
         """Compile the all-full-shape variant to PTX for the EPContext (GPU only)."""
         if self.simulated or self.ptx is not None:
             return
+        from numba import cuda
+
+        cc = tuple(cuda.get_current_device().compute_capability)
+        self.ptx, self.ptx_target = self.compile_ptx(cc), f"sm_{cc[0]}{cc[1]}"
+
+    def compile_ptx(self, cc: tuple[int, ...]) -> str:
+        """PTX of the kernel with every input at the group's full shape, for compute capability ``cc``."""
         from numba import cuda, from_dtype, types
 
-        pattern = ("full",) * self.program.n_inputs
-        kernel, _ = compile_program(self.program, pattern, len(self.out_dtypes))
-        in_dts = [np.dtype(self.spec["nodes"][0]["dtype"])] * 0
-        sig_args = [types.Array(from_dtype(dt), 1, "C") for dt in self.out_dtypes]
-        for i in range(self.program.n_inputs):
-            in_dts.append(self._input_dtype(i))
-        sig_args += [types.Array(from_dtype(dt), 1, "C") for dt in in_dts]
-        sig_args += [from_dtype(np.dtype(type(p))) for p in self.params]
-        ptx, _ = cuda.compile_ptx_for_current_device(kernel.py_func, tuple(sig_args))
-        cc = cuda.get_current_device().compute_capability
-        self.ptx, self.ptx_target = ptx, f"sm_{cc[0]}{cc[1]}"
+        kernel, _ = compile_program(self.program, ("full",) * self.program.n_inputs, len(self.out_dtypes))
+        sig = [types.Array(from_dtype(dt), 1, "C") for dt in self.out_dtypes]
+        sig += [types.Array(from_dtype(self._input_dtype(i)), 1, "C") for i in range(self.program.n_inputs)]
+        sig += [from_dtype(np.dtype(type(p))) for p in self.params]
+        ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(sig), cc=(int(cc[0]), int(cc[1])))
+        return ptx
 
     def _input_dtype(self, i: int) -> np.dtype:
+        recorded = self.spec.get("input_dtypes")
+        if recorded and i < len(recorded):
+            return np.dtype(recorded[i])
         for e in self.spec["nodes"]:
             for j, (kind, idx) in enumerate(e["args"]):
                 if kind == "x" and idx == i:
                     if e["op"] == "Where" and j == 0:
                         return np.dtype(np.bool_)
                     return np.dtype(e["dtype"])
-        raise EpFail(f"{self.name}: input {i} is read by no node")
+        return np.dtype(np.float32)  # an input no statement reads (a Clip bound baked into the params)
 
     def compute_info(self) -> NodeComputeInfo:
         from ep_cuda_numba.launch import Runtime

@@ -110,6 +110,23 @@ def _numba_type(spec: list[Any]) -> Any:
     return {"bool": types.boolean, "int": types.int64, "float": types.float64}[kind]
 
 
+class NvvmUnavailable(RuntimeError):
+    """libNVVM/NVRTC cannot be loaded: nothing can be compiled here (no verdict on the kernels)."""
+
+
+def _probe_nvvm(cc: tuple[int, int]) -> None:
+    from numba import types
+    from numba.cuda import compile_ptx
+
+    def probe(x):  # type: ignore[no-untyped-def]
+        x[0] = 1.0
+
+    try:
+        compile_ptx(probe, (types.float32[:],), cc=cc)
+    except Exception as exc:
+        raise NvvmUnavailable(f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}") from exc
+
+
 def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
     """Compile every recorded launch to PTX; returns the failures (empty when all compile)."""
     from types import SimpleNamespace
@@ -125,6 +142,7 @@ def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
         raise RuntimeError("compile_records needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
     # device functions compile for "the current device"; there is none, so name the target
     dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)
+    _probe_nvvm(cc)
     failures = []
     with open(path, encoding="utf-8") as fh:
         entries = json.load(fh)
@@ -153,7 +171,11 @@ def main(argv: list[str]) -> int:
     if "--cc" in argv:
         major, minor = argv[argv.index("--cc") + 1].split(".")
         cc = (int(major), int(minor))
-    failures = compile_records(path, cc)
+    try:
+        failures = compile_records(path, cc)
+    except NvvmUnavailable as exc:
+        print(f"NVVM unavailable, nothing compiled: {exc}")
+        return 2
     n = len(json.load(open(path, encoding="utf-8")))
     print(f"{n - len(failures)}/{n} recorded kernel launches compile to PTX for sm_{cc[0]}{cc[1]}")
     for f in failures:
