@@ -139,6 +139,12 @@ def select_providers(
             devices = hardware_devices(registry)
         return devices
 
+    def devices_of(handle: FactoryHandle) -> list[EpDevice]:
+        """The EP's devices among the host CPU and its own probes; other factories are probed
+        (importing their stacks) only if that finds none."""
+        own = dedupe_devices([host_cpu_device(), *(handle.call("ep_factory_probe_hardware_devices", default=()) or ())])
+        return ep_devices_for(handle, own) or ep_devices_for(handle, all_devices())
+
     def add(handle: FactoryHandle, eps: list[EpDevice], opts: Mapping[str, str]) -> None:
         for c in chosen:
             if c.name == handle.name:
@@ -151,7 +157,7 @@ def select_providers(
             handle = registry.handle(name)
             if handle.load() is None:
                 raise UnknownProviderError(f"execution provider {name!r} is installed but failed to load: {handle.load_error}")
-            add(handle, _pick_device(handle, ep_devices_for(handle, all_devices()), opts.pop("device", None), ""), opts)
+            add(handle, _pick_device(handle, devices_of(handle), opts.pop("device", None), ""), opts)
     elif config is not None and config.providers:
         for entry in config.providers:
             where = f"{config.source}: providers[{entry.name}]: "
@@ -161,7 +167,7 @@ def select_providers(
                 raise UnknownProviderError(f"{config.source}: providers: {exc.message}") from None
             if handle.load() is None:
                 raise UnknownProviderError(f"{where}installed but failed to load: {handle.load_error}")
-            eps = _pick_device(handle, ep_devices_for(handle, all_devices()), entry.device, where)
+            eps = _pick_device(handle, devices_of(handle), entry.device, where)
             add(handle, eps, {k: _opt_str(v) for k, v in entry.options.items()})
     elif options.provider_devices:
         for eps, opts in options.provider_devices:
