@@ -15,10 +15,10 @@ import numpy as np
 
 from ep_cpu_reference.kernels.nn_common import (
     as_compute,
+    compute_dtype,
     conv_pads,
     fail,
     first_since,
-    im2col_view,
     ints,
     pad_spatial,
 )
@@ -53,6 +53,139 @@ class _ConvGeom:
         return got
 
 
+def plan_conv(
+    x_shape: Sequence[int],
+    dt: np.dtype,
+    w: np.ndarray,
+    group: int,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    pb: Sequence[int],
+    pe: Sequence[int],
+    out: Sequence[int],
+    bias: np.ndarray | None = None,
+) -> Any:
+    """A ``run(x) -> y`` for one input shape, with the algorithm chosen, weights laid out and
+    every shape, slice and stride computed here, so a run is only the array work:
+
+    * depthwise (C/G == 1), small planes: im2col (N, C, K, P) + C batched (Mg, K) @ (K, P);
+    * depthwise, large planes: accumulate the K taps over the padded input (no im2col copy);
+    * few output channels (4*M <= C, stride 1): one GEMM of all taps' weights (K*M, C) against
+      the padded input, then add the K shifted output planes (no C*K*P im2col copy);
+    * 1x1, stride 1, no pads: a plain (grouped) GEMM on the input;
+    * otherwise im2col (one copy from a strided view) + one (grouped) GEMM.
+    ``bias`` (broadcast-ready, dtype ``dt``) is added in place."""
+    n, c = int(x_shape[0]), int(x_shape[1])
+    m = w.shape[0]
+    cg, mg = c // group, m // group
+    nd = len(out)
+    ksize = int(np.prod(kernel)) if nd else 1
+    p = int(np.prod(out)) if nd else 1
+    out_shape = (n, m, *out)
+    w = np.ascontiguousarray(w.astype(dt, copy=False))
+    needs_pad = any(pb) or any(pe)
+    if min(list(pb) + list(pe), default=0) < 0:
+        def pad(x: np.ndarray) -> np.ndarray:  # negative pads crop: the general helper
+            return np.ascontiguousarray(pad_spatial(x, pb, pe))
+        pshape = (n, c) + tuple(d + b + e for d, b, e in zip(x_shape[2:], pb, pe, strict=True))
+    elif needs_pad:
+        pshape = (n, c) + tuple(d + b + e for d, b, e in zip(x_shape[2:], pb, pe, strict=True))
+        interior = (slice(None), slice(None)) + tuple(slice(b, b + d) for b, d in zip(pb, x_shape[2:], strict=True))
+
+        def pad(x: np.ndarray) -> np.ndarray:
+            xp = np.zeros(pshape, dtype=dt)
+            xp[interior] = x
+            return xp
+    else:
+        pshape = tuple(x_shape)
+
+        def pad(x: np.ndarray) -> np.ndarray:
+            return x if x.flags.c_contiguous else np.ascontiguousarray(x)
+
+    cstr = [dt.itemsize] * len(pshape)
+    for i in range(len(pshape) - 2, -1, -1):
+        cstr[i] = cstr[i + 1] * pshape[i + 1]
+    view_shape = (n, c, *kernel, *out)
+    view_strides = tuple(cstr[:2]) + tuple(cstr[2 + i] * dil[i] for i in range(nd)) + tuple(
+        cstr[2 + i] * strides[i] for i in range(nd))
+    taps = list(itertools.product(*[range(k) for k in kernel]))
+
+    def im2col(xp: np.ndarray) -> np.ndarray:
+        return np.ndarray(view_shape, dtype=dt, buffer=xp, strides=view_strides)
+
+    def finish(y: np.ndarray) -> np.ndarray:
+        if bias is not None:
+            y += bias
+        return y
+
+    if cg == 1 and group > 1 and ksize > 1 and p <= 6400:
+        wd = w.reshape(1, group, mg, ksize)
+
+        def run(x: np.ndarray) -> np.ndarray:
+            cols = im2col(pad(x)).reshape(n, group, ksize, p)
+            return finish(np.matmul(wd, cols).reshape(out_shape))
+
+        return run
+    if cg == 1 and group > 1 and ksize > 1:
+        wt = w.reshape(group, mg, ksize)
+        wtaps = [np.ascontiguousarray(wt[:, :, t]).reshape((1, group, mg) + (1,) * nd) for t in range(ksize)]
+        sls = [
+            (slice(None), slice(None), None) + tuple(
+                slice(o * d, o * d + (q - 1) * s_ + 1, s_) for o, d, q, s_ in zip(offs, dil, out, strides, strict=True))
+            for offs in taps
+        ]
+        acc_shape = (n, group, mg, *out)
+
+        def run(x: np.ndarray) -> np.ndarray:
+            xp = pad(x)
+            acc = np.multiply(xp[sls[0]], wtaps[0])
+            tmp = np.empty(acc_shape, dtype=dt)
+            for sl, wk in zip(sls[1:], wtaps[1:], strict=True):
+                np.multiply(xp[sl], wk, out=tmp)
+                acc += tmp
+            return finish(acc.reshape(out_shape))
+
+        return run
+    if group == 1 and ksize > 1 and c >= 32 and 4 * m <= c and all(s_ == 1 for s_ in strides) \
+            and min(list(pb) + list(pe), default=0) >= 0:
+        wk = np.ascontiguousarray(np.moveaxis(w.reshape(m, c, ksize), 2, 0).reshape(ksize * m, c))
+        zshape = (n, ksize, m, *pshape[2:])
+        flat = (n, c, int(np.prod(pshape[2:])))
+        sls = [
+            (slice(None), t, slice(None)) + tuple(slice(o * d, o * d + q) for o, d, q in zip(offs, dil, out, strict=True))
+            for t, offs in enumerate(taps)
+        ]
+
+        def run(x: np.ndarray) -> np.ndarray:
+            z = np.matmul(wk, pad(x).reshape(flat)).reshape(zshape)
+            y = z[sls[0]].copy()
+            for sl in sls[1:]:
+                y += z[sl]
+            return finish(y)
+
+        return run
+    wg = w.reshape(group, mg, cg * ksize)
+    if ksize == 1 and all(s_ == 1 for s_ in strides) and not needs_pad:
+        def cols_of(x: np.ndarray) -> np.ndarray:
+            return x.reshape(n, group, cg, p)
+    else:
+        def cols_of(x: np.ndarray) -> np.ndarray:
+            return im2col(pad(x)).reshape(n, group, cg * ksize, p)  # the one im2col copy
+    if group == 1:
+        w0 = wg[0]
+
+        def run(x: np.ndarray) -> np.ndarray:
+            return finish(np.matmul(w0, cols_of(x)[:, 0]).reshape(out_shape))
+    else:
+        wg1 = wg[None]
+
+        def run(x: np.ndarray) -> np.ndarray:
+            return finish(np.matmul(wg1, cols_of(x)).reshape(out_shape))
+
+    return run
+
+
 def conv_core(
     x: np.ndarray,
     w: np.ndarray,
@@ -63,70 +196,9 @@ def conv_core(
     pb: Sequence[int],
     pe: Sequence[int],
     out: Sequence[int],
-    w_grouped: np.ndarray | None = None,
-    w_taps: np.ndarray | None = None,
 ) -> np.ndarray:
-    """N-D grouped convolution without bias, in x's dtype. ``w_grouped`` is w reshaped to
-    (G, M/G, C/G*K) and ``w_taps`` w as (K*M, C) (both precomputed when w is constant)."""
-    n, c = x.shape[:2]
-    m = w.shape[0]
-    cg, mg = c // group, m // group
-    ksize = int(np.prod(kernel)) if len(kernel) else 1
-    p = int(np.prod(out)) if len(out) else 1
-    if w_grouped is None:
-        w_grouped = w.reshape(group, mg, cg * ksize)
-    if cg == 1 and group > 1 and ksize > 1 and p <= 6400:
-        # small depthwise planes: im2col (N, C, K, P) and C batched (Mg, K) @ (K, P) products
-        xp = pad_spatial(x, pb, pe)
-        cols = im2col_view(xp, kernel, strides, dil, out).reshape(n, group, ksize, p)
-        return np.matmul(w.reshape(group, mg, ksize)[None], cols).reshape(n, m, *out)
-    if cg == 1 and group > 1 and ksize > 1:
-        # depthwise: accumulate taps over the padded input, no im2col copy
-        xp = pad_spatial(x, pb, pe)
-        wt = w.reshape(group, mg, ksize)
-        acc = np.zeros((n, group, mg, *out), dtype=x.dtype)
-        tmp = np.empty((n, group, mg, *out), dtype=x.dtype) if mg > 1 else np.empty((n, group, *out), dtype=x.dtype)
-        bshape = (1, group, mg) + (1,) * len(out)
-        for t, offs in enumerate(itertools.product(*[range(k) for k in kernel])):
-            sl = (slice(None), slice(None)) + tuple(
-                slice(o * d, o * d + (q - 1) * s + 1, s) for o, d, q, s in zip(offs, dil, out, strides, strict=False)
-            )
-            xs = xp[sl]
-            if mg == 1:
-                np.multiply(xs, wt[:, 0, t].reshape((1, group) + (1,) * len(out)), out=tmp)
-                acc[:, :, 0] += tmp
-            else:
-                np.multiply(xs[:, :, None], wt[:, :, t].reshape(bshape), out=tmp)
-                acc += tmp
-        return acc.reshape(n, m, *out)
-    if group == 1 and ksize > 1 and c >= 32 and 4 * m <= c and all(s == 1 for s in strides) and min(pb + pe, default=0) >= 0:
-        # few output channels: one GEMM of all taps' weights against the padded input, then add
-        # the K shifted (M, *out) planes; avoids copying a C*K*P im2col matrix
-        xp = pad_spatial(x, pb, pe)
-        padded = xp.shape[2:]
-        wt = w_taps if w_taps is not None else np.ascontiguousarray(
-            np.moveaxis(w.reshape(m, c, ksize), 2, 0).reshape(ksize * m, c))
-        z = np.matmul(wt, xp.reshape(n, c, -1)).reshape(n, ksize, m, *padded)
-        y = None
-        for t, offs in enumerate(itertools.product(*[range(k) for k in kernel])):
-            sl = (slice(None), t, slice(None)) + tuple(
-                slice(o * d, o * d + q) for o, d, q in zip(offs, dil, out, strict=False)
-            )
-            if y is None:
-                y = z[sl].copy()
-            else:
-                y += z[sl]
-        return y
-    if ksize == 1 and all(s == 1 for s in strides) and not any(pb) and not any(pe):
-        cols = x.reshape(n, group, cg, p)
-    else:
-        xp = pad_spatial(x, pb, pe)
-        cols = im2col_view(xp, kernel, strides, dil, out).reshape(n, group, cg * ksize, p)  # one copy
-    if group == 1:
-        y = np.matmul(w_grouped[0], cols[:, 0])
-    else:
-        y = np.matmul(w_grouped[None], cols)
-    return y.reshape(n, m, *out)
+    """N-D grouped convolution without bias in x's dtype (a plan used once)."""
+    return plan_conv(x.shape, x.dtype, w, group, kernel, strides, dil, pb, pe, out)(x)
 
 
 def _bias_shape(nd: int) -> tuple[int, ...]:
@@ -135,57 +207,32 @@ def _bias_shape(nd: int) -> tuple[int, ...]:
 
 @REGISTRY.register("Conv", since=first_since("Conv"))
 def build_conv(node: Any, ctx: Any) -> Any:
-    """Conv: weights reshaped per group once when constant."""
+    """Conv: with constant weights and bias, a plan per input shape and dtype (see plan_conv)."""
     w_const = ctx.constant(node.inputs[1])
-    b_const = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
+    has_b = len(node.inputs) > 2 and bool(node.inputs[2])
+    b_const = ctx.constant(node.inputs[2]) if has_b else None
     geom = _ConvGeom(node, w_const.shape if w_const is not None else None)
     group = geom.group
-    prepared: dict[Any, Any] = {}
-
-    def prep(w: np.ndarray, dt: np.dtype) -> tuple[Any, ...]:
-        key = dt
-        if w_const is not None and key in prepared:
-            return prepared[key]
-        wc = w.astype(dt, copy=False)
-        m, cg = wc.shape[:2]
-        if m % group or (m and cg == 0):
-            raise fail(node, f"weight shape {list(w.shape)} is not divisible into group={group}")
-        wg = np.ascontiguousarray(wc.reshape(group, m // group, -1))
-        wt = None
-        if group == 1 and wc.ndim > 2:
-            wt = np.ascontiguousarray(np.moveaxis(wc.reshape(m, cg, -1), 2, 0).reshape(-1, cg))
-        if w_const is not None:
-            prepared[key] = (wc, wg, wt)
-        return wc, wg, wt
-
-    fast: dict[Any, Any] = {}
-    cacheable = w_const is not None and (len(node.inputs) < 3 or not node.inputs[2] or b_const is not None)
+    cacheable = w_const is not None and (not has_b or b_const is not None)
+    plans: dict[Any, Any] = {}
 
     def compute(x: np.ndarray, w: np.ndarray, b: np.ndarray | None = None) -> tuple[np.ndarray]:
-        # constant weights and bias: everything but the data is settled per input shape
-        got = fast.get((x.shape, x.dtype)) if cacheable else None
-        if got is not None:
-            args, bias, cdt = got
-            y = conv_core(x if x.dtype == cdt else x.astype(cdt), *args)
-            if bias is not None:
-                y += bias
-            return (y if y.dtype == x.dtype else y.astype(x.dtype),)
-        if x.ndim < 3:
-            raise fail(node, f"input rank {x.ndim}; Conv needs (N, C, spatial...)")
-        if x.shape[1] != w.shape[1] * group:
-            raise fail(node, f"input has {x.shape[1]} channels, weight expects {w.shape[1]} x group {group}")
-        odt = x.dtype
-        xc = as_compute(x)
-        kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
-        wc, wg, wt = prep(w, xc.dtype)
-        args = (wc, group, kernel, strides, dil, pb, pe, out, wg, wt)
-        bias = None if b is None else b.astype(xc.dtype, copy=False).reshape(_bias_shape(len(out)))
-        if cacheable:
-            fast[(x.shape, x.dtype)] = (args, bias, xc.dtype)
-        y = conv_core(xc, *args)
-        if bias is not None:
-            y += bias
-        return (y if y.dtype == odt else y.astype(odt),)
+        key = (x.shape, x.dtype)
+        run = plans.get(key) if cacheable else None
+        if run is None:
+            if x.ndim < 3:
+                raise fail(node, f"input rank {x.ndim}; Conv needs (N, C, spatial...)")
+            if w.ndim != x.ndim or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
+                raise fail(node, f"input {list(x.shape)} and weight {list(w.shape)} do not fit group={group} "
+                                 "(weight must be (M, C/group, k...), M divisible by group)")
+            kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
+            cdt = compute_dtype(x.dtype)
+            bias = None if b is None else b.astype(cdt).reshape(_bias_shape(len(out)))
+            run = plan_conv(x.shape, cdt, w, group, kernel, strides, dil, pb, pe, out, bias)
+            if cacheable:
+                plans[key] = run
+        y = run(x if x.dtype == np.float32 or x.dtype == np.float64 else as_compute(x))
+        return (y if y.dtype == x.dtype else y.astype(x.dtype),)
 
     return compute
 
