@@ -9,7 +9,7 @@ from __future__ import annotations
 import html
 import json
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -90,6 +90,15 @@ def render_text(data: dict[str, Any]) -> str:
     s = data["summary"]
     lines.append(f"Score {_pct(s['score'])} ({s['score_basis']}); defects: {s['defects']}")
     return "\n".join(lines) + "\n"
+
+
+def _top_reasons(reasons: Iterable[str], n: int = 2, width: int = 160) -> list[str]:
+    counts: dict[str, int] = {}
+    for r in reasons:
+        if r:
+            counts[r] = counts.get(r, 0) + 1
+    top = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))[:n]
+    return [(r if len(r) <= width else r[: width - 3] + "...") + (f" (x{c})" if c > 1 else "") for r, c in top]
 
 
 # ----------------------------------------------------------------------------- markdown
@@ -184,9 +193,11 @@ def render_markdown(data: dict[str, Any]) -> str:
             for op, cs in sorted(per_op.items()):
                 full = sum(1 for c in cs if c["nodes_on_ep"] == 0)
                 took = sorted({f"{n['op_type']} on {n['ep']}" for c in cs for n in c["fallback_nodes"]})
+                whys = _top_reasons(n.get("why", "") for c in cs for n in c["fallback_nodes"])
                 rows.append([f"`{op}`", len(cs), full, len(cs) - full,
-                             ", ".join(took[:8]) + (f" (+{len(took) - 8} more)" if len(took) > 8 else "")])
-            out += _md_table(["op", "cases", "full", "partial", "nodes that fell back"], rows)
+                             ", ".join(took[:8]) + (f" (+{len(took) - 8} more)" if len(took) > 8 else ""),
+                             "; ".join(whys)])
+            out += _md_table(["op", "cases", "full", "partial", "nodes that fell back", "why (most frequent)"], rows)
         sk = [c for c in rt["cases"] + rt["models"] if c["status"] == "skipped"]
         if sk:
             reasons: dict[str, int] = {}
@@ -426,8 +437,10 @@ def render_html(data: dict[str, Any]) -> str:
             body.append(f"<h2>Cases that did not pass ({len(bad)})</h2><table><thead><tr><th>case</th><th>op</th>"
                         "<th>status</th><th>reason</th></tr></thead><tbody>")
             for c in bad[:500]:
+                why = _top_reasons(n.get("why", "") for n in c["fallback_nodes"]) if c["status"] == "fallback" else []
+                reason = c["reason"][:400] + (f" - why: {'; '.join(why)}" if why else "")
                 body.append(f'<tr><td><code>{_e(c["name"])}</code></td><td>{_e(c["op_type"])}</td>'
-                            f'<td><span class="st {_e(c["status"])}">{_e(c["status"])}</span></td><td>{_e(c["reason"][:400])}</td></tr>')
+                            f'<td><span class="st {_e(c["status"])}">{_e(c["status"])}</span></td><td>{_e(reason)}</td></tr>')
             body.append("</tbody></table>")
             if len(bad) > 500:
                 body.append(f'<p class="muted">{len(bad) - 500} more in the JSON report.</p>')

@@ -44,6 +44,7 @@ class RunResult:
     output_names: list[str] = field(default_factory=list)
     assignment: dict[str, dict[str, Any]] = field(default_factory=dict)
     op_types: dict[str, str] = field(default_factory=dict)
+    declined: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
 
@@ -55,6 +56,29 @@ def _op_types(graph: Any, prefix: str = "") -> dict[str, str]:
         out[q] = n.op_type
         for attr, sub in n.subgraphs.items():
             out.update(_op_types(sub, f"{q}/{attr}"))
+    return out
+
+
+def _decline_reasons(sess: Any, provider: str, assignment: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """Why ``provider`` did not take each main-graph node that ran elsewhere: its registry's
+    lookup miss (versions, types), else a rejected claim from the partition diagnostics."""
+    mine = next((ep for ep in sess.execution_providers if ep.name == provider), None)
+    if mine is None:
+        return {}
+    rejected = [d for d in sess.get_partition_diagnostics() if d.startswith(f"{provider} claim")]
+    out: dict[str, str] = {}
+    for name, a in assignment.items():
+        if a["ep"] == provider:
+            continue
+        why = next((d for d in rejected if repr(name) in d), "")
+        if not why:
+            try:
+                node = sess.graph.node(name)
+            except KeyError:  # a subgraph node: its own graph is not at hand
+                continue
+            why = mine.decline_reason(node) if mine.kernel_registry is not None else ""
+            why = why or f"{provider} did not claim it"
+        out[name] = why[:300]
     return out
 
 
@@ -79,6 +103,7 @@ def execute(case: Case, provider: str, registry: PluginRegistry | None) -> RunRe
                     result.outputs.append(list(sess.run(None, feed)))
                 result.assignment = sess.get_node_assignment()
                 result.op_types = _op_types(sess.graph)
+                result.declined = _decline_reasons(sess, provider, result.assignment)
             finally:
                 sess.close()
     except Exception as exc:  # an EP may raise anything; the report records it
@@ -134,7 +159,7 @@ def judge_case(case: Case, ep_name: str, mine: RunResult | None, oracle: RunResu
         return entry
     on_ep = [n for n, a in mine.assignment.items() if a["ep"] == ep_name]
     others = [
-        {"node": n, "op_type": mine.op_types.get(n, "?"), "ep": a["ep"]}
+        {"node": n, "op_type": mine.op_types.get(n, "?"), "ep": a["ep"], "why": mine.declined.get(n, "")}
         for n, a in mine.assignment.items()
         if a["ep"] != ep_name
     ]

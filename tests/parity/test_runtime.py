@@ -62,6 +62,14 @@ def test_partial_fallback_names_the_nodes_that_fell_back(exact_add_ep: str) -> N
     assert sum(1 for ep in m["assignment"].values() if ep == exact_add_ep) == m["nodes_on_ep"]
     assert {n["op_type"] for n in m["fallback_nodes"]} >= {"Conv", "MatMul"} and "Add" not in {n["op_type"] for n in m["fallback_nodes"]}
     assert m["vs_reference"]["ok"] is True and m["vs_expected"] is None
+    conv = next(n for n in m["fallback_nodes"] if n["op_type"] == "Conv")
+    assert conv["why"] == f"{exact_add_ep} has no kernel for ai.onnx::Conv"
+
+
+def test_fallback_says_why_the_ep_declined(exact_add_ep: str) -> None:
+    rt = _runtime(exact_add_ep, ops=["Sub"], include_expanded=False)
+    assert all(c["status"] == "fallback" for c in rt["cases"])
+    assert all("has no kernel for ai.onnx::Sub" in n["why"] for c in rt["cases"] for n in c["fallback_nodes"])
 
 
 def test_crashing_kernel_is_an_error_and_a_defect(crashing_add_ep: str) -> None:
