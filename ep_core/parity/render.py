@@ -81,6 +81,9 @@ def render_text(data: dict[str, Any]) -> str:
         if bad:
             shown = ", ".join(f"{o['op_type']} ({_counts(o['counts'])})" for o in bad[:12])
             lines.append(f"  ops with failures: {shown}{' ...' if len(bad) > 12 else ''}")
+        seen = rt.get("observed_ops") or {}
+        if seen:
+            lines.append(f"  {len(seen)} op types ran on the EP: {', '.join(list(seen)[:20])}{' ...' if len(seen) > 20 else ''}")
         fb = [o for o in rt["ops"] if o["counts"]["fallback"]]
         if fb:
             lines.append(f"  ops that fell back: {', '.join(o['op_type'] for o in fb[:15])}{' ...' if len(fb) > 15 else ''}")
@@ -158,7 +161,10 @@ def render_markdown(data: dict[str, Any]) -> str:
                 f"pass rate {_pct(rt['pass_rate'])}.", "",
                 f"Selection: ops={f.get('ops') or 'all'}, filter=`{f.get('filter') or ''}`, expanded cases "
                 f"{'included' if f.get('include_expanded') else 'excluded'}, only EP ops: {f.get('only_ep_ops')}, "
-                f"max input elements: {f.get('max_elements') or 'no limit'}.", "", "### By op family", ""]
+                f"max input elements: {f.get('max_elements') or 'no limit'}.", ""]
+        seen = rt.get("observed_ops") or {}
+        out += [f"Op types that ran on the EP in at least one case ({len(seen)}, fused nodes included): "
+                + (", ".join(f"`{k}` ({v})" for k, v in seen.items()) or "none") + ".", "", "### By op family", ""]
         out += _md_table(["family", "cases"] + list(STATUS_ORDER) + ["max abs err"],
                          [[fam, g["cases"]] + [g["counts"][s] for s in STATUS_ORDER] + [_err(g["max_abs_err"])]
                           for fam, g in rt["families"].items()])
@@ -415,6 +421,10 @@ def render_html(data: dict[str, Any]) -> str:
                 + "</tr></thead><tbody>" + ("".join(rows_html) or f'<tr><td colspan="{len(head)}">no ops</td></tr>')
                 + "</tbody></table>")
 
+    if rt is not None and rt.get("observed_ops"):
+        seen = rt["observed_ops"]
+        body.append(f"<details><summary>Op types that ran on the EP ({len(seen)}, fused nodes included)</summary><p>"
+                    + ", ".join(f"<code>{_e(k)}</code> ({v})" for k, v in seen.items()) + "</p></details>")
     if st is not None:
         for title, items in (("EP-only ops", st["ep_only"]), ("Delegated ops", st["delegated_ops"]),
                              ("Declared fusable ops", st["fusable_ops"]), ("Reference-only ops", st["reference_only"]),

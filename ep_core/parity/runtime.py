@@ -166,6 +166,7 @@ def judge_case(case: Case, ep_name: str, mine: RunResult | None, oracle: RunResu
     counts: dict[str, int] = {}
     for a in mine.assignment.values():
         counts[a["ep"]] = counts.get(a["ep"], 0) + 1
+    entry["ops_on_ep"] = sorted({mine.op_types.get(n, "?") for n in on_ep})
     entry.update(
         nodes_total=len(mine.assignment),
         nodes_on_ep=len(on_ep),
@@ -280,6 +281,10 @@ def runtime_report(
     for c in everything:
         totals[c["status"]] += 1
     ran = len(everything) - totals["skipped"]
+    observed: dict[str, int] = {}
+    for c in everything:
+        for op in c.get("ops_on_ep", ()):
+            observed[op] = observed.get(op, 0) + 1
     ops = aggregate(results, lambda c: (c["domain"], c["op_type"]))
     fams = aggregate(results, lambda c: (c["family"],))
     return {
@@ -288,6 +293,7 @@ def runtime_report(
         "totals": {**totals, "total": len(everything), "ran": ran},
         "pass_rate": round(100.0 * totals["pass"] / ran, 2) if ran else None,
         "defects": sum(1 for c in everything if is_defect(c)),
+        "observed_ops": dict(sorted(observed.items())),
         "ops": [
             {"domain": d, "op_type": o, "family": family_of(o, d), **g}
             for (d, o), g in sorted(ops.items(), key=lambda kv: (kv[0][0], kv[0][1]))

@@ -46,7 +46,7 @@ def test_ep_that_claims_nothing_shows_only_fallbacks(claims_nothing_ep: str) -> 
     rt = _runtime(claims_nothing_ep, ops=["Add", "Relu"], models=["magika"])
     cases = rt["cases"] + rt["models"]
     assert cases and {c["status"] for c in cases} == {"fallback"}
-    assert rt["totals"]["pass"] == 0 and rt["pass_rate"] == 0.0
+    assert rt["totals"]["pass"] == 0 and rt["pass_rate"] == 0.0 and rt["observed_ops"] == {}
     # a full fallback measures the reference EP, so no error is charged to the EP under test
     assert all(o["max_abs_err"] is None and o["status"] == "fallback" for o in rt["ops"])
     for c in cases:
@@ -62,6 +62,7 @@ def test_partial_fallback_names_the_nodes_that_fell_back(exact_add_ep: str) -> N
     assert sum(1 for ep in m["assignment"].values() if ep == exact_add_ep) == m["nodes_on_ep"]
     assert {n["op_type"] for n in m["fallback_nodes"]} >= {"Conv", "MatMul"} and "Add" not in {n["op_type"] for n in m["fallback_nodes"]}
     assert m["vs_reference"]["ok"] is True and m["vs_expected"] is None
+    assert m["ops_on_ep"] == ["Add"] and rt["observed_ops"] == {"Add": 1}
     conv = next(n for n in m["fallback_nodes"] if n["op_type"] == "Conv")
     assert conv["why"] == f"{exact_add_ep} has no kernel for ai.onnx::Conv"
 
