@@ -177,11 +177,11 @@ def main() -> None:
         print(f"| {name} | {when} | {fused} | {comp} | {reb} | {c:.2f} | {w:.3f} | {r:.1f}x | {ce:.2f} | {we:.3f} | "
               f"{ce / we:.0f}x | {lc} |")
     print("\n| model | input | Numba CPU EP (ms) | CPU reference EP (ms) | onnxruntime CPU (ms) | "
-          "Numba vs reference | Numba vs onnxruntime | max abs diff |")
+          "reference / Numba (>1: Numba faster) | Numba / onnxruntime (>1: onnxruntime faster) | max abs diff |")
     print("|---|---|---|---|---|---|---|---|")
     for name, n, r, o, err, shapes in rows_lat:
-        print(f"| {name} | {shapes} | {n * 1e3:.2f} | {r * 1e3:.2f} | {o * 1e3:.2f} | {r / n:.2f}x faster | "
-              f"{n / o:.2f}x slower | {err:.1e} |")
+        print(f"| {name} | {shapes} | {n * 1e3:.2f} | {r * 1e3:.2f} | {o * 1e3:.2f} | {r / n:.2f} | "
+              f"{n / o:.2f} | {err:.1e} |")
 
 
 if __name__ == "__main__":
