@@ -1,4 +1,4 @@
-"""String ops: StringConcat, StringSplit, StringNormalizer, RegexFullMatch. Strings are object
+"""String ops: StringConcat, StringSplit, StringNormalizer, RegexFullMatch, TfIdfVectorizer. Strings are object
 arrays of Python ``str``; the loops are per element because NumPy has no vectorised form for
 Python strings of unbounded length."""
 
@@ -90,5 +90,58 @@ def build_string_normalizer(node: Any, ctx: Any) -> Fn:
             kept = [""]
         out = np.array(kept, dtype=object)
         return (out.reshape(1, -1) if x.ndim == 2 else out,)
+
+    return compute
+
+
+@REGISTRY.register("TfIdfVectorizer", since=9)
+def build_tfidf_vectorizer(node: Any, ctx: Any) -> Fn:
+    """Counts the pool's n-grams (lengths min..max_gram_length, gaps up to max_skip_count)
+    per row; TF gives counts, IDF 1-or-0 times the weight, TFIDF counts times the weight.
+
+    The pool lists n-grams by length: ngram_counts[i] is where the (i+1)-grams start and
+    ngram_indexes[k] the output column of the k-th n-gram."""
+    mode = _text(node.attr("mode"))
+    if mode not in ("TF", "IDF", "TFIDF"):
+        raise ValueError(f"{node.describe()}: mode must be TF, IDF or TFIDF, got {mode!r}")
+    lo, hi = int(node.attr("min_gram_length")), int(node.attr("max_gram_length"))
+    max_skip = int(node.attr("max_skip_count"))
+    starts = [int(v) for v in node.attr("ngram_counts")]
+    columns = [int(v) for v in node.attr("ngram_indexes")]
+    pool_ints = node.attr("pool_int64s")
+    pool = [int(v) for v in pool_ints] if pool_ints else [_text(s) for s in node.attr("pool_strings", [])]
+    weights = node.attr("weights")
+    width = max(columns) + 1 if columns else 0
+    table: dict[tuple[Any, ...], int] = {}
+    k = 0
+    for i, start in enumerate(starts):
+        n = i + 1
+        end = starts[i + 1] if i + 1 < len(starts) else len(pool)
+        for p in range(start, end, n):
+            table[tuple(pool[p : p + n])] = columns[k]
+            k += 1
+    w = np.ones(width, dtype=np.float32) if not weights else np.array(weights, dtype=np.float32)
+
+    def count_row(row: list[Any]) -> np.ndarray:
+        counts = np.zeros(width, dtype=np.float32)
+        for n in range(lo, hi + 1):
+            for skip in range(max_skip + 1 if n > 1 else 1):
+                step = skip + 1
+                span = (n - 1) * step + 1
+                for s in range(len(row) - span + 1):
+                    col = table.get(tuple(row[s : s + span : step]))
+                    if col is not None:
+                        counts[col] += 1
+        return counts
+
+    def compute(x: Any) -> tuple[Any]:
+        rows = x.reshape(1, -1) if x.ndim == 1 else x
+        conv = int if pool_ints else str
+        counts = np.stack([count_row([conv(v) for v in r]) for r in rows]) if rows.size else np.zeros((rows.shape[0], width), np.float32)
+        if mode == "IDF":
+            counts = (counts > 0).astype(np.float32) * w
+        elif mode == "TFIDF":
+            counts = counts * w
+        return (counts.reshape(width) if x.ndim == 1 else counts,)
 
     return compute
