@@ -76,7 +76,7 @@ def render_text(data: dict[str, Any]) -> str:
     rt = data["runtime"]
     if rt is not None:
         t = rt["totals"]
-        lines.append(f"Runtime: {t['total']} cases: {_counts(t) or 'none'}; pass rate {_pct(rt['pass_rate'])}")
+        lines.append(f"Runtime: {t['total']} case{'' if t['total'] == 1 else 's'}: {_counts(t) or 'none'}; pass rate {_pct(rt['pass_rate'])}")
         bad = [o for o in rt["ops"] if o["status"] in ("fail", "error")]
         if bad:
             shown = ", ".join(f"{o['op_type']} ({_counts(o['counts'])})" for o in bad[:12])
