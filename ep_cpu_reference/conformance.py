@@ -16,7 +16,8 @@ import re
 import sys
 import time
 import warnings
-from typing import Any, Iterable, Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -98,7 +99,7 @@ def assert_close(expected: Any, actual: Any, rtol: float, atol: float, where: st
             raise AssertionError(f"{where}: expected a sequence, got {type(actual).__name__}")
         if len(actual) != len(expected):
             raise AssertionError(f"{where}: expected {len(expected)} sequence elements, got {len(actual)}")
-        for i, (e, a) in enumerate(zip(expected, actual)):
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
             assert_close(e, a, rtol, atol, f"{where}[{i}]")
         return
     expected = np.asarray(expected)
@@ -136,11 +137,11 @@ def run_case(case: Any) -> None:
     names = [i.name for i in case.model.graph.input]
     outs = [o.name for o in case.model.graph.output]
     for inputs, expected in case.data_sets:
-        feed = {n: to_feed_value(v) for n, v in zip(names, inputs)}
+        feed = {n: to_feed_value(v) for n, v in zip(names, inputs, strict=False)}
         got = sess.run(outs, feed)
         if len(got) != len(expected):
             raise AssertionError(f"{len(got)} outputs, expected {len(expected)}")
-        for i, (e, a) in enumerate(zip(expected, got)):
+        for i, (e, a) in enumerate(zip(expected, got, strict=False)):
             assert_close(e, a, case.rtol, case.atol, f"output {i} ({outs[i]})")
 
 

@@ -6,7 +6,8 @@ instead of overflowing to inf/NaN; ``round_mode`` (opset 24+) applies to float8e
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto, helper

@@ -7,7 +7,8 @@ order; each body gets them by name."""
 
 from __future__ import annotations
 
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -17,7 +18,7 @@ from ep_cpu_reference.registry import REGISTRY
 def _split_args(node: Any, args: Sequence[Any]) -> tuple[list[Any], dict[str, Any]]:
     """(explicit inputs, outer-scope values by name) from a control-flow kernel's arguments."""
     n = len(node.inputs)
-    return list(args[:n]), dict(zip(node.implicit_inputs, args[n:]))
+    return list(args[:n]), dict(zip(node.implicit_inputs, args[n:], strict=False))
 
 
 def _stack(parts: list[Any], axis: int, node: Any, out_index: int) -> np.ndarray:
@@ -104,7 +105,7 @@ def _scan_loop(
     n_scan_out: int,
 ) -> list[Any]:
     """One Scan: iterate the scan inputs along their axes, thread the states, stack the outputs."""
-    lengths = {x.shape[a] for x, a in zip(scan_inputs, in_axes)}
+    lengths = {x.shape[a] for x, a in zip(scan_inputs, in_axes, strict=False)}
     if len(lengths) > 1:
         raise ValueError(f"{node.describe()}: scan inputs disagree on the sequence length: {sorted(lengths)}")
     length = lengths.pop() if lengths else 0
@@ -112,7 +113,7 @@ def _scan_loop(
     parts: list[list[Any]] = [[] for _ in range(n_scan_out)]
     for t in range(length):
         slices = [
-            np.take(x, length - 1 - t if d else t, axis=a) for x, a, d in zip(scan_inputs, in_axes, in_dirs)
+            np.take(x, length - 1 - t if d else t, axis=a) for x, a, d in zip(scan_inputs, in_axes, in_dirs, strict=False)
         ]
         res = body.run([*states, *slices], outer)
         states = list(res[:n_state])
@@ -145,7 +146,7 @@ def build_scan(node: Any, ctx: Any) -> Callable[..., Any]:
     def compute(*args: Any) -> list[Any]:
         explicit, outer = _split_args(node, args)
         states, scan_inputs = explicit[:n_state], [np.asarray(x) for x in explicit[n_state:]]
-        in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes_attr, scan_inputs)]
+        in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes_attr, scan_inputs, strict=False)]
         return _scan_loop(node, body, outer, states, scan_inputs, in_axes, in_dirs, out_axes, out_dirs, n_scan_out)
 
     return compute

@@ -7,7 +7,8 @@ a delegated kernel only if no native kernel registered it."""
 
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 from ep_core.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
@@ -52,9 +53,9 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
     present = [o for o in outs if o]
 
     def compute(*inputs: Any) -> Sequence[Any]:
-        feed = {n: v for n, v in zip(feed_names, inputs) if n and v is not None}
+        feed = {n: v for n, v in zip(feed_names, inputs, strict=False) if n and v is not None}
         results = evaluator.run(None, feed)
-        by_name = dict(zip(present, results))
+        by_name = dict(zip(present, results, strict=False))
         return [by_name.get(o) for o in outs]
 
     return compute

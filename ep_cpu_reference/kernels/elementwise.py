@@ -5,12 +5,12 @@ ops, variadic Sum/Mean/Max/Min, Where, Clip. NumPy ufuncs already broadcast the 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
 from ep_core.kernels import FLOATS, NUMERIC
-
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import struct
 import zlib
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -124,7 +125,7 @@ def _tiff(data: bytes) -> np.ndarray:
     spp = tags.get(277, [1])[0]
     if compression != 1 or any(b != 8 for b in bits) or tags.get(284, [1])[0] != 1:
         raise UnsupportedImage(f"TIFF with compression {compression}, bits {bits}")
-    pixels = b"".join(data[o : o + c] for o, c in zip(tags[273], tags[279]))
+    pixels = b"".join(data[o : o + c] for o, c in zip(tags[273], tags[279], strict=False))
     img = np.frombuffer(pixels, np.uint8, w * h * spp).reshape(h, w, spp)
     return img[:, :, :3] if spp == 4 else img
 

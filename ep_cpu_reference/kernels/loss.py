@@ -6,7 +6,8 @@ weighted by ``weight[target]`` when a weight is given."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -8,7 +8,8 @@ own generator, seeded from the OS once at session creation."""
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from onnx import helper

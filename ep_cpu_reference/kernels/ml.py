@@ -9,7 +9,8 @@ sum of |x| / the L2 norm), these kernels follow onnxruntime, the runtime models 
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -158,7 +159,7 @@ def build_zipmap(node: Any, ctx: Any) -> Fn:
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         if rows.shape[1] != len(labels):
             raise ValueError(f"{node.describe()}: {rows.shape[1]} scores per row for {len(labels)} labels")
-        return ([dict(zip(labels, (float(v) for v in row))) for row in rows],)
+        return ([dict(zip(labels, (float(v) for v in row), strict=False)) for row in rows],)
 
     return compute
 
@@ -171,8 +172,8 @@ def build_category_mapper(node: Any, ctx: Any) -> Fn:
     ints = [int(v) for v in node.attr("cats_int64s", [])]
     if len(strings) != len(ints):
         raise ValueError(f"{node.describe()}: cats_strings and cats_int64s differ in length")
-    to_int = dict(zip(strings, ints))
-    to_str = dict(zip(ints, strings))
+    to_int = dict(zip(strings, ints, strict=False))
+    to_str = dict(zip(ints, strings, strict=False))
     d_int = int(node.attr("default_int64", -1))
     d_str = _text(node.attr("default_string", "_Unused"))
 
@@ -198,7 +199,7 @@ def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
             raise TypeError(f"{node.describe()}: input must be a map (dict), got {type(x).__name__}")
         values = list(x.values())
         out_type = dtype or (object if values and isinstance(values[0], str) else np.asarray(values).dtype)
-        out = np.zeros(len(vocab), dtype=out_type) if out_type != object else np.full(len(vocab), "", dtype=object)
+        out = np.zeros(len(vocab), dtype=out_type) if np.dtype(out_type).kind != "O" else np.full(len(vocab), "", dtype=object)
         for k, v in x.items():
             if k not in where:
                 raise KeyError(f"{node.describe()}: key {k!r} is not in the vocabulary")

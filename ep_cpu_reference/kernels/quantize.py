@@ -7,7 +7,8 @@ optional saturation (opset 19); float4 casts saturate by construction (no inf/Na
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from onnx import TensorProto, helper

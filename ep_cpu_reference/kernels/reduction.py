@@ -4,7 +4,8 @@ others; ``noop_with_empty_axes`` (same opsets) makes empty axes mean "no reducti
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -4,7 +4,8 @@ API), so these kernels are plain list operations that never copy tensors."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -5,7 +5,8 @@ Python strings of unbounded length."""
 from __future__ import annotations
 
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 

@@ -7,7 +7,8 @@ CumSum's axis) are declared ``host_inputs``: they are read as Python ints on the
 from __future__ import annotations
 
 import math
-from typing import Any, Callable, Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -332,7 +333,7 @@ def _slice(node: Any, x: Any, starts: list[int], ends: list[int], axes: list[int
     index = [slice(None)] * x.ndim
     axes = axes if axes else list(range(len(starts)))
     steps = steps if steps else [1] * len(starts)
-    for s, e, a, st in zip(starts, ends, axes, steps):
+    for s, e, a, st in zip(starts, ends, axes, steps, strict=False):
         if st == 0:
             raise ValueError(f"{node.describe()}: slice step must not be 0")
         dim = x.shape[norm_axis(node, a, x.ndim)]
@@ -659,7 +660,7 @@ def build_center_crop_pad(node: Any, ctx: Any) -> Fn:
         out_shape = list(x.shape)
         src: list[Any] = [slice(None)] * x.ndim
         dst: list[Any] = [slice(None)] * x.ndim
-        for a, t in zip(axes, target):
+        for a, t in zip(axes, target, strict=False):
             n = x.shape[a]
             out_shape[a] = t
             if n >= t:

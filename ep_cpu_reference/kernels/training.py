@@ -4,7 +4,8 @@ tensors per state kind; outputs are the n new X's then the new states."""
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +34,7 @@ def build_adagrad(node: Any, ctx: Any) -> Callable[..., Any]:
         r, t, (xs, gs, hs) = _groups(node, args, 1)
         rate = r / (1 + t * decay)
         new_x, new_h = [], []
-        for x, g, h in zip(xs, gs, hs):
+        for x, g, h in zip(xs, gs, hs, strict=False):
             g_reg = norm * x + g
             h_new = h + g_reg * g_reg
             new_x.append((x - rate * g_reg / (np.sqrt(h_new) + eps)).astype(x.dtype))
@@ -57,7 +58,7 @@ def build_momentum(node: Any, ctx: Any) -> Callable[..., Any]:
         r, t, (xs, gs, vs) = _groups(node, args, 1)
         b = beta if t > 0 else 1.0
         new_x, new_v = [], []
-        for x, g, v in zip(xs, gs, vs):
+        for x, g, v in zip(xs, gs, vs, strict=False):
             g_reg = norm * x + g
             v_new = alpha * v + b * g_reg
             step = v_new if mode == "standard" else g_reg + alpha * v_new
@@ -80,7 +81,7 @@ def build_adam(node: Any, ctx: Any) -> Callable[..., Any]:
         r, t, (xs, gs, vs, hs) = _groups(node, args, 2)
         rate = r * np.sqrt(1 - beta**t) / (1 - alpha**t) if t > 0 else r
         new_x, new_v, new_h = [], [], []
-        for x, g, v, h in zip(xs, gs, vs, hs):
+        for x, g, v, h in zip(xs, gs, vs, hs, strict=False):
             g_reg = norm * x + g
             v_new = alpha * v + (1 - alpha) * g_reg
             h_new = beta * h + (1 - beta) * g_reg * g_reg

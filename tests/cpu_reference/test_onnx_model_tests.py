@@ -62,9 +62,9 @@ def _run(model: onnx.ModelProto, inputs: list[object], expected: list[object], r
     names = [i.name for i in model.graph.input if i.name not in inits]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        got = sess.run(None, dict(zip(names, inputs)))
+        got = sess.run(None, dict(zip(names, inputs, strict=False)))
     assert len(got) == len(expected)
-    for i, (e, a) in enumerate(zip(expected, got)):
+    for i, (e, a) in enumerate(zip(expected, got, strict=False)):
         assert_close(e, a, rtol, atol, f"output {i}")
 
 
