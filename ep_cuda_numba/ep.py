@@ -108,12 +108,12 @@ class NumbaCudaEp:
                 else:
                     self.declined[n.name] = why
         host = host_side_nodes(graph, served)
-        self.host_nodes.extend(graph.all_nodes[i].name for i in sorted(host))
         device_nodes = [n for n in graph.nodes if n.index in served and n.index not in host]
         if self.options.enable_fusion:
-            for group in find_groups(graph, device_nodes, self.options.fused_group_max_nodes):
+            for group in find_groups(graph, device_nodes, self.options.fused_group_max_nodes, host):
                 if support.add_nodes_to_fuse(group):
                     claimed.update(n.index for n in group)
+        self.host_nodes.extend(graph.all_nodes[i].name for i in sorted(host) if i not in claimed)
         for n in device_nodes:
             if n.index not in claimed:
                 support.add_single_node(n)

@@ -78,7 +78,9 @@ def fusable(node: "NodeView") -> bool:
     return _params(node) is not None
 
 
-def find_groups(graph: "GraphView", device_nodes: Sequence["NodeView"], max_nodes: int) -> list[list["NodeView"]]:
+def find_groups(
+    graph: "GraphView", device_nodes: Sequence["NodeView"], max_nodes: int, host: set[int] | None = None
+) -> list[list["NodeView"]]:
     """Convex groups of connected fusable device nodes (size >= 2), built in topological order.
 
     A node joins the group of one of its producers unless some path has already left that group
@@ -113,7 +115,29 @@ def find_groups(graph: "GraphView", device_nodes: Sequence["NodeView"], max_node
             if g is not None and g != chosen:
                 mine.add(g)
         left[n.index] = mine
-    return [g for g in members if len(g) >= 2 and _external_inputs(g) <= MAX_GROUP_INPUTS]
+    groups = [g for g in members if len(g) >= 2 and _external_inputs(g) <= MAX_GROUP_INPUTS]
+    for g in groups:
+        _absorb_clip_bounds(graph, g, host or set())
+    return groups
+
+
+def _absorb_clip_bounds(graph: "GraphView", group: list["NodeView"], host: set[int]) -> None:
+    """Pull into ``group`` the Constant nodes that only give its Clips their bounds. The bounds
+    are baked into the kernel's params, so this removes an input the kernel never reads, and a
+    host-to-device copy of it on every run."""
+    inside = {n.index for n in group}
+    for n in list(group):
+        if n.op_type != "Clip" or n.opset < 11:
+            continue
+        for name in n.inputs[1:3]:
+            p = graph.producer(name) if name else None
+            if p is None or p.op_type != "Constant" or p.index in inside or p.index not in host:
+                continue
+            uses = graph.consumers(name)
+            if all(c.index in inside and c.op_type == "Clip" and name not in c.inputs[:1] for c in uses):
+                group.append(p)
+                inside.add(p.index)
+    group.sort(key=lambda n: n.index)
 
 
 def _external_inputs(nodes: Sequence["NodeView"]) -> int:
@@ -130,6 +154,7 @@ def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
     where: dict[str, tuple[str, int]] = {name: ("x", i) for i, name in enumerate(fused.inputs)}
     entries = []
     n_params = 0
+    nodes = [n for n in nodes if n.op_type != "Constant"]  # absorbed Clip bounds: baked into params
     for k, n in enumerate(nodes):
         data_inputs = n.inputs[:1] if n.op_type == "Clip" else tuple(i for i in n.inputs if i)
         args = []

@@ -163,3 +163,22 @@ def test_a_payload_naming_an_unknown_op_is_refused(tmp_path: Path) -> None:
     attr.s = json.dumps(payload).encode()
     with pytest.raises(InvalidGraph, match="not an elementwise op this EP fuses"):
         session(model)
+
+
+def test_constant_clip_bounds_are_baked_into_the_fused_kernel() -> None:
+    nodes = [
+        helper.make_node("Constant", [], ["lo"], name="lo", value=numpy_helper.from_array(np.array(0.0, np.float32))),
+        helper.make_node("Constant", [], ["hi"], name="hi", value=numpy_helper.from_array(np.array(6.0, np.float32))),
+        helper.make_node("Add", ["x", "x"], ["a"], name="add"),
+        helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip"),
+        helper.make_node("Mul", ["c", "x"], ["y"], name="mul"),
+    ]
+    graph = helper.make_graph(nodes, "relu6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    x = np.random.default_rng(0).uniform(-4, 4, SHAPE).astype(np.float32)
+    got, ref, sess = run_both(model, {"x": x})
+    assert_close(got, ref, 1e-6, "relu6 chain")
+    assignment = sess.get_node_assignment()
+    assert len({v["fused_node"] for v in assignment.values()}) == 1 and assignment["lo"]["fused_node"] is not None
+    assert len([line for line in sess.get_plan() if " copy " in line]) == 2, "only x up and y down"

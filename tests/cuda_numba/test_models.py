@@ -48,6 +48,9 @@ def test_model_assigns_every_compute_node_to_the_ep(name: str) -> None:
             assert _value_is_small_int(sess, out) or node.op_type == "Constant", f"{node_name} computes {out}, not a shape"
     assert ep.declined == {}
     assert sum(1 for v in sess.get_node_assignment().values() if v["ep"] == EP) > 50
+    copies = [line for line in sess.get_plan() if " copy " in line]
+    assert len(copies) == len(sess.get_inputs()) + len(sess.get_outputs()), (
+        "per run only the inputs go up and the outputs come down", copies)
 
 
 @skip_on_cudasim("a real model takes hours at ~100 us per simulated thread; session creation is tested above")
