@@ -88,16 +88,31 @@ def test_version_mismatch(ctx0):
     assert "numba 0.1.0" in msg and _first_node(ctx0.ctx) in msg and BIN in msg
 
 
-def test_replaced_kernel_machine_code_is_refused(ctx0):
-    """A forged blob whose header claims a new kernel hash is caught by the hash in the model."""
+def test_replaced_kernel_machine_code_is_refused_before_it_is_unpickled(ctx0, monkeypatch):
+    """A forged blob whose header claims a new kernel hash is caught by the hash the model records,
+    before its payload reaches pickle."""
+    import ep_numba_cpu.codegen as codegen
+
+    forged = []
+
     def edit(meta, head):
-        key = next(iter(meta["kernels"]))
+        key = sorted(meta["kernels"])[0]
         meta["kernels"][key]["sha256"] = "0" * 64
+        forged.append(key)
 
     _rewrite_blob(ctx0.ctx, ctx0.folder / BIN, edit)
+    rebuilt = []
+    orig = codegen.rebuild_kernel
+
+    def recording(key, *a, **k):
+        rebuilt.append(key)
+        return orig(key, *a, **k)
+
+    monkeypatch.setattr(codegen, "rebuild_kernel", recording)
     with pytest.raises(InvalidGraph) as e:
         _load(ctx0.ctx)
-    assert "sha256 mismatch" in e.value.message or "differs from the one recorded" in e.value.message
+    assert f"kernel {forged[0]} differs from the one recorded in the model" in e.value.message
+    assert forged[0] not in rebuilt
 
 
 @pytest.mark.parametrize("path,why", [("../" + BIN, "leaves the model's folder"), ("/etc/passwd", "absolute"),

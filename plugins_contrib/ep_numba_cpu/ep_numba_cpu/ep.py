@@ -5,6 +5,7 @@ from a context model runs no compilation at all."""
 from __future__ import annotations
 
 import json
+import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ class NumbaCpuEp:
         self.graphs: dict[str, dict[str, Any]] = {}  # fused node name -> record (plan, weights, kernels)
         self.kernels: dict[str, codegen.CompiledKernel] = {}
         self.weights: dict[str, np.ndarray] = {}
-        self._loaded: dict[str, dict[str, GraphRunner]] = {}  # context location -> graph -> runner
+        self._loaded: dict[str, LoadedContext] = {}  # context location -> parsed blob
         self.registry = KernelRegistry(EP_NAME)
         self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
 
@@ -186,6 +187,12 @@ class NumbaCpuEp:
     def _runner_for(self, cn: ContextNode, graph: Any, base: Path | None) -> GraphRunner:
         notes = cn.notes_json()
         gname = notes.get("graph") or cn.graph_name
+        vouched = notes.get("kernels")
+        if not isinstance(vouched, dict):
+            raise InvalidGraph(
+                f"EPContext node {cn.name!r}: its notes do not record the sha256 of its kernels, so its machine code "
+                "cannot be trusted; regenerate the context model"
+            )
         if cn.main_context == 1:
             primaries = [cn]
         else:
@@ -199,40 +206,25 @@ class NumbaCpuEp:
         ws = workspace(EP_NAME) if share else None
         for p in primaries:
             loc = payload_location(p, base)
-            if ws is not None:
-                taken = ws.take(loc, gname)
-                if taken is not None:
-                    self._check_kernels(cn, loc, taken, notes)
-                    return taken
-            graphs = self._load_primary(p, cn, base, loc)
-            if gname in graphs:
-                runner = graphs[gname]
-                self._check_kernels(cn, loc, runner, notes)
+            loaded = ws.take(loc, gname) if ws is not None else None
+            if loaded is None:
+                loaded = self._load_primary(p, cn, base, loc)
                 if ws is not None:
+                    # the first session of a sharing group parks the graphs other models will ask for
                     mine = {c.graph_name for c in context_nodes(graph, self._accepts)}
-                    for other, r in graphs.items():
+                    for other in loaded.graph_names:
                         if other not in mine:
-                            ws.park(loc, other, r)
-                return runner
+                            ws.park(loc, other, loaded)
+            if gname in loaded.graph_names:
+                return loaded.runner(gname, vouched, cn)
         raise InvalidGraph(
             f"EPContext node {cn.name!r}: its graph {gname!r} is in none of the contexts "
             f"{[payload_location(p, base) for p in primaries]}; regenerate the context model"
         )
 
-    @staticmethod
-    def _check_kernels(cn: ContextNode, loc: str, runner: GraphRunner, notes: Mapping[str, Any]) -> None:
-        recorded = notes.get("kernels")
-        if recorded is None:
-            return
-        have = getattr(runner, "kernel_sha256", {})
-        for key, sha in recorded.items():
-            if have.get(key) != sha:
-                raise InvalidGraph(
-                    f"EPContext node {cn.name!r} ({loc}): kernel {key} differs from the one recorded in the model "
-                    "(corrupt or replaced context); regenerate the context model"
-                )
-
-    def _load_primary(self, p: ContextNode, cn: ContextNode, base: Path | None, loc: str) -> dict[str, GraphRunner]:
+    def _load_primary(self, p: ContextNode, cn: ContextNode, base: Path | None, loc: str) -> "LoadedContext":
+        """Parse (never unpickle) a primary context; kernels are rebuilt per graph, once a node of the
+        model vouches for their sha256."""
         cached = self._loaded.get(loc)
         if cached is not None:
             return cached
@@ -245,29 +237,54 @@ class NumbaCpuEp:
         data = read_context_payload(p, base, expected_sha256=blob_sha)
         meta = context.read_header(data, fail)
         tensors = context.read_tensors(data, fail)
-        dispatchers: dict[str, Any] = {}
-        kernel_sha: dict[str, str] = {}
-        for key, k in meta.get("kernels", {}).items():
-            payload = context.kernel_payload(tensors, key, fail)
-            dispatchers[key] = codegen.rebuild_kernel(key, k["source"], k["fn"], k["signature"], bool(k["parallel"]),
-                                                      payload, k["sha256"], fail)
-            kernel_sha[key] = k["sha256"]
-        graphs: dict[str, GraphRunner] = {}
-        for gname, rec in meta.get("graphs", {}).items():
+        loaded = LoadedContext(loc, meta, tensors)
+        self._loaded[loc] = loaded
+        return loaded
+
+
+class LoadedContext:
+    """One parsed context blob: graphs are built on request, each kernel rebuilt (unpickled) only
+    after the requesting EPContext node's recorded sha256 matched it."""
+
+    def __init__(self, loc: str, meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
+        self.loc = loc
+        self.meta = meta
+        self.tensors = tensors
+        self.graph_names = frozenset(meta.get("graphs", {}))
+        self._dispatchers: dict[str, Any] = {}
+        self._runners: dict[str, GraphRunner] = {}
+        self._lock = threading.Lock()
+
+    def runner(self, gname: str, vouched: Mapping[str, str], cn: ContextNode) -> GraphRunner:
+        def fail(msg: str) -> InvalidGraph:
+            return InvalidGraph(f"EPContext node {cn.name!r}, context {self.loc}: {msg}; regenerate the context model")
+
+        with self._lock:
+            rec = self.meta["graphs"][gname]
+            kernels = self.meta.get("kernels", {})
+            for key in rec["kernels"]:
+                k = kernels.get(key)
+                if k is None:
+                    raise fail(f"graph {gname!r} needs kernel {key}, which the context lacks")
+                if vouched.get(key) != k.get("sha256"):
+                    raise fail(f"kernel {key} differs from the one recorded in the model (corrupt or replaced context)")
+            if gname in self._runners:
+                return self._runners[gname]
+            for key in rec["kernels"]:
+                if key not in self._dispatchers:
+                    k = kernels[key]
+                    payload = context.kernel_payload(self.tensors, key, fail)
+                    self._dispatchers[key] = codegen.rebuild_kernel(
+                        key, k["source"], k["fn"], k["signature"], bool(k["parallel"]), payload, k["sha256"], fail)
             weights = {}
             for value, wkey in rec["weights"].items():
-                arr = tensors.get(f"w.{wkey}")
+                arr = self.tensors.get(f"w.{wkey}")
                 if arr is None or not context.verify_weight(wkey, arr):
                     raise fail(f"weight {wkey} of graph {gname!r} is missing or corrupt")
                 weights[value] = arr
-            missing = [k for k in rec["kernels"] if k not in dispatchers]
-            if missing:
-                raise fail(f"graph {gname!r} needs kernels {missing} the context lacks")
-            runner = GraphRunner(rec["plan"], {k: dispatchers[k] for k in rec["kernels"]}, weights)
-            runner.kernel_sha256 = {k: kernel_sha[k] for k in rec["kernels"]}  # type: ignore[attr-defined]
-            graphs[gname] = runner
-        self._loaded[loc] = graphs
-        return graphs
+            runner = GraphRunner(rec["plan"], {k: self._dispatchers[k] for k in rec["kernels"]}, weights)
+            self._runners[gname] = runner
+            return runner
 
 
 def _compute(runner: GraphRunner) -> Any:
