@@ -11,8 +11,6 @@ from typing import Any
 import numpy as np
 import pytest
 
-pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
-
 NUMBA = "NumbaCpuExecutionProvider"
 
 
