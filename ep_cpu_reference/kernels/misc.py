@@ -1,5 +1,5 @@
-"""Small ops that fit no bigger family: Dropout, the random generators, the signal windows,
-CumProd, Det, Swish, SwiGLU, BitCast.
+"""Small ops that fit no bigger family: Dropout, the random generators (incl. Multinomial),
+the signal windows, CumProd, Det, Swish, SwiGLU, BitCast.
 
 Random ops with a ``seed`` draw from ``numpy.random.RandomState(seed)`` (the stream the
 ONNX reference and its test data use, so seeded results agree); without a seed each node has its
@@ -191,5 +191,27 @@ def build_bitcast(node: Any, ctx: Any) -> Fn:
         if x.dtype == object or x.dtype.itemsize != target.itemsize:
             raise ValueError(f"{node.describe()}: cannot bit-cast {x.dtype} to {target} (widths differ)")
         return (np.ascontiguousarray(x).view(target).reshape(x.shape),)
+
+    return compute
+
+
+@REGISTRY.register("Multinomial", since=7)
+def build_multinomial(node: Any, ctx: Any) -> Fn:
+    """``sample_size`` class indices per batch row, drawn with probabilities softmax(input)
+    (the input holds unnormalised log-probabilities)."""
+    n = int(node.attr("sample_size", 1))
+    dtype = helper.tensor_dtype_to_np_dtype(int(node.attr("dtype", 6)))
+    rng = _rng(node)
+
+    def compute(x: Any) -> tuple[Any]:
+        logits = x.astype(np.float64)
+        p = np.exp(logits - logits.max(axis=1, keepdims=True))
+        p /= p.sum(axis=1, keepdims=True)
+        gen = rng()
+        # inverse-CDF sampling, vectorised over the batch
+        cdf = np.cumsum(p, axis=1)
+        u = gen.uniform(0.0, 1.0, (x.shape[0], n)) * cdf[:, -1:]
+        idx = np.stack([np.searchsorted(cdf[b], u[b], side="right") for b in range(x.shape[0])]) if x.shape[0] else np.zeros((0, n))
+        return (np.minimum(idx, x.shape[1] - 1).astype(dtype),)
 
     return compute

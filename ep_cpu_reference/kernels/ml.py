@@ -1,6 +1,7 @@
 """The simple ``ai.onnx.ml`` ops, natively: Binarizer, Scaler, Normalizer, Imputer,
-LinearRegressor, OneHotEncoder, FeatureVectorizer, ArrayFeatureExtractor, ZipMap, CategoryMapper.
-Tree ensembles, SVMs, LabelEncoder, LinearClassifier and DictVectorizer stay delegated (proven by
+LinearRegressor, OneHotEncoder, FeatureVectorizer, ArrayFeatureExtractor, ZipMap, CategoryMapper,
+DictVectorizer, CastMap.
+Tree ensembles, SVMRegressor, LabelEncoder and LinearClassifier stay delegated (proven by
 node tests and the hand-made cases in tests/cpu_reference/test_node_conformance.py).
 
 Where the spec text and onnxruntime disagree (Normalizer's L1/L2 keep the sign and divide by the
@@ -205,5 +206,38 @@ def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
                 raise KeyError(f"{node.describe()}: key {k!r} is not in the vocabulary")
             out[where[k]] = v
         return (out,)
+
+    return compute
+
+
+@REGISTRY.register("CastMap", since=1, domain=ML)
+def build_cast_map(node: Any, ctx: Any) -> Fn:
+    """A map int64 -> value as a [1, N] tensor: DENSE orders values by key, SPARSE puts value
+    k at column k of a [1, max_map] tensor (absent keys are 0 / "")."""
+    to = _text(node.attr("cast_to", "TO_FLOAT"))
+    form = _text(node.attr("map_form", "DENSE"))
+    max_map = int(node.attr("max_map", 1))
+    dtypes = {"TO_FLOAT": np.float32, "TO_INT64": np.int64, "TO_STRING": object}
+    if to not in dtypes or form not in ("DENSE", "SPARSE"):
+        raise ValueError(f"{node.describe()}: cast_to must be one of {sorted(dtypes)} and map_form DENSE or SPARSE")
+    dtype = dtypes[to]
+
+    def convert(values: list[Any]) -> np.ndarray:
+        if dtype is object:
+            return np.array([str(v) for v in values], dtype=object)
+        return np.array([float(v) for v in values]).astype(dtype)
+
+    def compute(x: Any) -> tuple[Any]:
+        if not isinstance(x, dict):
+            raise TypeError(f"{node.describe()}: input must be a map (dict), got {type(x).__name__}")
+        keys = sorted(x)
+        if form == "DENSE":
+            return (convert([x[k] for k in keys]).reshape(1, -1),)
+        if keys and (keys[0] < 0 or keys[-1] >= max_map):
+            raise ValueError(f"{node.describe()}: keys must be in [0, {max_map}) for SPARSE, got {keys[0]}..{keys[-1]}")
+        out = np.full(max_map, "" if dtype is object else 0, dtype=dtype)
+        if keys:
+            out[np.array(keys)] = convert([x[k] for k in keys])
+        return (out.reshape(1, -1),)
 
     return compute

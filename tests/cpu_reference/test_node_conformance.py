@@ -207,6 +207,19 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
         {"x": np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32)},
         [[{3: 0.25, 4: 0.75}, {3: 1.0, 4: 0.0}]],
     )
+    int_map = oh.make_map_type_proto(T.INT64, oh.make_tensor_type_proto(T.FLOAT, []))
+    cases["cast_map_dense_to_float"] = (
+        _model(oh.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to="TO_FLOAT", map_form="DENSE"),
+               [oh.make_value_info("x", int_map)], [_t("y", T.FLOAT, [1, 3])]),
+        {"x": {5: 0.5, 1: 1.5, 3: 3.5}},
+        [np.array([[1.5, 3.5, 0.5]], dtype=np.float32)],
+    )
+    cases["cast_map_sparse_to_int64"] = (
+        _model(oh.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to="TO_INT64", map_form="SPARSE", max_map=5),
+               [oh.make_value_info("x", int_map)], [_t("y", T.INT64, [1, 5])]),
+        {"x": {4: 2.0, 1: 7.0}},
+        [np.array([[0, 7, 0, 0, 2]], dtype=np.int64)],
+    )
     # legacy opsets the node suite no longer exports
     xi = np.arange(6, dtype=np.float32).reshape(2, 3)
     cases["cast_opset1_string_to"] = (
@@ -274,6 +287,13 @@ def test_random_ops_are_seeded_and_in_range() -> None:
     u1, u2 = sess.run(None, {})[0], sess.run(None, {})[0]
     assert u1.dtype == np.float32 and u1.min() >= 2.0 and u1.max() < 3.0
     assert not np.array_equal(u1, u2), "an unseeded generator must not repeat"
+    logits = np.log(np.array([[0.0, 1.0, 0.0], [0.2, 0.3, 0.5]], dtype=np.float32) + 1e-30)
+    node = oh.make_node("Multinomial", ["x"], ["y"], sample_size=3000, seed=2.0, dtype=T.INT64)
+    (m,) = _run_model(_model(node, [_t("x", T.FLOAT, [2, 3])], [_t("y", T.INT64, [2, 3000])], opset=15), {"x": logits})
+    assert m.dtype == np.int64 and m.shape == (2, 3000)
+    assert (m[0] == 1).all()
+    freq = np.bincount(m[1], minlength=3) / 3000
+    np.testing.assert_allclose(freq, [0.2, 0.3, 0.5], atol=0.04)
     node = oh.make_node("RandomNormal", [], ["y"], shape=[5000], mean=1.0, scale=2.0, seed=5.0)
     (n,) = _run_model(_model(node, [], [_t("y", T.FLOAT, [5000])], opset=15), {})
     assert abs(n.mean() - 1.0) < 0.15 and abs(n.std() - 2.0) < 0.15
