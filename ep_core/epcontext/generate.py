@@ -172,6 +172,10 @@ def check_output_early(options: "SessionOptions", model_path: Path | None) -> No
         raise InvalidArgument(
             f"the context model path {str(out)!r} is the source model itself; choose another {FILE_PATH_KEY}"
         )
+    if out.is_dir():
+        raise InvalidArgument(
+            f"{FILE_PATH_KEY}={str(out)!r} is a folder; give the path of the .onnx file to write"
+        )
     overwrite = options.flag(OVERWRITE_KEY) if req is None else not req.error_if_output_exists
     if out.exists() and not overwrite:
         raise InvalidArgument(

@@ -134,3 +134,9 @@ def test_ctx_model_does_not_depend_on_source_external_data(tmp_path, compiled):
     shutil.rmtree(src_dir)
     sess = InferenceSession(str(out), providers=[NUMBA])
     np.testing.assert_array_equal(sess.run(None, c.feed)[0], c.expected[0])
+
+
+def test_context_file_path_that_is_a_folder_is_refused(tmp_path):
+    src = _magika(tmp_path / "m")
+    with pytest.raises(InvalidArgument, match="is a folder"):
+        InferenceSession(str(src), options(ep__context_enable=1, ep__context_file_path=tmp_path), providers=[NUMBA])
