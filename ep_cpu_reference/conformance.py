@@ -16,7 +16,7 @@ import re
 import sys
 import time
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
@@ -168,6 +168,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap.add_argument("--filter", help="only cases whose name matches this regex")
     ap.add_argument("--json", help="write per-case results (status, reason) here")
     ap.add_argument("-v", "--verbose", action="store_true", help="print every failure's reason")
+    ap.add_argument("--min-percent", type=float, help="exit 1 if fewer than this percentage of cases pass")
     args = ap.parse_args(argv)
 
     cases = collect(args.filter)
@@ -209,11 +210,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     pct = 100.0 * passed / total if total else 0.0
     print(f"({elapsed:.1f}s)", file=sys.stderr)
     print(f"conformance: {passed} passed, {failed} failed of {total} ({pct:.2f}%)")
-    return 0
-
-
-def iter_cases(filter_re: str | None = None) -> Iterable[Any]:
-    yield from collect(filter_re)
+    return 1 if args.min_percent is not None and pct < args.min_percent else 0
 
 
 if __name__ == "__main__":
