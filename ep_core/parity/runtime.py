@@ -66,6 +66,7 @@ def _decline_reasons(sess: Any, provider: str, assignment: dict[str, dict[str, A
     if mine is None:
         return {}
     rejected = [d for d in sess.get_partition_diagnostics() if d.startswith(f"{provider} claim")]
+    fuses = callable(getattr(mine.ep, "ep_compile", None))
     out: dict[str, str] = {}
     for name, a in assignment.items():
         if a["ep"] == provider:
@@ -77,6 +78,8 @@ def _decline_reasons(sess: Any, provider: str, assignment: dict[str, dict[str, A
             except KeyError:  # a subgraph node: its own graph is not at hand
                 continue
             why = mine.decline_reason(node) if mine.kernel_registry is not None else ""
+            if fuses and (not why or " has no kernel for " in why):
+                why = f"{provider} did not put it in a fused group" + (f" and {why.split(' ', 1)[1]}" if why else "")
             why = why or f"{provider} did not claim it"
         out[name] = why[:300]
     return out
