@@ -10,7 +10,6 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.kernels import FLOATS, NUMERIC
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -328,5 +327,3 @@ def build_clip(node: Any, ctx: Any) -> Fn:
     """Opset 11+: bounds are optional scalar inputs; a missing one does not bound."""
     return lambda x, lo=None, hi=None: (_clip(x, lo, hi),)
 
-
-__all__ = ["FLOATS", "NUMERIC", "binary", "unary"]

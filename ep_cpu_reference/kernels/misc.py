@@ -153,8 +153,14 @@ def build_cumprod(node: Any, ctx: Any) -> Fn:
 
 @REGISTRY.register("Det", since=11)
 def build_det(node: Any, ctx: Any) -> Fn:
-    """Determinants of the trailing [M, M] matrices."""
-    return lambda x: (np.asarray(np.linalg.det(x)).astype(x.dtype),)
+    """Determinants of the trailing [M, M] matrices (LAPACK has no half precision: float16 and
+    bfloat16 go through float32)."""
+
+    def compute(x: Any) -> tuple[Any]:
+        wide = x if x.dtype in (np.float32, np.float64) else x.astype(np.float32)
+        return (np.asarray(np.linalg.det(wide)).astype(x.dtype),)
+
+    return compute
 
 
 def _swish(x: Any, alpha: float) -> Any:

@@ -7,7 +7,7 @@ CumSum's axis) are declared ``host_inputs``: they are read as Python ints on the
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -642,8 +642,6 @@ def build_reverse_sequence(node: Any, ctx: Any) -> Fn:
 
     return compute
 
-
-__all__: Sequence[str] = ["ints", "norm_axis"]
 
 
 @REGISTRY.register("CenterCropPad", since=18, host_inputs=(1,))
