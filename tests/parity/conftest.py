@@ -47,12 +47,29 @@ class _Ep(RegistryEp):
             self.fusable_ops = lambda: fusable
 
 
+class _FusingEp(_Ep):
+    """A compile-based EP: every Relu becomes a one-node fused group run by NumPy."""
+
+    def ep_get_capability(self, graph: Any, support: Any) -> None:
+        for node in graph.nodes:
+            if node.op_type == "Relu":
+                support.add_nodes_to_fuse([node])
+
+    def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[Any]) -> list[Any]:
+        from ep_core.compute import NodeComputeInfo
+
+        return [NodeComputeInfo(compute=lambda state, x: [np.maximum(x, x.dtype.type(0))]) for _ in fused_nodes]
+
+
 class TestFactory(HostEpFactory):
     """A factory whose EP serves ``registry`` (an empty one claims nothing)."""
 
     __test__ = False
 
-    def __init__(self, name: str, registry: KernelRegistry, fusable: Any = None, fail_create: bool = False) -> None:
+    def __init__(
+        self, name: str, registry: KernelRegistry, fusable: Any = None, fail_create: bool = False, fuses: bool = False
+    ) -> None:
+        self._fuses = fuses
         self.ep_name = name
         self.ep_vendor = "tests"
         self.ep_version = "0.0.1"
@@ -63,7 +80,7 @@ class TestFactory(HostEpFactory):
     def ep_factory_create_ep(self, devices: Sequence[Any], ep_options: Mapping[str, str], session_options: Any) -> Any:
         if self._fail:
             raise RuntimeError("planted failure in create_ep")
-        return _Ep(self.ep_name, self._registry, self._fusable)
+        return (_FusingEp if self._fuses else _Ep)(self.ep_name, self._registry, self._fusable)
 
 
 def add_registry(name: str, fn: Callable[[Any, Any], Any], types: Sequence[str] = NUMERIC) -> KernelRegistry:
@@ -135,6 +152,6 @@ def planted_static_ep() -> Iterator[str]:
 @pytest.fixture
 def fusing_ep() -> Iterator[str]:
     name = "ParityFusingExecutionProvider"
-    fusable = [("", "Relu", 14, None), ("ai.onnx", "Conv", 11, None)]
-    with registered(TestFactory(name, KernelRegistry(name), fusable=fusable)) as n:
+    fusable = [("", "Relu", 14, None), ("ai.onnx", "Conv", 11, None)]  # declares Conv, fuses only Relu
+    with registered(TestFactory(name, KernelRegistry(name), fusable=fusable, fuses=True)) as n:
         yield n

@@ -102,3 +102,14 @@ def test_compare_rules() -> None:
     assert c.ok and c.max_abs_err == pytest.approx(1e-3, rel=1e-3)
     assert compare_arrays(np.array(["a"], dtype=object), np.array(["a"]), 0, 0).ok
     assert not compare_arrays([np.ones(2)], [np.ones(2), np.ones(2)], 0, 0).ok
+
+
+def test_compile_based_ep_runs_fused_groups_and_says_what_it_did_not_fuse(fusing_ep: str) -> None:
+    rt = _runtime(fusing_ep, ops=["Relu", "Add"], include_expanded=False)
+    relu = [c for c in rt["cases"] if c["op_type"] == "Relu"]
+    add = [c for c in rt["cases"] if c["op_type"] == "Add"]
+    assert relu and all(c["status"] == "pass" and c["fused_groups"] == 1 and c["ops_on_ep"] == ["Relu"] for c in relu)
+    assert add and all(c["status"] == "fallback" for c in add)
+    assert {n["why"] for c in add for n in c["fallback_nodes"]} == {
+        f"{fusing_ep} did not put it in a fused group and has no kernel for ai.onnx::Add"}
+    assert rt["observed_ops"] == {"Relu": len(relu)}
