@@ -220,6 +220,12 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
         {"x": {4: 2.0, 1: 7.0}},
         [np.array([[0, 7, 0, 0, 2]], dtype=np.int64)],
     )
+    mats = np.array([[[2.0, 1.0], [1.0, 3.0]], [[0.5, 0.0], [0.0, 4.0]]], dtype=np.float16)
+    cases["det_float16_batched"] = (
+        _model(oh.make_node("Det", ["x"], ["y"]), [_t("x", T.FLOAT16, [2, 2, 2])], [_t("y", T.FLOAT16, [2])]),
+        {"x": mats},
+        [np.array([5.0, 2.0], dtype=np.float16)],
+    )
     # legacy opsets the node suite no longer exports
     xi = np.arange(6, dtype=np.float32).reshape(2, 3)
     cases["cast_opset1_string_to"] = (
