@@ -205,12 +205,16 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
             target = [int(v) for v in out_shape_attr][-nsp:] if out_shape_attr is not None else [in_sp[i] * strides[i] for i in range(nsp)]
             pb, pe = [], []
             for i in range(nsp):
-                total = strides[i] * (in_sp[i] - 1) + opad[i] + ((k[i] - 1) * dil[i] + 1) - target[i]
-                small, big = total // 2, total - total // 2
-                b_, e_ = (big, small) if auto == "SAME_LOWER" else (small, big)
+                # an output larger than the natural one is padded at the end (as ORT and
+                # onnx.reference do), so the total padding never goes below zero
+                total = max(0, strides[i] * (in_sp[i] - 1) + opad[i] + ((k[i] - 1) * dil[i] + 1) - target[i])
+                half = total // 2
+                b_, e_ = (half, total - half) if auto == "SAME_UPPER" else (total - half, half)
                 pb.append(b_)
                 pe.append(e_)
         out_sp = [strides[i] * (in_sp[i] - 1) + opad[i] + ((k[i] - 1) * dil[i] + 1) - pb[i] - pe[i] for i in range(nsp)]
+        if out_shape_attr is not None:
+            out_sp = [int(v) for v in out_shape_attr][-nsp:]
         sh, sw = _to2d(strides, 1)
         dh, dw = _to2d(dil, 1)
         ph, pw = _to2d(pb, 0)
