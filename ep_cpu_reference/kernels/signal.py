@@ -121,3 +121,38 @@ def build_affine_grid(node: Any, ctx: Any) -> Fn:
         return (out.astype(theta.dtype),)
 
     return compute
+
+
+@REGISTRY.register("MelWeightMatrix", since=17, host_inputs=(0, 1, 2, 3, 4))
+def build_mel_weight_matrix(node: Any, ctx: Any) -> Fn:
+    """[dft_length // 2 + 1, num_mel_bins] triangular filters with peak 1. The band edges are
+    num_mel_bins + 2 points evenly spaced in mel (mel(f) = 2595 log10(1 + f / 700)) from the
+    lower edge, in steps of (mel(upper) - mel(lower)) / (num_mel_bins + 2), mapped to DFT bins
+    as floor((dft_length + 1) * f / sample_rate): the construction the ONNX test data uses
+    (the spec leaves the exact binning open)."""
+    from onnx import helper
+
+    dtype = helper.tensor_dtype_to_np_dtype(int(node.attr("output_datatype", 1)))
+
+    def compute(num_bins: Any, dft_length: Any, sample_rate: Any, lower: Any, upper: Any) -> tuple[Any]:
+        m, n_fft, rate = ints(num_bins)[0], ints(dft_length)[0], ints(sample_rate)[0]
+        lo, hi = float(np.asarray(lower).reshape(())), float(np.asarray(upper).reshape(()))
+
+        def mel(f: float) -> float:
+            return 2595.0 * np.log10(1.0 + f / 700.0)
+
+        step = (mel(hi) - mel(lo)) / (m + 2)
+        mels = mel(lo) + step * np.arange(m + 2)
+        hz = 700.0 * (10.0 ** (mels / 2595.0) - 1.0)
+        edges = ((n_fft + 1) * hz // rate).astype(np.int64)
+        out = np.zeros((n_fft // 2 + 1, m))
+        j = np.arange(out.shape[0])[:, None]
+        left, center, right = edges[:-2][None, :], edges[1:-1][None, :], edges[2:][None, :]
+        rise = np.where(center > left, (j - left) / np.maximum(center - left, 1), 0.0)
+        fall = np.where(right > center, (right - j) / np.maximum(right - center, 1), 0.0)
+        out = np.where((j >= left) & (j <= center) & (center > left), rise, out)
+        out = np.where((j >= center) & (j < right) & (right > center), fall, out)
+        out = np.where((center == left) & (j == center), 1.0, out)
+        return (out.astype(dtype),)
+
+    return compute
