@@ -248,18 +248,28 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
                 body = {**body, "kernel": key}
             plan_steps.append(body)
             continue
-        step, kernel = _cluster_kernel(graph, body, needed_later.get(k, set()), consts, parallel)
+        made = _cluster_kernel(graph, body, needed_later.get(k, set()), consts, parallel)
+        if made is None:
+            continue  # nothing it computes is read: dead code
+        step, kernel, flat = made
         used_consts.update(n for n in step["inputs"] if n in consts)
         key = kernel_key(kernel["source"], kernel["signature"], kernel["parallel"])
         step["kernel"] = key
         kernels[key] = kernel
+        if flat is not None:
+            fkey = kernel_key(flat["source"], flat["signature"], flat["parallel"])
+            step["kernel_flat"] = fkey
+            kernels[fkey] = flat
         plan_steps.append(step)
     plan = {"inputs": list(inputs), "outputs": list(outputs), "steps": plan_steps}
     return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]) for n in used_consts}, kernels)
 
 
 def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray],
-                    parallel: Callable[[int | None], bool]) -> tuple[dict[str, Any], dict[str, Any]]:
+                    parallel: Callable[[int | None], bool]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None] | None:
+    """The cluster's step and kernels: one over N-d strided (broadcast) views, and one over flat
+    contiguous arrays for the common call where every input already has the output's shape (that
+    loop vectorises); None when nothing the cluster computes is read."""
     dtype: dict[str, str] = {}
 
     def dt(name: str) -> str:
@@ -283,6 +293,8 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
     for j, n in enumerate(arrays):
         expr[n] = f"x{j}"
     outs = [it.output for it in cl.items if it.output in exported]
+    if not outs:
+        return None
     ranks = [(_rank(graph, n) if n not in consts else consts[n].ndim) or 0 for n in arrays + outs]
     rank = max([1] + ranks)
     lines: list[str] = []
@@ -332,7 +344,14 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
         "rank": rank,
         "outputs": [{"name": n, "dtype": dt(n), "rank": (_rank(graph, n) or 0), "deps": sorted(deps[n])} for n in outs],
     }
-    return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}
+    flat_src = ["import math", "import numpy as np", "from numba import prange", "", "", f"def kernel({params}):",
+                f"    for i0 in {loop}(o0.shape[0]):"]
+    flat_src += [f"        x{j} = a{j}[i0]" for j in range(len(arrays))]
+    flat_src += [f"        {ln}" for ln in lines]
+    flat_src += [f"        o{m}[i0] = {expr[n]}" for m, n in enumerate(outs)]
+    flat_sig = ",".join([f"{NB_NAMES[dt(n)]}:1:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:1:C:r" for n in arrays])
+    flat = {"source": "\n".join(flat_src) + "\n", "fn": "kernel", "signature": flat_sig, "parallel": par}
+    return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}, flat
 
 
 _DEPTHWISE = """import numpy as np

@@ -132,7 +132,11 @@ class GraphRunner:
         for step in plan["steps"]:
             kind = step["kind"]
             key = step.get("kernel")
-            self.steps.append((kind, step, kernels[key] if key else None))
+            fn = kernels[key] if key else None
+            if kind == "kernel":
+                flat = step.get("kernel_flat")
+                fn = (fn, kernels[flat] if flat else None)
+            self.steps.append((kind, step, fn))
 
     def __call__(self, *inputs: Any) -> list[Any]:
         env: dict[str, Any] = dict(self.weights)
@@ -154,15 +158,20 @@ class GraphRunner:
         return [env[o] for o in self.outputs]
 
     @staticmethod
-    def _run_kernel(step: Mapping[str, Any], fn: Any, env: dict[str, Any]) -> None:
+    def _run_kernel(step: Mapping[str, Any], fns: Any, env: dict[str, Any]) -> None:
+        fn, flat = fns
         rank = step["rank"]
         args = [np.asarray(env[n]) for n in step["inputs"]]
         shapes = [a.shape for a in args]
         full = np.broadcast_shapes(*shapes) if shapes else ()
         full = (1,) * (rank - len(full)) + tuple(full)
-        views = [np.broadcast_to(a.reshape((1,) * (rank - a.ndim) + a.shape), full) for a in args]
         outs = [np.empty(full, dtype=o["dtype"]) for o in step["outputs"]]
-        fn(*outs, *views)
+        if flat is not None and args and all(a.size == outs[0].size and a.flags.c_contiguous for a in args):
+            size = outs[0].size
+            flat(*[o.reshape(size) for o in outs], *[np.broadcast_to(a.reshape(size), (size,)) for a in args])
+        else:
+            views = [np.broadcast_to(a.reshape((1,) * (rank - a.ndim) + a.shape), full) for a in args]
+            fn(*outs, *views)
         for o, buf in zip(step["outputs"], outs, strict=True):
             deps = [shapes[i] for i in o["deps"]]
             real = tuple(np.broadcast_shapes(*deps)) if deps else ()
