@@ -10,17 +10,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from ep_core.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
-# Ops never delegated, with why. Control flow must run its bodies through the session (nested
-# partitioning, outer-scope values); the others have no test that proves onnx.reference right.
+# Ops never delegated, with why: control flow must run its bodies through the session (nested
+# partitioning, outer-scope values).
 NEVER_DELEGATE: dict[str, str] = {
     "If": "control flow runs natively (bodies are planned by the session)",
     "Loop": "control flow runs natively (bodies are planned by the session)",
     "Scan": "control flow runs natively (bodies are planned by the session)",
     "SequenceMap": "control flow runs natively (bodies are planned by the session)",
-    "SVMClassifier": "no onnx node test and no independent expected values to prove onnx.reference's vote/score conventions",
 }
 DOMAINS = ("", "ai.onnx.ml", "ai.onnx.preview")
 
@@ -34,14 +35,33 @@ def _value_info(node: Any, name: str) -> Any:
     return helper.make_value_info(name, helper.TypeProto())
 
 
+# ai.onnx.ml classifiers whose onnx.reference kernels reject ``classlabels_strings``: they run
+# with index labels (classlabels_ints = 0..n-1) and output 0 is mapped back to the strings.
+_STRING_LABEL_CLASSIFIERS = frozenset({"SVMClassifier"})
+
+
+def _index_labels(node: Any) -> tuple[Any, Any]:
+    """(node proto to evaluate, string labels to map output 0 through, or None)."""
+    from onnx import helper
+
+    labels = node.attr("classlabels_strings")
+    if node.op_type not in _STRING_LABEL_CLASSIFIERS or not labels:
+        return node.proto, None
+    proto = helper.make_node(node.op_type, list(node.proto.input), list(node.proto.output), domain=node.proto.domain)
+    proto.attribute.extend(a for a in node.proto.attribute if a.name != "classlabels_strings")
+    proto.attribute.append(helper.make_attribute("classlabels_ints", list(range(len(labels)))))
+    return proto, np.array(list(labels), dtype=object)
+
+
 def build_delegate(node: Any, ctx: KernelContext) -> Any:
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     names = [n for n in node.inputs if n]
     outs = [o for o in node.outputs]
+    proto, string_labels = _index_labels(node)
     graph = helper.make_graph(
-        [node.proto],
+        [proto],
         f"delegate_{node.name}",
         [_value_info(node, n) for n in dict.fromkeys(names)],
         [_value_info(node, o) if o else helper.make_value_info("", helper.TypeProto()) for o in outs if o],
@@ -55,6 +75,8 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
     def compute(*inputs: Any) -> Sequence[Any]:
         feed = {n: v for n, v in zip(feed_names, inputs, strict=False) if n and v is not None}
         results = evaluator.run(None, feed)
+        if string_labels is not None:
+            results = [string_labels[np.asarray(results[0], dtype=np.int64)], *results[1:]]
         by_name = dict(zip(present, results, strict=False))
         return [by_name.get(o) for o in outs]
 

@@ -1,7 +1,7 @@
 """The simple ``ai.onnx.ml`` ops, natively: Binarizer, Scaler, Normalizer, Imputer,
 LinearRegressor, OneHotEncoder, FeatureVectorizer, ArrayFeatureExtractor, ZipMap, CategoryMapper,
-DictVectorizer, CastMap.
-Tree ensembles, SVMRegressor, LabelEncoder and LinearClassifier stay delegated (proven by
+DictVectorizer, CastMap, LinearClassifier.
+Tree ensembles, SVMs and LabelEncoder stay delegated (proven by
 node tests and the hand-made cases in tests/cpu_reference/test_node_conformance.py).
 
 Where the spec text and onnxruntime disagree (Normalizer's L1/L2 keep the sign and divide by the
@@ -239,5 +239,55 @@ def build_cast_map(node: Any, ctx: Any) -> Fn:
         if keys:
             out[np.array(keys)] = convert([x[k] for k in keys])
         return (out.reshape(1, -1),)
+
+    return compute
+
+
+def _post_transform(node: Any, scores: np.ndarray, post: str) -> np.ndarray:
+    """The classifier score transforms, row-wise for the softmax variants."""
+    if post == "NONE":
+        return scores
+    if post == "LOGISTIC":
+        return 1.0 / (1.0 + np.exp(-scores))
+    if post == "SOFTMAX":
+        e = np.exp(scores - scores.max(axis=1, keepdims=True))
+        return e / e.sum(axis=1, keepdims=True)
+    if post == "SOFTMAX_ZERO":
+        # exact zeros stay zero (they mark absent classes); a row of zeros becomes uniform
+        e = np.where(scores != 0, np.exp(scores - scores.max(axis=1, keepdims=True)), 0.0)
+        s = e.sum(axis=1, keepdims=True)
+        return np.where(s == 0, 1.0 / scores.shape[1], e / np.where(s == 0, 1, s))
+    raise ValueError(f"{node.describe()}: post_transform must be NONE, LOGISTIC, SOFTMAX or SOFTMAX_ZERO, got {post!r}")
+
+
+@REGISTRY.register("LinearClassifier", since=1, domain=ML)
+def build_linear_classifier(node: Any, ctx: Any) -> Fn:
+    """scores = X @ W.T + b, label = the class of the largest score. With one coefficient row
+    and two labels (binary) the score s gives label[1] if s > 0, and the score columns are
+    [1 - v, v] with v = s, or v = logistic(s) for LOGISTIC: onnxruntime's convention (the
+    runtime that converted scikit-learn models are checked against)."""
+    ints = node.attr("classlabels_ints")
+    labels = np.array(ints if ints else [_text(s) for s in node.attr("classlabels_strings", [])], dtype=np.int64 if ints else object)
+    coef = np.array(node.attr("coefficients"), dtype=np.float64)
+    icpt = np.array(node.attr("intercepts", []), dtype=np.float64)
+    post = _text(node.attr("post_transform", "NONE"))
+
+    def compute(x: Any) -> tuple[Any, Any]:
+        v = x.astype(np.float64).reshape(x.shape[0] if x.ndim > 1 else 1, -1)
+        w = coef.reshape(-1, v.shape[1])
+        s = v @ w.T + (icpt if icpt.size else 0.0)
+        if w.shape[0] == 1 and labels.size == 2:
+            p = s[:, 0]
+            label = np.where(p > 0, labels[1], labels[0])
+            if post == "LOGISTIC":
+                p = 1.0 / (1.0 + np.exp(-p))
+            elif post not in ("NONE", "SOFTMAX", "SOFTMAX_ZERO"):
+                raise ValueError(f"{node.describe()}: post_transform {post!r} is not supported for a binary classifier")
+            return label, np.stack([1 - p, p], axis=1).astype(np.float32)
+        out = _post_transform(node, s, post)
+        if labels.size and labels.size != out.shape[1]:
+            raise ValueError(f"{node.describe()}: {out.shape[1]} score columns for {labels.size} labels")
+        idx = np.argmax(s, axis=1)
+        return (labels[idx] if labels.size else idx.astype(np.int64)), out.astype(np.float32)
 
     return compute
