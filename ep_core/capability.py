@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Iterable, Sequence
 
 if TYPE_CHECKING:
     from ep_core.graph import GraphView, NodeView
-    from ep_core.kernels import KernelDef, KernelRegistry
+    from ep_core.kernels import KernelDef, KernelRegistry, LookupResult
 
 
 @dataclass(frozen=True)
@@ -45,6 +45,7 @@ class SupportInfo:
     singles: list[SingleNodeClaim] = field(default_factory=list)
     fused: list[FusedClaim] = field(default_factory=list)
     rejected: list[RejectedClaim] = field(default_factory=list)
+    layout_trial: bool = False  # first pass for an NHWC EP: NCHW nodes with an NHWC kernel count
     _claimed: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -63,6 +64,20 @@ class SupportInfo:
                 return f"node {n.name!r} is already assigned to another execution provider"
         return None
 
+    def _lookup(self, node: "NodeView") -> "LookupResult":
+        assert self.registry is not None
+        found = self.registry.lookup(node)
+        if found.entry is None and self.layout_trial:
+            from ep_core.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN
+
+            if node.op_type in LAYOUT_SENSITIVE_OPS and node.domain in ("", "ai.onnx"):
+                found = self.registry.lookup(node, domain=NHWC_DOMAIN)
+        return found
+
+    def can_serve(self, node: "NodeView") -> bool:
+        """Whether ``add_single_node(node)`` would be accepted (no rejection is recorded)."""
+        return self.registry is not None and self._check_available([node]) is None and bool(self._lookup(node))
+
     def add_single_node(self, node: "NodeView") -> bool:
         """Claim one node for the EP's kernel registry; False (and a recorded reason) if refused."""
         problem = self._check_available([node])
@@ -70,7 +85,7 @@ class SupportInfo:
             if self.registry is None:
                 problem = f"{self.ep_name} has no kernel registry to serve single nodes"
             else:
-                found = self.registry.lookup(node)
+                found = self._lookup(node)
                 if found.entry is None:
                     problem = found.reason
                 else:

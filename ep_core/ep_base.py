@@ -27,7 +27,7 @@ class RegistryEp:
 
     def ep_get_capability(self, graph: "GraphView", support: "SupportInfo") -> None:
         for node in graph.nodes:
-            if self.registry.lookup(node):
+            if support.can_serve(node):
                 support.add_single_node(node)
 
 

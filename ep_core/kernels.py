@@ -222,11 +222,14 @@ class KernelRegistry:
                 found.setdefault(type_param, set()).add(vi.type_str)
         return found
 
-    def lookup(self, node: "NodeView") -> LookupResult:
-        """The kernel for ``node``, or why there is none (versions and types that exist)."""
-        slot = self._ops.get((node.domain_key, node.op_type))
+    def lookup(self, node: "NodeView", domain: str | None = None) -> LookupResult:
+        """The kernel for ``node``, or why there is none (versions and types that exist).
+        ``domain`` looks the node up as if it were in another domain (the layout transformer
+        asks whether an NCHW node has an NHWC kernel)."""
+        key = node.domain_key if domain is None else ("ai.onnx" if domain in ("", "ai.onnx") else domain)
+        slot = self._ops.get((key, node.op_type))
         if slot is None:
-            return LookupResult(None, f"{self.ep_name} has no kernel for {node.domain_key}::{node.op_type}")
+            return LookupResult(None, f"{self.ep_name} has no kernel for {key}::{node.op_type}")
         in_range = [e for e in slot.entries if e.kernel_def.covers(node.opset)]
         if not in_range:
             have = ", ".join(e.kernel_def.version_range() for e in slot.entries)

@@ -37,7 +37,9 @@ def _visible_to(ep: "EpInstance", node: "NodeView") -> bool:
     return True
 
 
-def partition_graph(graph: "GraphView", eps: "list[EpInstance]") -> Partition:
+def partition_graph(graph: "GraphView", eps: "list[EpInstance]", layout_trial: frozenset[int] = frozenset()) -> Partition:
+    """Assign every node; ``layout_trial`` holds the indices of NHWC-preferring EPs when this is
+    the layout transformer's first pass (their NCHW claims may rest on NHWC kernels)."""
     result = Partition(graph)
     unclaimed = {n.index for n in graph.all_nodes}
     for ep_index, ep in enumerate(eps):
@@ -46,7 +48,7 @@ def partition_graph(graph: "GraphView", eps: "list[EpInstance]") -> Partition:
         view = graph.subset(i for i in unclaimed if _visible_to(ep, graph.all_nodes[i]))
         if not len(view):
             continue
-        support = SupportInfo(ep.name, view, ep.kernel_registry)
+        support = SupportInfo(ep.name, view, ep.kernel_registry, layout_trial=ep_index in layout_trial)
         try:
             ep.call("ep_get_capability", graph=view, support=support)
         except Exception as exc:
@@ -58,7 +60,7 @@ def partition_graph(graph: "GraphView", eps: "list[EpInstance]") -> Partition:
         for group in support.fused:
             result.groups.append((ep_index, group))
             unclaimed.difference_update(n.index for n in group.nodes)
-    if unclaimed:
+    if unclaimed and not layout_trial:
         node = graph.all_nodes[min(unclaimed)]
         declined = []
         for ep in eps:

@@ -6,13 +6,14 @@ from __future__ import annotations
 import os
 import threading
 import time
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 import numpy as np
 
-from ep_core.errors import InvalidArgument
+from ep_core.errors import InvalidArgument, NotImplementedByAnyEp
 from ep_core.graph import GraphView, ValueInfo, opset_map
 from ep_core.loading import EXTERNAL_FOLDER_KEY, check_and_infer, load_model
 from ep_core.memory import HOST_MEMORY, MemoryInfo
@@ -105,11 +106,8 @@ class InferenceSession:
                     if prof is not None:
                         self._profiler.add_ep_profiler(ep.name, prof)
             self._graph = GraphView(self._model.graph, opset_map(self._model))
-            self._ctx = SessionContext(
-                options, self._eps, model_hash(self._model.graph.SerializeToString()), self._profiler
-            )
-            self._ctx.model_path = self._model_path  # EPContext payloads resolve against the model's folder
-            self._program = GraphProgram(self._graph, self._ctx)
+            self._layout_notes: list[str] = []
+            self._build_program()
             t0 = time.perf_counter_ns()
             self._program.plan()
             self._trace("plan", t0)
@@ -142,6 +140,49 @@ class InferenceSession:
         from ep_core.epcontext.compatibility import validate_model_compatibility
 
         validate_model_compatibility(self._model, self._eps, self._options)
+
+    def _new_context(self, model_id: str) -> SessionContext:
+        ctx = SessionContext(self._options, self._eps, model_id, self._profiler)
+        ctx.model_path = self._model_path  # EPContext payloads resolve against the model's folder
+        return ctx
+
+    def _build_program(self) -> None:
+        """Partition, compile and plan; with an NHWC-preferring EP, on the layout-transformed
+        graph (the second capability pass), reverting to the original if the EP leaves a
+        rewritten node unclaimed."""
+        from ep_core.layout import transform_to_nhwc
+
+        model_id = model_hash(self._model.graph.SerializeToString())
+        t0 = time.perf_counter_ns()
+        layout = transform_to_nhwc(self._model, self._graph, self._eps)
+        self._trace("layout_transformation", t0)
+        if layout is not None:
+            graph = GraphView(layout.model.graph, opset_map(layout.model))
+            self._ctx = self._new_context(model_id)
+            try:
+                self._program = GraphProgram(graph, self._ctx)
+                owners = {u.name: self._eps[u.ep_index].name for u in self._program.units}
+                left = {n: ep for n, ep in layout.converted.items() if owners.get(n) != ep}
+            except NotImplementedByAnyEp as exc:  # a rewritten node nobody runs
+                self._program = None
+                left = {n: ep for n, ep in layout.converted.items() if f"'{n}'" in exc.message} or dict(layout.converted)
+            if not left and self._program is not None:
+                self._model, self._graph = layout.model, graph
+                self._layout_notes.append(
+                    f"layout: {len(layout.converted)} node(s) run in NHWC ({sorted(layout.converted)}), "
+                    f"{layout.transposes} layout transpose(s) remain"
+                )
+                return
+            note = (
+                f"layout: reverted to NCHW because the EP that asked for NHWC did not claim the rewritten "
+                f"node(s) {sorted(left)} in the second capability pass"
+            )
+            warnings.warn(note, RuntimeWarning, stacklevel=3)
+            self._layout_notes.append(note)
+            if self._program is not None:
+                self._program.release()
+        self._ctx = self._new_context(model_id)
+        self._program = GraphProgram(self._graph, self._ctx)
 
     def _release_eps(self) -> None:
         program = getattr(self, "_program", None)
@@ -248,7 +289,7 @@ class InferenceSession:
 
     def get_partition_diagnostics(self) -> list[str]:
         """Every rejected capability claim, with its reason."""
-        out: list[str] = []
+        out: list[str] = list(self._layout_notes)
 
         def walk(program: GraphProgram) -> None:
             out.extend(str(r) for r in program.partition.rejected)
