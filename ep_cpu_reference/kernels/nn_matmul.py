@@ -75,38 +75,39 @@ def build_qlinear_matmul(node: Any, ctx: Any) -> Any:
 
 @REGISTRY.register("Gemm", since=first_since("Gemm"))
 def build_gemm(node: Any, ctx: Any) -> Any:
+    """Gemm: alpha * A' @ B' + beta * C."""
     alpha = float(node.attr("alpha", 1.0))
     beta = float(node.attr("beta", 1.0))
     ta = bool(node.attr("transA", 0))
     tb = bool(node.attr("transB", 0))
     b_const = ctx.constant(node.inputs[1])
     c_const = ctx.constant(node.inputs[2]) if len(node.inputs) > 2 and node.inputs[2] else None
-    prepared: dict[Any, Any] = {}
+    b_cache: dict[Any, np.ndarray] = {}
+    c_cache: dict[Any, np.ndarray] = {}
+
+    def scaled(v: np.ndarray, factor: float, dt: np.dtype) -> np.ndarray:
+        v = v.astype(dt, copy=False)
+        if factor == 1.0:
+            return v
+        return v * (dt.type(factor) if dt.kind == "f" else int(factor))
 
     def compute(a: np.ndarray, b: np.ndarray, c: Any = None) -> tuple[np.ndarray]:
         odt = a.dtype
         ac = as_compute(a) if is_float(a.dtype) else a
         dt = ac.dtype
-        key = dt
-        got = prepared.get(key) if b_const is not None else None
-        if got is None:
-            bb = b.T if tb else b
-            bb = np.ascontiguousarray(bb.astype(dt, copy=False))
-            if alpha != 1.0:
-                bb = bb * dt.type(alpha) if dt.kind == "f" else bb * int(alpha)
-            cc = None
-            if c is not None:
-                cc = c.astype(dt, copy=False)
-                if beta != 1.0:
-                    cc = cc * (dt.type(beta) if dt.kind == "f" else int(beta))
-            got = (bb, cc)
-            if b_const is not None and (c is None or c_const is not None):
-                prepared[key] = got
-        bb, cc = got
-        if c is not None and cc is None:
-            cc = c.astype(dt, copy=False) * (dt.type(beta) if dt.kind == "f" else int(beta))
-        elif c is not None and c_const is None:
-            cc = c.astype(dt, copy=False) * (dt.type(beta) if dt.kind == "f" else int(beta))
+        # constant B (transposed, alpha folded in) and constant C (beta folded in) are kept
+        bb = b_cache.get(dt) if b_const is not None else None
+        if bb is None:
+            bb = np.ascontiguousarray(scaled(b.T if tb else b, alpha, dt))
+            if b_const is not None:
+                b_cache[dt] = bb
+        cc = None
+        if c is not None:
+            cc = c_cache.get(dt) if c_const is not None else None
+            if cc is None:
+                cc = scaled(c, beta, dt)
+                if c_const is not None:
+                    c_cache[dt] = cc
         aa = ac.T if ta else ac
         if aa.ndim != 2 or bb.ndim != 2 or aa.shape[1] != bb.shape[0]:
             raise fail(node, f"A {list(a.shape)} (transA={int(ta)}) and B {list(b.shape)} (transB={int(tb)}) do not multiply")
