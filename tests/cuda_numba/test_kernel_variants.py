@@ -134,7 +134,8 @@ def test_pool_1d() -> None:
     check(one_node("MaxPool", {"x": x}, {}, None, kernel_shape=[3], strides=[2]), {"x": x})
 
 
-@pytest.mark.parametrize(("a", "b"), [((4,), (4, 3)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (3, 4, 2))])
+@pytest.mark.parametrize(("a", "b"), [((4,), (4, 3)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (3, 4, 2)),
+                                      ((2, 19, 23), (23, 17))])  # several block tiles and K slabs, all ragged
 def test_matmul_broadcasting(a: tuple, b: tuple) -> None:
     check(one_node("MatMul", {"a": rnd(*a), "b": rnd(*b, seed=1)}, {}, None), {"a": rnd(*a), "b": rnd(*b, seed=1)}, 1e-5)
 
