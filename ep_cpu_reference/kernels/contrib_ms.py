@@ -53,7 +53,7 @@ def _register_schemas() -> None:
     def attr(name: str, default: Any) -> Any:
         return A(name, helper.make_attribute(name, default), "")
 
-    eps = attr("epsilon", 1e-5)
+    eps = attr("epsilon", 1e-12)  # onnxruntime's default for the Skip* norms
     schema("Gelu", [inp("X")], [inp("Y")], [], "x * 0.5 * (1 + erf(x / sqrt(2)))")
     schema("FastGelu", [inp("X"), inp("bias", True)], [inp("Y")], [], "tanh approximation of Gelu")
     schema("BiasGelu", [inp("A"), inp("B")], [inp("C")], [], "Gelu(A + B)")
@@ -70,7 +70,7 @@ def _register_schemas() -> None:
         "SkipSimplifiedLayerNormalization",
         [inp("input"), inp("skip"), inp("gamma"), inp("bias", True)],
         [inp("output"), inp("mean", True, "U"), inp("inv_std_var", True, "U"), inp("input_skip_bias_sum", True)],
-        [attr("epsilon", 1e-5)],
+        [eps],
         "RMS normalization of input + skip + bias over the last axis",
     )
     schema(
@@ -149,7 +149,7 @@ REGISTRY.register("BiasAdd", domain=MS)(_unary(lambda node, x, b, s: x + b + s))
 
 def _skip_norm(simplified: bool) -> Any:
     def build(node: Any, ctx: Any) -> Any:
-        eps = float(node.attr("epsilon", 1e-12 if not simplified else 1e-5))
+        eps = float(node.attr("epsilon", 1e-12))  # onnxruntime's default for both Skip* norms
         n_out = len(node.outputs)
 
         def compute(x, skip, gamma, *rest):  # type: ignore[no-untyped-def]

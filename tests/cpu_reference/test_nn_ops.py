@@ -110,6 +110,8 @@ CONTRIB = [
     ("SkipLayerNormalization", {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16), "beta": _H(16), "bias": _H(16)}, 4,
      {"epsilon": 1e-5}),
     ("SkipSimplifiedLayerNormalization", {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16)}, 1, {"epsilon": 1e-6}),
+    ("SkipSimplifiedLayerNormalization", {"x": _X * 1e-5, "skip": _H(2, 5, 16) * 1e-5, "gamma": _H(16)}, 1, {}),
+    ("SkipLayerNormalization", {"x": _X * 1e-5, "skip": _H(2, 5, 16) * 1e-5, "gamma": _H(16)}, 1, {}),
     ("LayerNormalization", {"x": _X, "scale": _H(16), "b": _H(16)}, 1, {"epsilon": 1e-5}),
     ("SimplifiedLayerNormalization", {"x": _X, "scale": _H(16)}, 1, {"epsilon": 1e-6}),
     ("FusedMatMul", {"a": _H(2, 3, 5, 4), "b": _H(2, 3, 6, 5)}, 1, {"alpha": 0.5, "transA": 1, "transB": 1}),
