@@ -1,6 +1,6 @@
 """The EP's context blob: safetensors (a JSON header plus raw tensor bytes). Tensors hold the
-weights (keyed by content hash, so identical weights are stored once) and each kernel's machine
-code payload (``k.<key>``, uint8); the header's metadata holds versions, the plans (JSON) and the
+weights (keyed by content hash, so identical weights are stored once) and every kernel's machine
+code payload (``kernels.xz``: one xz stream, uint8); the header's metadata holds versions, the plans (JSON) and the
 kernel sources and signatures. Nothing here is code to evaluate: kernel sources are our own
 generated text, checked against their key, and payloads are verified before use (see
 ``codegen``)."""
@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import lzma
 import struct
-import zlib
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -20,6 +20,7 @@ from ep_numba_cpu import CONTEXT_FORMAT, __version__
 from ep_numba_cpu.compat import current_info, parse_info, versions
 
 META_KEY = "ep_numba_cpu"
+KERNELS_TENSOR = "kernels.xz"
 
 
 def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
@@ -31,10 +32,17 @@ def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping
     for key, arr in weights.items():
         tensors[f"w.{key}"] = np.ascontiguousarray(arr)
     kmeta = {}
-    for key, ck in kernels.items():
-        tensors[f"k.{key}"] = np.frombuffer(zlib.compress(ck.payload, 6), dtype=np.uint8)
+    chunks: list[bytes] = []
+    offset = 0
+    for key in sorted(kernels):
+        ck = kernels[key]
         kmeta[key] = {"source": ck.source, "fn": "kernel", "signature": ck.signature, "parallel": ck.parallel,
-                      "sha256": ck.sha256}
+                      "sha256": ck.sha256, "offset": offset, "length": len(ck.payload)}
+        chunks.append(ck.payload)
+        offset += len(ck.payload)
+    if chunks:
+        # one xz stream for every payload: kernels share most of their linking bitcode
+        tensors[KERNELS_TENSOR] = np.frombuffer(lzma.compress(b"".join(chunks), preset=6), dtype=np.uint8)
     header = {"format": CONTEXT_FORMAT, "ep_version": __version__, **versions(), "compatibility": current_info(),
               "graphs": dict(graphs), "kernels": kmeta}
     return save(tensors, metadata={META_KEY: json.dumps(header, sort_keys=True)})
@@ -98,16 +106,32 @@ def sha256(data: bytes) -> str:
 MAX_PAYLOAD = 256 << 20
 
 
-def kernel_payload(tensors: Mapping[str, np.ndarray], key: str, fail: Callable[[str], Exception]) -> bytes:
-    """A kernel's machine-code payload, decompressed with a size cap (its sha256 is checked next)."""
-    blob = tensors.get(f"k.{key}")
+def kernel_payloads(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any],
+                    fail: Callable[[str], Exception]) -> bytes:
+    """Every kernel's machine-code payload, decompressed with a size cap (each one's sha256 is
+    checked before it is used)."""
+    kernels = meta.get("kernels", {})
+    if not kernels:
+        return b""
+    blob = tensors.get(KERNELS_TENSOR)
     if blob is None:
-        raise fail(f"kernel {key} has no payload")
-    d = zlib.decompressobj()
+        raise fail("the context has kernels but no kernel payloads")
+    expected = sum(int(k.get("length", 0)) for k in kernels.values())
+    if expected > MAX_PAYLOAD:
+        raise fail(f"the kernel payloads claim {expected} bytes, more than {MAX_PAYLOAD}")
+    d = lzma.LZMADecompressor()
     try:
-        data = d.decompress(blob.tobytes(), MAX_PAYLOAD)
-    except zlib.error as exc:
-        raise fail(f"kernel {key}: payload does not decompress ({exc})") from None
-    if d.unconsumed_tail:
-        raise fail(f"kernel {key}: payload larger than {MAX_PAYLOAD} bytes")
+        data = d.decompress(blob.tobytes(), max_length=expected + 1)
+    except lzma.LZMAError as exc:
+        raise fail(f"the kernel payloads do not decompress ({exc})") from None
+    if len(data) != expected:
+        raise fail(f"the kernel payloads hold {len(data)} bytes, the header says {expected}")
     return data
+
+
+def kernel_payload(data: bytes, meta: Mapping[str, Any], key: str, fail: Callable[[str], Exception]) -> bytes:
+    k = meta["kernels"][key]
+    lo, n = int(k["offset"]), int(k["length"])
+    if lo < 0 or n < 0 or lo + n > len(data):
+        raise fail(f"kernel {key}: payload range {lo}+{n} is outside the payloads")
+    return data[lo:lo + n]

@@ -253,6 +253,7 @@ class LoadedContext:
         self.graph_names = frozenset(meta.get("graphs", {}))
         self._dispatchers: dict[str, Any] = {}
         self._runners: dict[str, GraphRunner] = {}
+        self._payloads: bytes | None = None
         self._lock = threading.Lock()
 
     def runner(self, gname: str, vouched: Mapping[str, str], cn: ContextNode) -> GraphRunner:
@@ -273,7 +274,9 @@ class LoadedContext:
             for key in rec["kernels"]:
                 if key not in self._dispatchers:
                     k = kernels[key]
-                    payload = context.kernel_payload(self.tensors, key, fail)
+                    if self._payloads is None:
+                        self._payloads = context.kernel_payloads(self.tensors, self.meta, fail)
+                    payload = context.kernel_payload(self._payloads, self.meta, key, fail)
                     self._dispatchers[key] = codegen.rebuild_kernel(
                         key, k["source"], k["fn"], k["signature"], bool(k["parallel"]), payload, k["sha256"], fail)
             weights = {}

@@ -344,6 +344,13 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
         "rank": rank,
         "outputs": [{"name": n, "dtype": dt(n), "rank": (_rank(graph, n) or 0), "deps": sorted(deps[n])} for n in outs],
     }
+    # a flat variant only where it can serve: no constant of another shape, no argument of lower rank
+    out_shape = _static_shape(graph, outs[0])
+    if any(_rank(graph, n) != rank if n not in consts else (consts[n].ndim != rank or (
+            out_shape is not None and any(isinstance(d, int) and d != c for d, c in zip(out_shape, consts[n].shape,
+                                                                                        strict=False))))
+           for n in arrays):
+        return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}, None
     flat_src = ["import math", "import numpy as np", "from numba import prange", "", "", f"def kernel({params}):",
                 f"    for i0 in {loop}(o0.shape[0]):"]
     flat_src += [f"        x{j} = a{j}[i0]" for j in range(len(arrays))]
@@ -411,6 +418,11 @@ def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bo
     nb = NB_NAMES[dt]
     return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r,int64:1:C:r",
             "parallel": par}
+
+
+def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
+    info = graph.value_info(name)
+    return None if info is None or info.shape is None else tuple(info.shape)
 
 
 def _static_numel(graph: Any, name: str) -> int | None:
