@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
@@ -22,6 +23,11 @@ if TYPE_CHECKING:
     from ep_core.profiling import Profiler
     from ep_core.runtime_eps import EpInstance
 
+# ops whose output must not be computed once: random draws, and ops with side effects on state
+NON_FOLDABLE_OPS = frozenset(
+    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
+     "Dropout", "If", "Loop", "Scan", "SequenceMap", "EPContext"}
+)
 NONE_SLOT = 0  # always None: missing optional inputs
 SINK_SLOT = 1  # written by missing optional outputs, never read
 
@@ -62,6 +68,14 @@ class Plan:
     input_slots: dict[str, int]
     output_slots: list[int]
     output_memory: list[MemoryInfo]
+    folded: list[str] = field(default_factory=list)  # units computed once at creation
+    copy_outputs: tuple[int, ...] = ()  # outputs that are plan constants: copied per run
+
+    def outputs(self, vals: list[Any]) -> list[Any]:
+        out = [vals[s] for s in self.output_slots]
+        for i in self.copy_outputs:  # never hand out a plan constant: a caller could mutate it
+            out[i] = _fresh(out[i])
+        return out
 
     def describe(self) -> list[str]:
         return [
@@ -109,8 +123,12 @@ class SubgraphRunner:
         for name in self.outer_names:
             if name in slots:
                 vals[slots[name]] = outer[name]
-        self.program.execute(plan, vals, None)
-        return [vals[s] for s in plan.output_slots]
+        # inside a profiled run, the subgraph's steps are traced into the same run
+        self.program.execute(plan, vals, getattr(_PROFILING, "events", None))
+        return plan.outputs(vals)
+
+
+_PROFILING = threading.local()  # the events list of the profiled run on this thread, if any
 
 
 class SessionContext:
@@ -154,6 +172,7 @@ class GraphProgram:
         self._subprograms: dict[tuple[int, str], GraphProgram] = {}
         self._plans: dict[Any, Plan] = {}
         self._constant_copies: dict[tuple[str, MemoryInfo], Any] = {}  # shared by every plan variant
+        self._folded: dict[str, tuple[Any, ...]] = {}  # unit name -> outputs computed at creation
         t0 = time.perf_counter_ns()
         self.partition: Partition = partition_graph(graph, session.eps)
         self._trace("partition", t0)
@@ -338,9 +357,26 @@ class GraphProgram:
             loc[key] = need
             return dst
 
+        folded: list[str] = []
         for u in self.order:
             ep = eps[u.ep_index]
             mem = ep.memory_info
+            if self._foldable(u, mem, constants):
+                outputs = self._folded.get(u.name)
+                if outputs is None:
+                    try:
+                        outputs = self._folded[u.name] = tuple(
+                            u.compute(*[template[slots[n]] if n else None for n in u.inputs])
+                        )
+                    except Exception as exc:
+                        raise _unit_error(u, ep.name, exc) from exc
+                for name, value in zip(u.outputs, outputs):
+                    if name:
+                        template[slot(name)] = value
+                        loc[name] = HOST_MEMORY
+                        constants.add(name)
+                folded.append(u.name)
+                continue
             ins = []
             for i, name in enumerate(u.inputs):
                 if not name:
@@ -385,7 +421,21 @@ class GraphProgram:
             if s not in keep:
                 frees[k].append(s)
         steps = [(fn, ins_, outs_, tuple(frees[k])) for k, (fn, ins_, outs_, _) in enumerate(steps)]
-        return Plan(slots, template, steps, infos, input_slots, output_slots, output_memory)
+        constant_slots = frozenset(slots[c] for c in constants)
+        copy_outputs = tuple(i for i, s_ in enumerate(output_slots) if s_ in constant_slots)
+        return Plan(slots, template, steps, infos, input_slots, output_slots, output_memory, folded, copy_outputs)
+
+    def _foldable(self, u: Unit, mem: MemoryInfo, constants: set[str]) -> bool:
+        """Deterministic host nodes whose every input is known at creation (ORT's constant
+        folding): computed once, their outputs become constants of the plan."""
+        return (
+            mem.is_host
+            and not u.fused_nodes
+            and u.op_type not in NON_FOLDABLE_OPS
+            and len(u.outputs) > 0
+            and all((not n) or n in constants for n in u.inputs)
+            and not (not u.inputs and u.op_type != "Constant")
+        )
 
     # -------------------------------------------------------------------------------- run
     def execute(self, plan: Plan, vals: list[Any], events: list[dict[str, Any]] | None) -> None:
@@ -407,6 +457,8 @@ class GraphProgram:
     def _execute_profiled(self, plan: Plan, vals: list[Any], events: list[dict[str, Any]]) -> None:
         clock = time.perf_counter_ns
         k = -1
+        outer_events = getattr(_PROFILING, "events", None)
+        _PROFILING.events = events
         try:
             for k, (fn, ins, outs, frees) in enumerate(plan.steps):
                 t0 = clock()
@@ -430,6 +482,8 @@ class GraphProgram:
                 )
         except Exception as exc:
             raise _step_error(plan, k, exc) from exc
+        finally:
+            _PROFILING.events = outer_events
 
     def release(self) -> None:
         for u in self.units:
@@ -448,6 +502,13 @@ def _copy_fn(dt: Any, src: MemoryInfo, dst: MemoryInfo, stream: Any) -> Callable
     return run
 
 
+def _unit_error(u: Unit, ep_name: str, exc: Exception) -> EpCoreError:
+    where = f"node {u.name!r} (op {u.op_type}) on {ep_name}, folded at session creation"
+    if isinstance(exc, EpCoreError):
+        return type(exc)(f"{where}: {exc.message}")
+    return Fail(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
 def _step_error(plan: Plan, k: int, exc: Exception) -> EpCoreError:
     if k < 0 or k >= len(plan.infos):
         return exc if isinstance(exc, EpCoreError) else Fail(f"{type(exc).__name__}: {exc}")
@@ -458,3 +519,8 @@ def _step_error(plan: Plan, k: int, exc: Exception) -> EpCoreError:
             return exc
         return type(exc)(f"{where}: {exc.message}")
     return Fail(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
+def _fresh(value: Any) -> Any:
+    copy = getattr(value, "copy", None)
+    return copy() if callable(copy) else value

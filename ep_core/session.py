@@ -392,7 +392,7 @@ class InferenceSession:
         for ep in self._run_hooks:
             if ep.has_run_end:
                 ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
-        return [vals[s] for s in plan.output_slots]
+        return plan.outputs(vals)
 
     def end_profiling(self) -> str:
         """Write the Chrome trace and return its path ('' when profiling is off)."""
