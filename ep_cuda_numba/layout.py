@@ -6,23 +6,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+# one source of truth: the ops the core's layout transformer rewrites (ep_core/layout.py)
+from ep_core.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN
+
 if TYPE_CHECKING:
     from ep_core.kernels import KernelRegistry
 
-NHWC_DOMAIN = "com.ms.internal.nhwc"
-# the ops ORT's layout transformer converts for an EP that prefers NHWC
-LAYOUT_SENSITIVE_OPS = (
-    "Conv",
-    "ConvTranspose",
-    "MaxPool",
-    "AveragePool",
-    "GlobalAveragePool",
-    "GlobalMaxPool",
-    "BatchNormalization",
-    "Resize",
-    "SpaceToDepth",
-    "DepthToSpace",
-)
+__all__ = ["LAYOUT_SENSITIVE_OPS", "NHWC_DOMAIN", "missing_nhwc_kernels", "preferred_layout", "should_convert"]
 
 
 def missing_nhwc_kernels(registry: "KernelRegistry") -> list[str]:
