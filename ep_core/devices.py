@@ -75,29 +75,27 @@ class DeviceIncompatibility:
         return f"{where}: " + "; ".join(self.reasons)
 
 
-def _cpu_model_name() -> str:
+def _cpuinfo_field(name: str) -> str | None:
+    """A field of the first processor in /proc/cpuinfo (Linux), or None."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8") as fh:
             for line in fh:
-                if line.startswith("model name"):
+                if line.startswith(name):
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine()
+    return None
+
+
+def _cpu_model_name() -> str:
+    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
 
 
 _CPU_VENDOR_IDS = {"GenuineIntel": 0x8086, "AuthenticAMD": 0x1022, "ARM": 0x41}
 
 
 def _cpu_vendor() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as fh:
-            for line in fh:
-                if line.startswith("vendor_id"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.machine()
+    return _cpuinfo_field("vendor_id") or platform.machine()
 
 
 @lru_cache(maxsize=1)

@@ -9,6 +9,7 @@ node's opset and whose type constraints admit the node's input types; a miss say
 
 from __future__ import annotations
 
+import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
 
@@ -124,10 +125,28 @@ class _OpSlot:
 class KernelRegistry:
     """Kernels of one EP, keyed by (domain, op_type)."""
 
-    def __init__(self, ep_name: str) -> None:
+    def __init__(self, ep_name: str, kernel_package: str | None = None) -> None:
+        """``kernel_package`` names a package whose modules register kernels on import; it is
+        imported once, on the first ``ensure_loaded()``, so an EP's heavy imports (numba) wait
+        until the EP is actually used."""
         self.ep_name = ep_name
+        self.kernel_package = kernel_package
         self._ops: dict[tuple[str, str], _OpSlot] = {}
         self._type_cache: dict[tuple[str, str, int], Any] = {}
+        self._loaded = kernel_package is None
+        self._load_lock = threading.Lock()
+
+    def ensure_loaded(self) -> "KernelRegistry":
+        """This registry with every kernel module of ``kernel_package`` imported (thread-safe)."""
+        if not self._loaded:
+            with self._load_lock:
+                if not self._loaded:
+                    import importlib
+
+                    assert self.kernel_package is not None
+                    importlib.import_module(self.kernel_package)
+                    self._loaded = True
+        return self
 
     # --------------------------------------------------------------------- registration
     def add(self, kernel_def: KernelDef, builder: KernelBuilder) -> None:

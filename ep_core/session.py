@@ -272,8 +272,7 @@ class InferenceSession:
         """Node name -> ``{"ep": name, "fused_node": name or None}``, subgraph nodes included as
         ``parent/attr/node``."""
         out: dict[str, dict[str, Any]] = {}
-
-        def walk(program: GraphProgram) -> None:
+        for program in self._programs():
             for u in program.units:
                 ep = self._eps[u.ep_index].name
                 if u.fused_nodes:
@@ -281,22 +280,20 @@ class InferenceSession:
                         out[program._qual(n)] = {"ep": ep, "fused_node": u.name}
                 else:
                     out[u.name] = {"ep": ep, "fused_node": None}
-            for sub in program.subprograms():
-                walk(sub)
-
-        walk(self._program)
         return out
+
+    def _programs(self) -> "list[GraphProgram]":
+        """The main graph's program and every subgraph program below it."""
+        found = [self._program]
+        for program in found:
+            found.extend(program.subprograms())
+        return found
 
     def get_partition_diagnostics(self) -> list[str]:
         """Every rejected capability claim, with its reason."""
         out: list[str] = list(self._layout_notes)
-
-        def walk(program: GraphProgram) -> None:
+        for program in self._programs():
             out.extend(str(r) for r in program.partition.rejected)
-            for sub in program.subprograms():
-                walk(sub)
-
-        walk(self._program)
         return out
 
     def get_plan(self, input_memory: Mapping[str, MemoryInfo] | None = None, outputs_to_host: bool = True) -> list[str]:

@@ -7,7 +7,6 @@ always validates against the pinned onnx and a new opset of an op is not silentl
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
@@ -15,9 +14,7 @@ from typing import Any
 from ep_core.kernels import KernelBuilder, KernelRegistry
 from ep_cuda_numba import EP_NAME
 
-REGISTRY = KernelRegistry(EP_NAME)
-_loaded = False
-_lock = threading.Lock()
+REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cuda_numba.kernels")
 
 FLOAT_T = ("tensor(float)", "tensor(double)")
 INT_T = ("tensor(int32)", "tensor(int64)")
@@ -28,14 +25,7 @@ INDEX_T = ("tensor(int32)", "tensor(int64)")
 
 
 def registry() -> KernelRegistry:
-    global _loaded
-    if not _loaded:
-        with _lock:
-            if not _loaded:
-                from ep_cuda_numba import kernels  # noqa: F401  (registers every op family)
-
-                _loaded = True
-    return REGISTRY
+    return REGISTRY.ensure_loaded()
 
 
 @cache
