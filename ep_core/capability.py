@@ -5,8 +5,9 @@ at claim time so the EP's own later claims see a consistent state."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Sequence
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from ep_core.graph import GraphView, NodeView

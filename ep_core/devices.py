@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
-from typing import Any, Mapping
+from typing import Any
 
 from ep_core.memory import HOST_MEMORY, DeviceType, MemoryInfo
 

@@ -3,7 +3,8 @@ its kernel registry. Our own EPs use them exactly as a third-party package would
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from ep_core.devices import EpDevice, HardwareDevice
 from ep_core.errors import ConfigError

@@ -20,7 +20,8 @@ version that introduced it, and the core never calls a hook newer than a factory
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import pluggy
 

@@ -10,13 +10,14 @@ node's opset and whose type constraints admit the node's input types; a miss say
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Protocol, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ep_core.errors import NotImplementedByAnyEp
 
 if TYPE_CHECKING:
-    from ep_core.graph import GraphView, NodeView
+    from ep_core.graph import NodeView
     from ep_core.memory import MemoryInfo
 
 Compute = Callable[..., Sequence[Any]]

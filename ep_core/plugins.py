@@ -17,9 +17,10 @@ import os
 import re
 import threading
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import metadata
-from typing import Any, Callable
+from typing import Any
 
 import pluggy
 

@@ -10,8 +10,9 @@ import functools
 import hashlib
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from ep_core.compute import ComputeContext, FusedNode, NodeComputeInfo
 from ep_core.errors import EpCoreError, EpFail, Fail, InvalidGraph
@@ -443,7 +444,7 @@ class GraphProgram:
             return self._execute_profiled(plan, vals, events)
         k = -1
         try:
-            for k, (fn, ins, outs, frees) in enumerate(plan.steps):
+            for k, (fn, ins, outs, frees) in enumerate(plan.steps):  # noqa: B007 - k names the failing step
                 res = fn(*[vals[i] for i in ins])
                 if len(res) < len(outs):
                     raise EpFail(f"returned {len(res)} outputs, the node has {len(outs)}")

@@ -6,8 +6,9 @@ checked; nothing falls back silently."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Sequence
+from typing import Any
 
 from ep_core.devices import EpDevice, HardwareDevice, dedupe_devices, host_cpu_device
 from ep_core.errors import ConfigError, UnknownProviderError

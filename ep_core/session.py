@@ -7,22 +7,26 @@ import os
 import threading
 import time
 import warnings
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from ep_core.errors import InvalidArgument, NotImplementedByAnyEp
 from ep_core.graph import GraphView, ValueInfo, opset_map
 from ep_core.loading import EXTERNAL_FOLDER_KEY, check_and_infer, load_model
-from ep_core.memory import HOST_MEMORY, MemoryInfo
+from ep_core.memory import MemoryInfo
 from ep_core.options import CONFIG_ENV, ProviderConfig, RunOptions, SessionOptions, load_provider_config
 from ep_core.plugins import PluginRegistry, get_registry
-from ep_core.program import GraphProgram, SessionContext, model_hash
 from ep_core.profiling import Profiler
+from ep_core.program import GraphProgram, SessionContext, model_hash
 from ep_core.runtime_eps import EpInstance
 from ep_core.selection import select_providers
+
+if TYPE_CHECKING:
+    from ep_core.iobinding import IOBinding
 
 
 @dataclass(frozen=True)

@@ -3,8 +3,9 @@ array; device data is whatever the EP's allocator returns (e.g. a numba DeviceND
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 

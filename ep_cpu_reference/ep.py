@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from ep_core.ep_base import RegistryEp
-
 from ep_cpu_reference import EP_NAME
 from ep_cpu_reference.registry import registry
 

@@ -7,7 +7,7 @@ import argparse
 import importlib
 import pkgutil
 import sys
-from typing import Sequence
+from collections.abc import Sequence
 
 from ep_core.errors import EpCoreError
 

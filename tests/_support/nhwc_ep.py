@@ -3,7 +3,8 @@ GlobalAveragePool, plus default-domain Transpose and Relu so a small CNN stays o
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
