@@ -71,6 +71,27 @@ def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = 
     return x.astype(dtype)
 
 
+_PLAIN_KINDS = "biuf"  # NumPy's own bool/int/float types (ml_dtypes types are kind "V")
+
+
+def caster(to: int, saturate: bool = True, round_mode: str = "up") -> Callable[[np.ndarray], np.ndarray]:
+    """``cast_array`` for a fixed target, resolved once: between plain NumPy numeric types the
+    cast is one ``astype`` (no copy when the type already matches); anything else (strings,
+    float8/float4, bfloat16, int4) takes the general path."""
+    if to == TensorProto.STRING or to == TensorProto.FLOAT8E8M0 or to in _FLOAT8:
+        return lambda x: cast_array(x, to, saturate, round_mode)
+    dtype = np.dtype(helper.tensor_dtype_to_np_dtype(to))
+    if dtype.kind not in _PLAIN_KINDS:
+        return lambda x: cast_array(x, to, saturate, round_mode)
+
+    def cast(x: np.ndarray) -> np.ndarray:
+        if x.dtype.kind in _PLAIN_KINDS:
+            return x.astype(dtype, copy=False)
+        return cast_array(x, to, saturate, round_mode)
+
+    return cast
+
+
 def _attrs(node: Any) -> tuple[bool, str]:
     saturate = bool(node.attr("saturate", 1))
     mode = node.attr("round_mode", "up")
@@ -88,14 +109,15 @@ def build_cast1(node: Any, ctx: Any) -> Callable[..., Any]:
         to = int(name) if isinstance(name, int) else int(TensorProto.DataType.Value(str(name).upper()))
     except ValueError:
         raise ValueError(f"{node.describe()}: 'to' must name a TensorProto data type, got {name!r}") from None
-    return lambda x: (cast_array(x, to),)
+    cast = caster(to)
+    return lambda x: (cast(x),)
 
 
 @REGISTRY.register("Cast", since=6, end=18)
 def build_cast6(node: Any, ctx: Any) -> Callable[..., Any]:
     """Opsets 6-18: no saturate attribute (float8 did not exist yet)."""
-    to = int(node.attr("to"))
-    return lambda x: (cast_array(x, to),)
+    cast = caster(int(node.attr("to")))
+    return lambda x: (cast(x),)
 
 
 @REGISTRY.register("Cast", since=19)
@@ -103,7 +125,8 @@ def build_cast(node: Any, ctx: Any) -> Callable[..., Any]:
     """Opset 19+: ``saturate`` for float8 targets, 24+: ``round_mode`` for float8e8m0."""
     to = int(node.attr("to"))
     saturate, mode = _attrs(node)
-    return lambda x: (cast_array(x, to, saturate, mode),)
+    cast = caster(to, saturate, mode)
+    return lambda x: (cast(x),)
 
 
 @REGISTRY.register("CastLike", since=15)

@@ -78,6 +78,14 @@ def _erf(x: Any) -> Any:
 
 
 def _sigmoid(x: Any) -> Any:
+    """float32: 1/(1+exp(-x)) in four in-place ufuncs (-x is capped at 88 so exp stays finite:
+    the result there is < 1e-38, zero at float32 precision); other types the two-sided float64 form."""
+    if x.dtype == np.float32:
+        t = np.negative(x)
+        np.minimum(t, 88.0, out=t)
+        np.exp(t, out=t)
+        t += 1.0
+        return np.reciprocal(t, out=t)
     xf = x.astype(np.float64)
     return np.where(xf >= 0, 1 / (1 + np.exp(-xf)), np.exp(xf) / (1 + np.exp(xf)))
 
@@ -135,13 +143,19 @@ def build_isinf(node: Any, ctx: Any) -> Fn:
 
 
 # --------------------------------------------------------------- activations with attributes
-def _activation(op: str, since: int, defaults: dict[str, float], fn: Callable[..., Any]) -> None:
-    """An activation ``fn(x, **attrs)`` computed in float64, returned in x's type."""
+def _activation(
+    op: str, since: int, defaults: dict[str, float], fn: Callable[..., Any], fast32: Callable[..., Any] | None = None
+) -> None:
+    """An activation ``fn(x, **attrs)`` computed in float64, returned in x's type; ``fast32``
+    (same attributes) serves float32 inputs directly where float32 arithmetic is what
+    onnxruntime does anyway (no float64 round trip)."""
 
     def build(node: Any, ctx: Any) -> Fn:
         attrs = {k: float(node.attr(k, v)) for k, v in defaults.items()}
 
         def compute(x: Any) -> tuple[Any]:
+            if fast32 is not None and x.dtype == np.float32:
+                return (fast32(x, **attrs),)
             return (np.asarray(fn(x.astype(np.float64), **attrs)).astype(x.dtype),)
 
         return compute
@@ -158,8 +172,26 @@ _activation(
 )
 _activation("Celu", 12, {"alpha": 1.0}, lambda x, alpha: np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha)))
 _activation("ThresholdedRelu", 10, {"alpha": 1.0}, lambda x, alpha: np.where(x > alpha, x, 0))
-_activation("HardSigmoid", 1, {"alpha": 0.2, "beta": 0.5}, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1))
-_activation("HardSwish", 14, {}, lambda x: x * np.clip(x / 6 + 0.5, 0, 1))
+def _hard_sigmoid32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
+    """max(0, min(1, alpha*x + beta)) in float32 with in-place ufuncs, as onnxruntime computes it."""
+    t = np.multiply(x, alpha)
+    t += beta
+    return np.clip(t, 0.0, 1.0, out=t)
+
+
+def _hard_swish32(x: np.ndarray) -> np.ndarray:
+    t = _hard_sigmoid32(x, 1.0 / 6.0, 0.5)
+    t *= x
+    return t
+
+
+_activation(
+    "HardSigmoid", 1, {"alpha": 0.2, "beta": 0.5}, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1),
+    fast32=_hard_sigmoid32,
+)
+_activation("HardSwish", 14, {}, lambda x: x * np.clip(x / 6 + 0.5, 0, 1), fast32=_hard_swish32)
+
+
 _activation(
     "Shrink", 9, {"lambd": 0.5, "bias": 0.0},
     lambda x, lambd, bias: np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)),
@@ -324,6 +356,16 @@ def build_clip_attrs(node: Any, ctx: Any) -> Fn:
 
 @REGISTRY.register("Clip", since=11)
 def build_clip(node: Any, ctx: Any) -> Fn:
-    """Opset 11+: bounds are optional scalar inputs; a missing one does not bound."""
+    """Opset 11+: bounds are optional scalar inputs; a missing one does not bound. Bounds known at
+    creation (ReLU6's 0 and 6) become Python scalars for one ``np.clip`` (NumPy's SIMD clip,
+    NaN propagates; Python scalars keep x's type)."""
+    names = list(node.inputs[1:3]) + [""] * (3 - len(node.inputs))
+    consts = [ctx.constant(n) if n else None for n in names[:2]]
+    if all((not n) or c is not None for n, c in zip(names[:2], consts)):
+        lo, hi = (None if c is None else np.asarray(c).reshape(-1)[0].item() for c in consts)
+        if lo is None and hi is None:
+            return lambda x, *bounds: (x,)
+        if all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in (lo, hi) if b is not None):
+            return lambda x, *bounds: (np.clip(x, lo, hi),)
     return lambda x, lo=None, hi=None: (_clip(x, lo, hi),)
 

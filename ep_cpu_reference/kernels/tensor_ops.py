@@ -33,6 +33,35 @@ def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
+def const_inputs(node: Any, ctx: Any) -> list[Any]:
+    """Each input's value when known at session creation (None: missing or only known at run
+    time). Builders specialise on these so compute does no parsing per inference."""
+    return [ctx.constant(n) if n else None for n in node.inputs]
+
+
+def per_shape(plan: Callable[[tuple[int, ...]], Any]) -> Callable[[tuple[int, ...]], Any]:
+    """``plan(shape)`` memoised on the input shape: validation and index arithmetic run once per
+    shape, so a repeated inference pays one dict lookup. Shapes are few (one per feed shape)."""
+    cache: dict[tuple[int, ...], Any] = {}
+
+    def get(shape: tuple[int, ...]) -> Any:
+        r = cache.get(shape)
+        if r is None:
+            r = cache[shape] = plan(shape)
+        return r
+
+    return get
+
+
+def frozen(value: Any) -> Any:
+    """A value computed at creation from constants, made read-only: it is handed to every
+    inference, so nothing may write into it."""
+    if isinstance(value, np.ndarray):
+        value = value.view()
+        value.flags.writeable = False
+    return value
+
+
 # ------------------------------------------------------------------------- shape and layout
 def _reshape(node: Any, x: Any, shape: Any, allowzero: int) -> Any:
     dims = ints(shape)
@@ -50,7 +79,12 @@ def _reshape(node: Any, x: Any, shape: Any, allowzero: int) -> Any:
 def build_reshape(node: Any, ctx: Any) -> Fn:
     """0 copies the input dim (unless opset 14's allowzero=1), -1 is inferred."""
     allowzero = int(node.attr("allowzero", 0))
-    return lambda x, shape: (_reshape(node, x, shape, allowzero),)
+    shape_c = const_inputs(node, ctx)[1]
+    if shape_c is None:
+        return lambda x, shape: (_reshape(node, x, shape, allowzero),)
+    # constant shape: the target dims are resolved once per input shape
+    target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), shape_c, allowzero).shape)
+    return lambda x, shape: (x.reshape(target(x.shape)),)
 
 
 @REGISTRY.register("Transpose", since=1)
@@ -69,6 +103,14 @@ def build_concat1(node: Any, ctx: Any) -> Fn:
 @REGISTRY.register("Concat", since=4)
 def build_concat(node: Any, ctx: Any) -> Fn:
     axis = int(node.attr("axis"))
+    if axis >= 0:
+        # a non-negative axis needs no rank to resolve; concatenate itself checks the range
+        def compute(*xs: Any) -> tuple[Any]:
+            if axis >= xs[0].ndim:
+                norm_axis(node, axis, xs[0].ndim)  # raises with the node's name
+            return (np.concatenate(xs, axis=axis),)
+
+        return compute
     return lambda *xs: (np.concatenate(xs, axis=norm_axis(node, axis, xs[0].ndim)),)
 
 
@@ -104,24 +146,42 @@ def _unsqueeze(node: Any, x: Any, axes: list[int]) -> Any:
 @REGISTRY.register("Squeeze", since=1, end=12)
 def build_squeeze1(node: Any, ctx: Any) -> Fn:
     """Opsets 1-12: axes is an attribute."""
-    axes = list(node.attr("axes", []))
-    return lambda x: (_squeeze(node, x, axes),)
+    return _squeeze_fixed(node, list(node.attr("axes", [])))
+
+
+def _squeeze_fixed(node: Any, axes: list[int]) -> Fn:
+    """Known axes: the output shape is found once per input shape, then a reshape (a view)."""
+    target = per_shape(lambda xs: _squeeze(node, np.empty(xs, dtype=np.uint8), axes).shape)
+    return lambda x, axes_in=None: (x.reshape(target(x.shape)),)
 
 
 @REGISTRY.register("Squeeze", since=13, host_inputs=(1,))
 def build_squeeze(node: Any, ctx: Any) -> Fn:
     """Opset 13+: axes is an optional input."""
+    if len(node.inputs) < 2 or not node.inputs[1]:
+        return _squeeze_fixed(node, [])
+    axes_c = const_inputs(node, ctx)[1]
+    if axes_c is not None:
+        return _squeeze_fixed(node, ints(axes_c))
     return lambda x, axes=None: (_squeeze(node, x, ints(axes)),)
 
 
 @REGISTRY.register("Unsqueeze", since=1, end=12)
 def build_unsqueeze1(node: Any, ctx: Any) -> Fn:
-    axes = list(node.attr("axes"))
-    return lambda x: (_unsqueeze(node, x, axes),)
+    return _unsqueeze_fixed(node, list(node.attr("axes")))
+
+
+def _unsqueeze_fixed(node: Any, axes: list[int]) -> Fn:
+    """Known axes: the output shape is found once per input shape, then a reshape (a view)."""
+    target = per_shape(lambda xs: _unsqueeze(node, np.empty(xs, dtype=np.uint8), axes).shape)
+    return lambda x, axes_in=None: (x.reshape(target(x.shape)),)
 
 
 @REGISTRY.register("Unsqueeze", since=13, host_inputs=(1,))
 def build_unsqueeze(node: Any, ctx: Any) -> Fn:
+    axes_c = const_inputs(node, ctx)[1]
+    if axes_c is not None:
+        return _unsqueeze_fixed(node, ints(axes_c))
     return lambda x, axes: (_unsqueeze(node, x, ints(axes)),)
 
 
@@ -351,11 +411,39 @@ def build_slice1(node: Any, ctx: Any) -> Fn:
     """Opsets 1-9: starts/ends/axes are attributes, steps are 1."""
     starts, ends = list(node.attr("starts")), list(node.attr("ends"))
     axes = list(node.attr("axes", [])) or None
-    return lambda x: (_slice(node, x, starts, ends, axes, None),)
+    return _slice_fixed(node, starts, ends, axes, None)
+
+
+class _Index:
+    """Records the index ``_slice`` builds, so a known slice is planned once per shape."""
+
+    def __init__(self, shape: tuple[int, ...]) -> None:
+        self.shape = shape
+        self.ndim = len(shape)
+
+    def __getitem__(self, index: Any) -> Any:
+        return index
+
+
+def _slice_fixed(node: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Fn:
+    """Known starts/ends/axes/steps: the index tuple is built once per input shape."""
+    index = per_shape(lambda xs: _slice(node, _Index(xs), starts, ends, axes, steps))
+    return lambda x, *params: (x[index(x.shape)],)
 
 
 @REGISTRY.register("Slice", since=10, host_inputs=(1, 2, 3, 4))
 def build_slice(node: Any, ctx: Any) -> Fn:
+    consts = const_inputs(node, ctx)
+    n = len(node.inputs)
+    if all(i >= n or not node.inputs[i] or consts[i] is not None for i in range(1, 5)):
+        get = lambda i: ints(consts[i]) if i < n and consts[i] is not None else []  # noqa: E731
+        fixed = _slice_fixed(node, get(1), get(2), get(3) or None, get(4) or None)
+        if consts[0] is not None:
+            # slicing a constant (weights cut into gates): done once at creation
+            value = frozen(fixed(consts[0])[0])
+            return lambda *args: (value,)
+        return fixed
+
     def compute(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
         return (_slice(node, x, ints(starts), ints(ends), ints(axes) or None, ints(steps) or None),)
 
@@ -416,10 +504,38 @@ def build_pad(node: Any, ctx: Any) -> Fn:
 def build_gather(node: Any, ctx: Any) -> Fn:
     """Negative indices count from the back of the axis."""
     axis = int(node.attr("axis", 0))
+    consts = const_inputs(node, ctx)
+    idx_c = consts[1]
+    if idx_c is not None:
+        idx_c = np.asarray(idx_c).astype(np.int64)
+
+        def plan(xs: tuple[int, ...]) -> tuple[int, Any]:
+            """The axis and the indices with negatives resolved, for one input shape."""
+            a = norm_axis(node, axis, len(xs))
+            idx = np.where(idx_c < 0, idx_c + xs[a], idx_c)
+            if idx.size and (idx.min() < 0 or idx.max() >= xs[a]):
+                raise IndexError(f"{node.describe()}: indices out of range for axis {a} of size {xs[a]}")
+            if idx.ndim == 0:
+                # one index: a plain basic-indexing view, no gather
+                return a, (slice(None),) * a + (int(idx), Ellipsis)  # Ellipsis: a 0-d array, never a scalar
+            return a, idx
+
+        get = per_shape(plan)
+
+        def compute(x: Any, indices: Any) -> tuple[Any]:
+            a, idx = get(x.shape)
+            if type(idx) is tuple:
+                return (x[idx],)
+            return (np.take(x, idx, axis=a),)
+
+        if consts[0] is not None:
+            value = frozen(compute(consts[0], idx_c)[0])
+            return lambda *args: (value,)
+        return compute
 
     def compute(x: Any, indices: Any) -> tuple[Any]:
         a = norm_axis(node, axis, x.ndim)
-        idx = np.asarray(indices).astype(np.int64)
+        idx = indices if indices.dtype == np.int64 else indices.astype(np.int64)
         return (np.take(x, np.where(idx < 0, idx + x.shape[a], idx), axis=a),)
 
     return compute

@@ -1,0 +1,185 @@
+"""The reference EP's specialised kernels agree with its general paths.
+
+Builders specialise on inputs known at session creation (Slice starts/ends/axes/steps,
+Squeeze/Unsqueeze axes, Reshape shape, Gather indices, Clip bounds) and on float32 (Sigmoid,
+HardSigmoid, HardSwish without a float64 round trip). Each test runs the same node with those
+inputs as initializers (specialised) and as graph inputs (general path), over several input
+shapes in one session (the per-shape plans), and compares."""
+
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+RNG = np.random.default_rng(7)
+
+
+def _session(node, inputs: dict[str, np.ndarray], const: set[str], x_rank: int):
+    """A one-node model: ``x`` a dynamic-shape float input, the names in ``const`` initializers,
+    the other entries of ``inputs`` graph inputs."""
+    import ep_core
+
+    vis = [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None] * x_rank)]
+    inits = []
+    for name, v in inputs.items():
+        if name in const:
+            inits.append(numpy_helper.from_array(v, name))
+        else:
+            vis.append(helper.make_tensor_value_info(name, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)))
+    outs = [helper.make_tensor_value_info(o, TensorProto.UNDEFINED, None) for o in node.output]
+    g = helper.make_graph([node], "g", vis, outs, initializer=inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+
+
+def _both(node, params: dict[str, np.ndarray], shapes, x_dtype=np.float32):
+    """Outputs of the specialised and the general session for x of each shape."""
+    fast = _session(node, params, set(params), len(shapes[0]))
+    slow = _session(node, params, set(), len(shapes[0]))
+    for shape in shapes + shapes[:1]:  # back to the first shape: a cached plan is reused
+        x = RNG.standard_normal(shape).astype(x_dtype)
+        a = fast.run(None, {"x": x})
+        b = slow.run(None, {"x": x, **params})
+        yield x, a, b
+
+
+def _i64(*v: int) -> np.ndarray:
+    return np.array(v, dtype=np.int64)
+
+
+@pytest.mark.parametrize(
+    "starts,ends,axes,steps",
+    [
+        ((1,), (3,), (1,), (1,)),
+        ((0, -3), (2**63 - 1, -1), (0, 2), (1, 1)),
+        ((-1,), (-(2**63),), (2,), (-1,)),
+        ((5,), (-10,), (-1,), (-2,)),
+        ((0,), (100,), (0,), (3,)),
+    ],
+)
+def test_slice_constant_params(starts, ends, axes, steps) -> None:
+    node = helper.make_node("Slice", ["x", "s", "e", "a", "t"], ["y"])
+    params = {"s": _i64(*starts), "e": _i64(*ends), "a": _i64(*axes), "t": _i64(*steps)}
+    for _, a, b in _both(node, params, [(3, 4, 6), (5, 2, 7), (1, 1, 1)]):
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_slice_of_constant_is_computed_once_and_read_only() -> None:
+    import ep_core
+
+    w = RNG.standard_normal((4, 6)).astype(np.float32)
+    nodes = [helper.make_node("Slice", ["w", "s", "e", "a"], ["ws"]), helper.make_node("Add", ["x", "ws"], ["y"])]
+    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("s", _i64(1)), ("e", _i64(3)), ("a", _i64(0)))]
+    # inside an If branch: the core does not fold nodes that read outer-scope initializers
+    branch = helper.make_graph(nodes, "b", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 6])], initializer=inits,
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    s = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+    x = RNG.standard_normal((2, 6)).astype(np.float32)
+    for _ in range(2):
+        (y,) = s.run(None, {"c": np.array(True), "x": x})
+        np.testing.assert_array_equal(y, x + w[1:3])
+
+
+@pytest.mark.parametrize("axes", [(0,), (-1,), (0, 2)])
+def test_unsqueeze_constant_axes(axes) -> None:
+    node = helper.make_node("Unsqueeze", ["x", "a"], ["y"])
+    for _, a, b in _both(node, {"a": _i64(*axes)}, [(3, 4), (1, 5)]):
+        assert a[0].shape == b[0].shape
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("axes", [(0,), (-1,), (0, 2)])
+def test_squeeze_constant_axes(axes) -> None:
+    node = helper.make_node("Squeeze", ["x", "a"], ["y"])
+    for _, a, b in _both(node, {"a": _i64(*axes)}, [(1, 4, 1), (1, 7, 1)]):
+        assert a[0].shape == b[0].shape
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+def test_squeeze_constant_axes_rejects_non_unit_dim() -> None:
+    node = helper.make_node("Squeeze", ["x", "a"], ["y"])
+    s = _session(node, {"a": _i64(1)}, {"a"}, 3)
+    with pytest.raises(Exception):
+        s.run(None, {"x": np.zeros((1, 2, 1), np.float32)})
+
+
+@pytest.mark.parametrize("shape", [(0, -1), (-1, 2), (2, 0, -1)])
+def test_reshape_constant_shape(shape) -> None:
+    node = helper.make_node("Reshape", ["x", "s"], ["y"])
+    for _, a, b in _both(node, {"s": _i64(*shape)}, [(2, 4, 6), (2, 2, 2)]):
+        assert a[0].shape == b[0].shape
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("axis,indices", [(0, np.array(1)), (1, np.array(-1)), (1, np.array([[0, -2], [1, 1]])), (-1, np.array([2, 0]))])
+def test_gather_constant_indices(axis, indices) -> None:
+    node = helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)
+    for _, a, b in _both(node, {"i": indices.astype(np.int64)}, [(3, 4, 5), (4, 3, 3)]):
+        assert isinstance(a[0], np.ndarray) and a[0].shape == b[0].shape
+        np.testing.assert_array_equal(a[0], b[0])
+
+
+@pytest.mark.parametrize("lo,hi", [(0.0, 6.0), (-0.5, None), (None, 0.25), (1.0, -1.0)])
+def test_clip_constant_bounds(lo, hi) -> None:
+    names = ["x", "" if lo is None else "lo", "" if hi is None else "hi"]
+    node = helper.make_node("Clip", names, ["y"])
+    params = {k: np.array(v, np.float32) for k, v in (("lo", lo), ("hi", hi)) if v is not None}
+    for x, a, b in _both(node, params, [(2, 3, 4)]):
+        x[0, 0, 0] = np.nan
+        np.testing.assert_array_equal(a[0], b[0])
+        assert a[0].dtype == np.float32
+
+
+def test_float32_activations_match_float64() -> None:
+    """Sigmoid, HardSigmoid and HardSwish in float32 agree with the float64 formula to float32
+    rounding, including the saturated ends and NaN."""
+    import ep_core
+
+    x = np.concatenate([RNG.standard_normal(1000) * 6, [-1e4, -100.0, -88.5, 0.0, 40.0, 1e4, np.nan]]).astype(np.float32)
+    xd = x.astype(np.float64)
+    with np.errstate(over="ignore"):
+        sig = 1 / (1 + np.exp(-xd))
+    want = {
+        "Sigmoid": sig,
+        "HardSigmoid": np.clip(0.3 * xd + 0.4, 0, 1),
+        "HardSwish": xd * np.clip(xd / 6 + 0.5, 0, 1),
+    }
+    for op, ref in want.items():
+        attrs = {"alpha": 0.3, "beta": 0.4} if op == "HardSigmoid" else {}
+        node = helper.make_node(op, ["x"], ["y"], **attrs)
+        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
+        model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # no overflow warnings from the float32 path
+            (y,) = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"]).run(
+                None, {"x": x})
+        assert y.dtype == np.float32
+        # alpha*x + beta rounds to float32 before the clip: near 0 that is an absolute error of
+        # up to half a float32 ULP of beta (HardSwish: times |x| <= 3), as onnxruntime's float32
+        # kernels round too
+        atol = {"Sigmoid": 1e-30, "HardSigmoid": 3e-8, "HardSwish": 1e-7}[op]
+        np.testing.assert_allclose(y, ref, rtol=2e-7, atol=atol, err_msg=op)
+
+
+def test_cast_plain_types_share_when_equal() -> None:
+    import ep_core
+
+    node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT64)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+                          [helper.make_tensor_value_info("y", TensorProto.INT64, [None])])
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
+    s = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+    x = np.array([1.7, -2.5, 3.0], np.float32)
+    (y,) = s.run(None, {"x": x})
+    np.testing.assert_array_equal(y, x.astype(np.int64))
