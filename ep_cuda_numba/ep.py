@@ -72,6 +72,12 @@ class NumbaCudaEp:
         self.loaded_context_groups: list[Any] = []  # groups rebuilt from EPContext nodes
         self.declined: dict[str, str] = {}  # node -> why a registered kernel cannot run it
 
+    def fusable_ops(self) -> list[tuple[str, str, int, None]]:
+        """Ops fused into generated kernels, for the parity report; none with fusion disabled."""
+        from ep_cuda_numba.fusion import fusable_ops
+
+        return fusable_ops() if self.options.enable_fusion else []
+
     def context_sources(self) -> tuple[str, ...]:
         return (EP_NAME, "NumbaCuda")
 

@@ -69,6 +69,19 @@ def _params(node: "NodeView") -> list[float] | None:
     return list(op.params(node)) if op.params is not None else []
 
 
+def fusable_ops() -> list[tuple[str, str, int, None]]:
+    """``(domain, op_type, since, end)`` of every elementwise op the fusion generator supports
+    (``codegen.ALL_OPS``), from the op's first ONNX schema version on: ``fusable`` checks no
+    opset. Read by the parity report (``ep_core.parity.introspect``)."""
+    import onnx.defs
+
+    first: dict[str, int] = {}
+    for schema in onnx.defs.get_all_schemas_with_history():
+        if schema.domain in ("", "ai.onnx") and schema.name in ALL_OPS:
+            first[schema.name] = min(first.get(schema.name, schema.since_version), schema.since_version)
+    return [("", op, first[op], None) for op in sorted(ALL_OPS) if op in first]
+
+
 def fusable(node: "NodeView") -> bool:
     if node.op_type not in ALL_OPS or node.domain not in ("", "ai.onnx") or len([o for o in node.outputs if o]) != 1:
         return False

@@ -49,6 +49,12 @@ class NumbaCpuEp:
         self.registry = KernelRegistry(EP_NAME)
         self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
 
+    def fusable_ops(self) -> list[tuple[str, str, int, None]]:
+        """What this EP can fuse, for the parity report (``ep_core.parity.introspect``)."""
+        from ep_numba_cpu.ops import fusable_ops
+
+        return fusable_ops()
+
     # ----------------------------------------------------------------------------- hooks
     def ep_get_kernel_registry(self) -> KernelRegistry:
         return self.registry

@@ -24,6 +24,12 @@ class NumbaCpuFactory(HostEpFactory):
 
         return NumbaCpuEp(ep_options, session_options)
 
+    def fusable_ops(self) -> list[tuple[str, str, int, None]]:
+        """What the EP can fuse (the parity report's protocol; the EP object answers the same)."""
+        from ep_numba_cpu.ops import fusable_ops
+
+        return fusable_ops()
+
     def ep_factory_validate_compiled_model_compatibility(
         self, devices: Sequence[HardwareDevice], compatibility_info: str
     ) -> str:

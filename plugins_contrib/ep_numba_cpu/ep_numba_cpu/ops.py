@@ -186,3 +186,26 @@ ELEMENTWISE: dict[str, Expr] = {
 }
 
 CONTRACTIONS = ("Conv", "MatMul", "Gemm")
+
+# The first default-domain opset whose semantics the generated code implements, per op this EP
+# fuses: ``planner.supported`` refuses nodes of older opsets, and ``fusable_ops()`` declares
+# exactly this table (with ELEMENTWISE and CONTRACTIONS) to the parity report. Binary ops start at
+# 7 and variadic ones at 8 (multidirectional broadcasting; older ones had a ``broadcast``
+# attribute), Gemm at 7 (unidirectional broadcasting of C), BatchNormalization at 9 (no
+# ``spatial`` attribute).
+SINCE: dict[str, int] = {
+    "Add": 7, "Sub": 7, "Mul": 7, "Div": 7, "Pow": 7, "Equal": 7, "Less": 7, "Greater": 7,
+    "Max": 8, "Min": 8, "Sum": 8, "LessOrEqual": 12, "GreaterOrEqual": 12, "Where": 9,
+    "Neg": 6, "Abs": 6, "Sqrt": 6, "Exp": 6, "Log": 6, "Tanh": 6, "Floor": 6, "Ceil": 6, "Reciprocal": 6,
+    "Sigmoid": 6, "Relu": 6, "Softplus": 1, "Erf": 9, "Clip": 6, "LeakyRelu": 6, "HardSigmoid": 6,
+    "HardSwish": 14, "Cast": 6, "Identity": 1,
+    "Conv": 1, "MatMul": 1, "Gemm": 7, "BatchNormalization": 9,
+}
+OTHER_FUSED = ("BatchNormalization",)  # folded into a scale-and-shift elementwise item
+
+
+def fusable_ops() -> list[tuple[str, str, int, None]]:
+    """``(domain, op_type, since, end)`` of every op the EP can fuse (the parity report's
+    fusable-ops protocol, see ``ep_core.parity.introspect``)."""
+    ops = sorted(set(ELEMENTWISE) | set(CONTRACTIONS) | set(OTHER_FUSED))
+    return [("", op, SINCE[op], None) for op in ops]

@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, NB_NAMES, literal
+from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, NB_NAMES, SINCE, literal
 
 MAX_INLINE_SIZE = 1  # constants of this many elements become literals in the kernel source
 
@@ -50,6 +50,8 @@ def supported(node: Any) -> bool:
         return False
     g = node.graph
     op = node.op_type
+    if op not in SINCE or node.opset < SINCE[op]:
+        return False
     if op in ELEMENTWISE:
         if not node.outputs or len(node.outputs) != 1 or not _known(g, list(node.inputs) + list(node.outputs)):
             return False
