@@ -65,7 +65,11 @@ def test_editable_install(tmp_path):
                                      capture_output=True, text=True, check=True).stdout.strip())
     # the child venv sees this venv's packages (ep-core, numba) after its own
     (child_site / "zz_parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
-    _pip("--python", py, "install", "--no-deps", "--no-build-isolation", "-e", str(PKG))
+    # compat mode: a .pth path entry that precedes zz_parent.pth, so the source tree wins over a
+    # non-editable copy in the parent venv (the Makefile installs one); the default finder would
+    # sit behind the parent's site-packages
+    _pip("--python", py, "install", "--no-deps", "--no-build-isolation", "-e", str(PKG),
+         "--config-settings", "editable_mode=compat")
     info = _check(py, child_site)
     assert info["name"] == "NumbaCpuExecutionProvider"
     assert '"editable": true' in info["direct_url"]
