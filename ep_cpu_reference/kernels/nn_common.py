@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
@@ -49,6 +50,45 @@ def is_float(dt: np.dtype) -> bool:
 def as_compute(x: np.ndarray) -> np.ndarray:
     ct = compute_dtype(x.dtype)
     return x if x.dtype == ct else x.astype(ct)
+
+
+# Arrays computed once at session creation from constants (a slice of a weight, ...) and handed
+# to every inference. They are read-only, and registered here by identity so that a pure op whose
+# data inputs are all such arrays can compute once and hand out its (frozen) result too: this is
+# how weight-preparation chains inside If branches (Slice -> Concat -> Unsqueeze), which the core
+# does not fold because their weights are outer-scope values, cost nothing per inference.
+_FROZEN: "weakref.WeakValueDictionary[int, np.ndarray]" = weakref.WeakValueDictionary()
+
+
+def frozen(value: Any) -> Any:
+    """``value`` as a read-only array registered as computed-from-constants (other values as is)."""
+    if isinstance(value, np.ndarray):
+        value = value.view()
+        value.flags.writeable = False
+        _FROZEN[id(value)] = value
+    return value
+
+
+def fold_frozen(compute: Any, data: Sequence[int] | None = None) -> Any:
+    """``compute`` of a deterministic op, memoised while its data inputs (positions ``data``,
+    default all) are the same frozen arrays as last time: the result is then the same frozen
+    output. Inputs that are not frozen (anything fed or computed per run) always compute."""
+    memo: list[Any] = [None, None]  # [the data inputs of the memoised call, its outputs]
+    get = _FROZEN.get
+
+    def wrapped(*args: Any) -> Any:
+        ins = args if data is None else [args[i] for i in data if i < len(args)]
+        for a in ins:
+            if a is not None and get(id(a)) is not a:
+                return compute(*args)
+        last = memo[0]
+        if last is not None and len(last) == len(ins) and all(a is b for a, b in zip(ins, last, strict=True)):
+            return memo[1]
+        out = tuple(frozen(o) for o in compute(*args))
+        memo[0], memo[1] = list(ins), out
+        return out
+
+    return wrapped
 
 
 def fail(node: Any, msg: str) -> InvalidArgument:

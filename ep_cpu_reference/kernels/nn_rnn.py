@@ -17,12 +17,14 @@ from ep_cpu_reference.registry import REGISTRY
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    out = np.empty_like(x)
-    pos = x >= 0
-    out[pos] = 1.0 / (1.0 + np.exp(-x[pos]))
-    e = np.exp(x[~pos])
-    out[~pos] = e / (1.0 + e)
-    return out
+    """1/(1+exp(-x)) in four in-place ufuncs; -x is capped where exp would overflow (the result
+    there is below the type's smallest normal, i.e. 0 at its precision). No masks: gate arrays
+    are tiny and per-step, so the ufunc count is the cost."""
+    t = np.negative(x)
+    np.minimum(t, 88.0 if t.dtype.itemsize <= 4 else 709.0, out=t)
+    np.exp(t, out=t)
+    t += 1.0
+    return np.reciprocal(t, out=t)
 
 
 def _activation(name: str, alpha: float | None, beta: float | None) -> Callable[[np.ndarray], np.ndarray]:
@@ -119,9 +121,11 @@ def _run(
     extra_states: list[Any],
     step: Callable[..., Any],
     cache: dict[Any, Any] | None = None,
+    fold_bias: bool = False,
 ) -> tuple[np.ndarray, np.ndarray, list[np.ndarray]]:
     """Shared driver: x is (T, B, I) in compute dtype. Returns Y (T, D, B, H), Y_h (D, B, H) and
-    the final extra states (LSTM's cell)."""
+    the final extra states (LSTM's cell). ``fold_bias``: Wb + Rb is added to the input projection
+    of all steps at once and the step gets ``None`` biases (LSTM and RNN add both unchanged)."""
     seq, batch = x.shape[:2]
     hsz = r.shape[-1]
     dt = x.dtype
@@ -140,21 +144,24 @@ def _run(
             xd = x[ridx, np.arange(batch)[None, :]]
         got = None if cache is None else cache.get((d, dt))
         if got is None:
-            got = (
-                np.ascontiguousarray(w[d].astype(dt, copy=False).T),  # (I, G*H)
-                np.ascontiguousarray(r[d].astype(dt, copy=False).T),  # (H, G*H)
-            )
+            # transposed views: matmul hands BLAS the transpose flag, no copy per run
+            got = (w[d].astype(dt, copy=False).T, r[d].astype(dt, copy=False).T)  # (I, G*H), (H, G*H)
             if cache is not None:
-                cache[(d, dt)] = got
+                got = cache[(d, dt)] = (np.ascontiguousarray(got[0]), np.ascontiguousarray(got[1]))
         wt, rt = got
         g = spec.n_gates
+        xw = (xd.reshape(seq * batch, -1) @ wt).reshape(seq, batch, g * hsz)
         if b is not None:
-            wb = b[d, : g * hsz].astype(dt)
-            rb = b[d, g * hsz :].astype(dt)
+            wb = b[d, : g * hsz].astype(dt, copy=False)
+            rb = b[d, g * hsz :].astype(dt, copy=False)
+            if fold_bias:
+                xw += wb + rb
+                wb = rb = None
+        elif fold_bias:
+            wb = rb = None
         else:
             wb = np.zeros(g * hsz, dtype=dt)
             rb = np.zeros(g * hsz, dtype=dt)
-        xw = (xd.reshape(seq * batch, -1) @ wt).reshape(seq, batch, g * hsz)
         h = np.zeros((batch, hsz), dtype=dt) if h0 is None else h0[d].astype(dt)
         states = [np.zeros((batch, hsz), dtype=dt) if s is None else s[d].astype(dt) for s in extra_states]
         yd = np.zeros((seq, batch, hsz), dtype=dt)
@@ -215,14 +222,33 @@ def build_lstm(node: Any, ctx: Any) -> Any:
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     input_forget = bool(node.attr("input_forget", 0))
     n_out = len(node.outputs)
+
+    def fast_step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
+        """No peepholes, clip or coupled gates: gates i, o, f are adjacent (ONNX order iofc), so
+        one activation call covers all three and one the cell candidate."""
+        (c,) = states
+        f_act, g_act, h_act = spec.dir_acts(d)
+        hs = h.shape[1]
+        gates = h @ rt
+        gates += xw
+        iof = f_act(gates[:, : 3 * hs])
+        ct = g_act(gates[:, 3 * hs :])
+        c_new = iof[:, 2 * hs :] * c
+        ct *= iof[:, :hs]
+        c_new += ct
+        return iof[:, hs : 2 * hs] * h_act(c_new), [c_new]
+
     def make_step(p: Any) -> Callable[..., Any]:
         """The per-step cell for peepholes ``p`` (a closure per run: no state shared between runs)."""
+
+        if p is None and spec.clip is None and not input_forget:
+            return fast_step
 
         def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
             (c,) = states
             f_act, g_act, h_act = spec.dir_acts(d)
             hs = h.shape[1]
-            gates = xw + h @ rt + (wb + rb)
+            gates = xw + h @ rt
             gi, go, gf, gc = (gates[:, k * hs : (k + 1) * hs] for k in range(4))
             if p is not None:
                 gi = gi + p[d, :hs] * c
@@ -242,7 +268,7 @@ def build_lstm(node: Any, ctx: Any) -> Any:
         _check(node, spec, w, r)
         xc, (h0_, c0_) = _io(node, spec, x, [h0, c0])
         step = make_step(None if p is None else p.astype(xc.dtype))
-        y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step, cache)
+        y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step, cache, fold_bias=True)
         return _outputs(spec, x.dtype, y, [y_h, y_c], n_out)
 
     return compute
@@ -286,12 +312,12 @@ def build_rnn(node: Any, ctx: Any) -> Any:
 
     def step(d, xw, wb, rb, h, rt, states):  # type: ignore[no-untyped-def]
         (f_act,) = spec.dir_acts(d)
-        return f_act(spec.clipped(xw + h @ rt + wb + rb)), []
+        return f_act(spec.clipped(xw + h @ rt)), []
 
     def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
         xc, (h0_,) = _io(node, spec, x, [h0])
-        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step, cache)
+        y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step, cache, fold_bias=True)
         return _outputs(spec, x.dtype, y, [y_h], n_out)
 
     return compute

@@ -73,12 +73,53 @@ def _reduce(node: Any, op: str, x: np.ndarray, axes: list[int], keepdims: bool, 
     return np.asarray(r).astype(x.dtype)
 
 
+# float32/float64 ufunc reductions whose np.* wrappers add only Python overhead: np.sum is
+# add.reduce, np.max/np.min are maximum/minimum.reduce (NaN propagates), np.mean is add.reduce
+# divided in place by the count (same accumulation, same rounding)
+_FAST_UFUNC = {"ReduceSum": np.add, "ReduceMean": np.add, "ReduceMax": np.maximum, "ReduceMin": np.minimum}
+
+
+def _fixed_axes(node: Any, op: str, axes: list[int], keepdims: bool, noop: bool) -> Fn:
+    """Axes known at creation: the normalised axis tuple is found once per rank, and non-empty
+    float32/float64 inputs of Sum/Mean/Max/Min reduce with one ufunc call; everything else
+    (empty inputs, integer and narrow types, the other reductions) takes ``_reduce``."""
+    fast = _FAST_UFUNC.get(op)
+    if fast is None or (not axes and noop):
+        return lambda x, *rest: (_reduce(node, op, x, axes, keepdims, noop),)
+    by_rank: dict[int, tuple[int, ...]] = {}
+
+    def plan(x: np.ndarray) -> tuple[int, ...]:
+        rank = x.ndim
+        for a in axes:
+            if not -rank <= a < max(rank, 1):
+                raise ValueError(f"{node.describe()}: axis {a} is out of range for rank {rank}")
+        axis = tuple(sorted({a + rank if a < 0 else a for a in axes})) if axes else tuple(range(rank))
+        by_rank[rank] = axis
+        return axis
+
+    def compute(x: np.ndarray, *rest: Any) -> tuple[Any]:
+        if x.size == 0 or (x.dtype != np.float32 and x.dtype != np.float64):
+            return (_reduce(node, op, x, axes, keepdims, noop),)
+        axis = by_rank.get(x.ndim) or plan(x)
+        r = fast.reduce(x, axis=axis, keepdims=keepdims)
+        if not isinstance(r, np.ndarray):
+            r = np.asarray(r)
+        if op == "ReduceMean":
+            count = 1
+            for a in axis:
+                count *= x.shape[a]
+            r = np.true_divide(r, count, out=r)
+        return (r,)
+
+    return compute
+
+
 def _build_attr_axes(op: str) -> Callable[[Any, Any], Fn]:
     def build(node: Any, ctx: Any) -> Fn:
         """Axes from the attribute (none: all)."""
         axes = list(node.attr("axes", []))
         keepdims = bool(node.attr("keepdims", 1))
-        return lambda x: (_reduce(node, op, x, axes, keepdims, False),)
+        return _fixed_axes(node, op, [int(a) for a in axes], keepdims, False)
 
     return build
 
@@ -88,6 +129,11 @@ def _build_input_axes(op: str) -> Callable[[Any, Any], Fn]:
         """Axes from the optional second input; empty + noop_with_empty_axes: no reduction."""
         keepdims = bool(node.attr("keepdims", 1))
         noop = bool(node.attr("noop_with_empty_axes", 0))
+        if len(node.inputs) < 2 or not node.inputs[1]:
+            return _fixed_axes(node, op, [], keepdims, noop)
+        axes_c = ctx.constant(node.inputs[1])
+        if axes_c is not None:
+            return _fixed_axes(node, op, [int(a) for a in np.asarray(axes_c).ravel()], keepdims, noop)
 
         def compute(x: Any, axes: Any = None) -> tuple[Any]:
             ax = [] if axes is None else [int(a) for a in np.asarray(axes).ravel()]

@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_cpu_reference.kernels.nn_common import fold_frozen, frozen
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -53,15 +54,6 @@ def per_shape(plan: Callable[[tuple[int, ...]], Any]) -> Callable[[tuple[int, ..
     return get
 
 
-def frozen(value: Any) -> Any:
-    """A value computed at creation from constants, made read-only: it is handed to every
-    inference, so nothing may write into it."""
-    if isinstance(value, np.ndarray):
-        value = value.view()
-        value.flags.writeable = False
-    return value
-
-
 # ------------------------------------------------------------------------- shape and layout
 def _reshape(node: Any, x: Any, shape: Any, allowzero: int) -> Any:
     dims = ints(shape)
@@ -84,13 +76,13 @@ def build_reshape(node: Any, ctx: Any) -> Fn:
         return lambda x, shape: (_reshape(node, x, shape, allowzero),)
     # constant shape: the target dims are resolved once per input shape
     target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), shape_c, allowzero).shape)
-    return lambda x, shape: (x.reshape(target(x.shape)),)
+    return fold_frozen(lambda x, shape: (x.reshape(target(x.shape)),), data=(0,))
 
 
 @REGISTRY.register("Transpose", since=1)
 def build_transpose(node: Any, ctx: Any) -> Fn:
     perm = node.attr("perm")
-    return lambda x: (np.transpose(x, perm if perm else None),)
+    return fold_frozen(lambda x: (np.transpose(x, perm if perm else None),))
 
 
 @REGISTRY.register("Concat", since=1, end=3)
@@ -110,8 +102,8 @@ def build_concat(node: Any, ctx: Any) -> Fn:
                 norm_axis(node, axis, xs[0].ndim)  # raises with the node's name
             return (np.concatenate(xs, axis=axis),)
 
-        return compute
-    return lambda *xs: (np.concatenate(xs, axis=norm_axis(node, axis, xs[0].ndim)),)
+        return fold_frozen(compute)
+    return fold_frozen(lambda *xs: (np.concatenate(xs, axis=norm_axis(node, axis, xs[0].ndim)),))
 
 
 @REGISTRY.register("Flatten", since=1)
@@ -152,7 +144,7 @@ def build_squeeze1(node: Any, ctx: Any) -> Fn:
 def _squeeze_fixed(node: Any, axes: list[int]) -> Fn:
     """Known axes: the output shape is found once per input shape, then a reshape (a view)."""
     target = per_shape(lambda xs: _squeeze(node, np.empty(xs, dtype=np.uint8), axes).shape)
-    return lambda x, axes_in=None: (x.reshape(target(x.shape)),)
+    return fold_frozen(lambda x, axes_in=None: (x.reshape(target(x.shape)),), data=(0,))
 
 
 @REGISTRY.register("Squeeze", since=13, host_inputs=(1,))
@@ -174,7 +166,7 @@ def build_unsqueeze1(node: Any, ctx: Any) -> Fn:
 def _unsqueeze_fixed(node: Any, axes: list[int]) -> Fn:
     """Known axes: the output shape is found once per input shape, then a reshape (a view)."""
     target = per_shape(lambda xs: _unsqueeze(node, np.empty(xs, dtype=np.uint8), axes).shape)
-    return lambda x, axes_in=None: (x.reshape(target(x.shape)),)
+    return fold_frozen(lambda x, axes_in=None: (x.reshape(target(x.shape)),), data=(0,))
 
 
 @REGISTRY.register("Unsqueeze", since=13, host_inputs=(1,))
@@ -428,7 +420,7 @@ class _Index:
 def _slice_fixed(node: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Fn:
     """Known starts/ends/axes/steps: the index tuple is built once per input shape."""
     index = per_shape(lambda xs: _slice(node, _Index(xs), starts, ends, axes, steps))
-    return lambda x, *params: (x[index(x.shape)],)
+    return fold_frozen(lambda x, *params: (x[index(x.shape)],), data=(0,))
 
 
 @REGISTRY.register("Slice", since=10, host_inputs=(1, 2, 3, 4))
@@ -450,23 +442,69 @@ def build_slice(node: Any, ctx: Any) -> Fn:
     return compute
 
 
-def _pad(node: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int] | None) -> Any:
-    rank = x.ndim
-    axes = [norm_axis(node, a, rank) for a in axes] if axes else list(range(rank))
-    if len(pads) != 2 * len(axes):
-        raise ValueError(f"{node.describe()}: pads has {len(pads)} values for {len(axes)} axes")
+def _pad_plan(node: Any, shape: tuple[int, ...], pads: tuple[int, ...], mode: str, axes: tuple[int, ...] | None) -> Any:
+    """(crop, width) for one input shape: negative pads become a crop index (None when there is
+    none), the rest per-axis (before, after) widths."""
+    rank = len(shape)
+    ax = [norm_axis(node, a, rank) for a in axes] if axes else list(range(rank))
+    if len(pads) != 2 * len(ax):
+        raise ValueError(f"{node.describe()}: pads has {len(pads)} values for {len(ax)} axes")
+    if mode not in ("constant", "reflect", "edge", "wrap"):
+        raise ValueError(f"{node.describe()}: mode must be constant, reflect, edge or wrap, got {mode!r}")
     width = [(0, 0)] * rank
-    for i, a in enumerate(axes):
-        width[a] = (pads[i], pads[i + len(axes)])
-    # negative pads crop first
-    crop = tuple(slice(max(-b, 0), x.shape[k] - max(-e, 0)) for k, (b, e) in enumerate(width))
-    x = x[crop]
-    width = [(max(b, 0), max(e, 0)) for b, e in width]
+    for i, a in enumerate(ax):
+        width[a] = (pads[i], pads[i + len(ax)])
+    crop = None
+    if any(b < 0 or e < 0 for b, e in width):
+        crop = tuple(slice(max(-b, 0), shape[k] - max(-e, 0)) for k, (b, e) in enumerate(width))
+    return crop, [(max(b, 0), max(e, 0)) for b, e in width]
+
+
+def _pad_axis(x: Any, axis: int, b: int, e: int, mode: str) -> Any:
+    """Reflect or edge padding of one axis as one concatenate of (reversed) slices; None where
+    NumPy's general np.pad is needed (reflect wider than the axis, empty axes)."""
+    n = x.shape[axis]
+    lead = (slice(None),) * axis
+    if mode == "reflect":
+        if n < 2 or b > n - 1 or e > n - 1:
+            return None
+        before = x[lead + (slice(b, 0, -1),)]
+        stop = n - 2 - e
+        after = x[lead + (slice(n - 2, stop if stop >= 0 else None, -1),)]
+    else:  # edge
+        if n < 1:
+            return None
+        before = np.repeat(x[lead + (slice(0, 1),)], b, axis=axis)
+        after = np.repeat(x[lead + (slice(n - 1, n),)], e, axis=axis)
+    return np.concatenate((before, x, after), axis=axis)
+
+
+def _pad(node: Any, x: Any, pads: list[int], mode: str, value: Any, axes: list[int] | None) -> Any:
+    crop, width = _pad_plan(node, x.shape, tuple(pads), mode, tuple(axes) if axes else None)
+    return _pad_apply(x, crop, width, mode, value)
+
+
+def _pad_apply(x: Any, crop: Any, width: list[tuple[int, int]], mode: str, value: Any) -> Any:
+    """Constant padding writes x into a filled buffer (one allocation, one copy); reflect and
+    edge concatenate slices per padded axis; wrap (and the odd cases) use np.pad."""
+    if crop is not None:
+        x = x[crop]  # negative pads crop first
     if mode == "constant":
-        return np.pad(x, width, mode="constant", constant_values=value if value is not None else 0)
-    if mode in ("reflect", "edge", "wrap"):
-        return np.pad(x, width, mode=mode)
-    raise ValueError(f"{node.describe()}: mode must be constant, reflect, edge or wrap, got {mode!r}")
+        out = np.full(
+            tuple(d + b + e for d, (b, e) in zip(x.shape, width, strict=True)),
+            value if value is not None else 0, dtype=x.dtype,
+        )
+        out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width, strict=True))] = x
+        return out
+    if mode in ("reflect", "edge"):
+        y = x
+        for axis, (b, e) in enumerate(width):
+            if b or e:
+                y = _pad_axis(y, axis, b, e, mode)
+                if y is None:
+                    return np.pad(x, width, mode=mode)
+        return y if y is not x else x.copy()
+    return np.pad(x, width, mode=mode)
 
 
 @REGISTRY.register("Pad", since=1, end=1)
@@ -491,10 +529,18 @@ def build_pad2(node: Any, ctx: Any) -> Fn:
 def build_pad(node: Any, ctx: Any) -> Fn:
     """Opset 11+: pads/constant_value inputs; 18+: axes; 19+: wrap mode."""
     mode = _text(node.attr("mode", "constant"))
+    plans: dict[Any, Any] = {}  # (shape, pads, axes) -> (crop, width)
 
     def compute(x: Any, pads: Any, value: Any = None, axes: Any = None) -> tuple[Any]:
+        key = (x.shape, tuple(pads.tolist()) if isinstance(pads, np.ndarray) else tuple(ints(pads)),
+               None if axes is None else tuple(ints(axes)))
+        plan = plans.get(key)
+        if plan is None:
+            if len(plans) > 64:  # pads computed from data could vary without bound
+                plans.clear()
+            plan = plans[key] = _pad_plan(node, x.shape, tuple(int(v) for v in key[1]), mode, key[2] or None)
         v = None if value is None or np.asarray(value).size == 0 else np.asarray(value).reshape(-1)[0]
-        return (_pad(node, x, ints(pads), mode, v, ints(axes) or None),)
+        return (_pad_apply(x, plan[0], plan[1], mode, v),)
 
     return compute
 
@@ -531,7 +577,7 @@ def build_gather(node: Any, ctx: Any) -> Fn:
         if consts[0] is not None:
             value = frozen(compute(consts[0], idx_c)[0])
             return lambda *args: (value,)
-        return compute
+        return fold_frozen(compute, data=(0,))
 
     def compute(x: Any, indices: Any) -> tuple[Any]:
         a = norm_axis(node, axis, x.ndim)

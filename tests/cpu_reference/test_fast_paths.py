@@ -69,25 +69,42 @@ def test_slice_constant_params(starts, ends, axes, steps) -> None:
         np.testing.assert_array_equal(a[0], b[0])
 
 
-def test_slice_of_constant_is_computed_once_and_read_only() -> None:
+def test_constant_chain_in_if_branch() -> None:
+    """Slice -> Concat -> Unsqueeze -> Cast of outer-scope weights inside an If branch (the
+    silero-vad pattern; the core does not fold nodes that read outer-scope initializers): the
+    slices are computed at creation and the ops after them once, on the first run; later runs
+    with other data give the same answers, and the memoised values are never written."""
     import ep_core
 
     w = RNG.standard_normal((4, 6)).astype(np.float32)
-    nodes = [helper.make_node("Slice", ["w", "s", "e", "a"], ["ws"]), helper.make_node("Add", ["x", "ws"], ["y"])]
-    inits = [numpy_helper.from_array(v, n) for n, v in (("w", w), ("s", _i64(1)), ("e", _i64(3)), ("a", _i64(0)))]
-    # inside an If branch: the core does not fold nodes that read outer-scope initializers
-    branch = helper.make_graph(nodes, "b", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 6])])
+    nodes = [
+        helper.make_node("Slice", ["w", "s1", "e1", "a"], ["w1"]),
+        helper.make_node("Slice", ["w", "s2", "e2", "a"], ["w2"]),
+        helper.make_node("Concat", ["w2", "w1"], ["wc"], axis=0),
+        helper.make_node("Unsqueeze", ["wc", "a"], ["wu"]),
+        helper.make_node("Cast", ["wu"], ["wd"], to=TensorProto.DOUBLE),
+        helper.make_node("Cast", ["wd"], ["wf"], to=TensorProto.FLOAT),
+        helper.make_node("Add", ["x", "wf"], ["y"]),
+    ]
+    inits = [numpy_helper.from_array(v, n) for n, v in
+             (("w", w), ("s1", _i64(0)), ("e1", _i64(1)), ("s2", _i64(2)), ("e2", _i64(4)), ("a", _i64(0)))]
+    branch = helper.make_graph(nodes, "b", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6])])
+    other = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "o", [],
+                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 6])])
     g = helper.make_graph(
-        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)], "g",
-        [helper.make_tensor_value_info("c", TensorProto.BOOL, []), helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 6])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 6])], initializer=inits,
+        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=other)], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 6])], initializer=inits,
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     s = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
-    x = RNG.standard_normal((2, 6)).astype(np.float32)
-    for _ in range(2):
-        (y,) = s.run(None, {"c": np.array(True), "x": x})
-        np.testing.assert_array_equal(y, x + w[1:3])
+    want_w = np.concatenate([w[2:4], w[0:1]])[None]
+    for c in (True, False, True, True):
+        x = RNG.standard_normal((1, 3, 6)).astype(np.float32)
+        (y,) = s.run(None, {"c": np.array(c), "x": x})
+        np.testing.assert_array_equal(y, x + want_w if c else x)
+        y += 1  # outputs computed per run stay writable
 
 
 @pytest.mark.parametrize("axes", [(0,), (-1,), (0, 2)])
@@ -183,3 +200,39 @@ def test_cast_plain_types_share_when_equal() -> None:
     x = np.array([1.7, -2.5, 3.0], np.float32)
     (y,) = s.run(None, {"x": x})
     np.testing.assert_array_equal(y, x.astype(np.int64))
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+@pytest.mark.parametrize("pads", [(0, 2, 0, 3), (1, 0, 2, 1), (0, 4, 0, 4), (0, 5, 1, 6), (2, -1, 0, 1), (0, 0, 0, 0)])
+def test_pad_matches_numpy(mode, pads) -> None:
+    """Pad's slice/concatenate paths (and their np.pad fallbacks) against np.pad itself."""
+    import ep_core
+
+    node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)
+    g = helper.make_graph(
+        [node], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None]),
+         helper.make_tensor_value_info("p", TensorProto.INT64, [4]),
+         helper.make_tensor_value_info("v", TensorProto.FLOAT, [])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString(),
+                                 providers=["CpuReferenceExecutionProvider"])
+    for shape in [(3, 5), (3, 6), (3, 5)]:
+        x = RNG.standard_normal(shape).astype(np.float32)
+        b0, b1, e0, e1 = pads
+        crop = x[max(-b0, 0): shape[0] - max(-e0, 0), max(-b1, 0): shape[1] - max(-e1, 0)]
+        width = [(max(b0, 0), max(e0, 0)), (max(b1, 0), max(e1, 0))]
+        kw = {"constant_values": 1.5} if mode == "constant" else {}
+        want = np.pad(crop, width, mode=mode, **kw)
+        (y,) = s.run(None, {"x": x, "p": np.array(pads, np.int64), "v": np.array(1.5, np.float32)})
+        np.testing.assert_array_equal(y, want)
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin"])
+@pytest.mark.parametrize("axes,keepdims", [((1,), 0), ((-1, 0), 1), ((0, 1, 2), 0)])
+def test_reduce_constant_axes(op, axes, keepdims) -> None:
+    node = helper.make_node(op, ["x", "a"], ["y"], keepdims=keepdims)
+    for _, a, b in _both(node, {"a": _i64(*axes)}, [(3, 4, 5), (2, 1, 7)]):
+        assert isinstance(a[0], np.ndarray) and a[0].shape == b[0].shape and a[0].dtype == b[0].dtype
+        np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
