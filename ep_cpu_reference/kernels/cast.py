@@ -111,14 +111,14 @@ def build_cast1(node: Any, ctx: Any) -> Callable[..., Any]:
     except ValueError:
         raise ValueError(f"{node.describe()}: 'to' must name a TensorProto data type, got {name!r}") from None
     cast = caster(to)
-    return fold_frozen(lambda x: (cast(x),))
+    return fold_frozen(lambda x: (cast(x),), first_only=True)
 
 
 @REGISTRY.register("Cast", since=6, end=18)
 def build_cast6(node: Any, ctx: Any) -> Callable[..., Any]:
     """Opsets 6-18: no saturate attribute (float8 did not exist yet)."""
     cast = caster(int(node.attr("to")))
-    return fold_frozen(lambda x: (cast(x),))
+    return fold_frozen(lambda x: (cast(x),), first_only=True)
 
 
 @REGISTRY.register("Cast", since=19)
@@ -127,7 +127,7 @@ def build_cast(node: Any, ctx: Any) -> Callable[..., Any]:
     to = int(node.attr("to"))
     saturate, mode = _attrs(node)
     cast = caster(to, saturate, mode)
-    return fold_frozen(lambda x: (cast(x),))
+    return fold_frozen(lambda x: (cast(x),), first_only=True)
 
 
 @REGISTRY.register("CastLike", since=15)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
 import weakref
 from collections.abc import Sequence
 from typing import Any
@@ -69,26 +70,43 @@ def frozen(value: Any) -> Any:
     return value
 
 
-def fold_frozen(compute: Any, data: Sequence[int] | None = None) -> Any:
-    """``compute`` of a deterministic op, memoised while its data inputs (positions ``data``,
-    default all) are the same frozen arrays as last time: the result is then the same frozen
-    output. Inputs that are not frozen (anything fed or computed per run) always compute."""
-    memo: list[Any] = [None, None]  # [the data inputs of the memoised call, its outputs]
+def fold_frozen(compute: Any, first_only: bool = False) -> Any:
+    """``compute`` of a deterministic op, memoised while its data inputs (the first input with
+    ``first_only``, else all) are the same frozen arrays as in the memoised call: the result is
+    then that call's (frozen) output. The per-call cost is an identity test, plus a writeable-flag
+    test when it fails; only read-only inputs are looked up in the frozen registry."""
+    memo: list[Any] = [(), ()]  # [the data inputs of the memoised call, its outputs]
     get = _FROZEN.get
 
-    def wrapped(*args: Any) -> Any:
-        ins = args if data is None else [args[i] for i in data if i < len(args)]
+    def remember(ins: tuple[Any, ...], args: tuple[Any, ...]) -> Any:
         for a in ins:
-            if a is not None and get(id(a)) is not a:
+            if type(a) is not np.ndarray or a.flags.writeable or get(id(a)) is not a:
                 return compute(*args)
-        last = memo[0]
-        if last is not None and len(last) == len(ins) and all(a is b for a, b in zip(ins, last, strict=True)):
-            return memo[1]
         out = tuple(frozen(o) for o in compute(*args))
-        memo[0], memo[1] = list(ins), out
+        memo[0], memo[1] = ins, out
         return out
 
-    return wrapped
+    if first_only:
+        def one(x: Any, *rest: Any) -> Any:
+            last = memo[0]
+            if last and x is last[0]:
+                return memo[1]
+            if type(x) is np.ndarray and x.flags.writeable:
+                return compute(x, *rest)
+            return remember((x,), (x, *rest))
+
+        return one
+
+    def many(*xs: Any) -> Any:
+        last = memo[0]
+        if len(last) == len(xs) and all(map(operator.is_, xs, last)) and last:
+            return memo[1]
+        for a in xs:
+            if type(a) is np.ndarray and a.flags.writeable:
+                return compute(*xs)
+        return remember(xs, xs)
+
+    return many
 
 
 def fail(node: Any, msg: str) -> InvalidArgument:

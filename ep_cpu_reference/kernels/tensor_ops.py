@@ -76,13 +76,13 @@ def build_reshape(node: Any, ctx: Any) -> Fn:
         return lambda x, shape: (_reshape(node, x, shape, allowzero),)
     # constant shape: the target dims are resolved once per input shape
     target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), shape_c, allowzero).shape)
-    return fold_frozen(lambda x, shape: (x.reshape(target(x.shape)),), data=(0,))
+    return fold_frozen(lambda x, shape: (x.reshape(target(x.shape)),), first_only=True)
 
 
 @REGISTRY.register("Transpose", since=1)
 def build_transpose(node: Any, ctx: Any) -> Fn:
     perm = node.attr("perm")
-    return fold_frozen(lambda x: (np.transpose(x, perm if perm else None),))
+    return fold_frozen(lambda x: (np.transpose(x, perm if perm else None),), first_only=True)
 
 
 @REGISTRY.register("Concat", since=1, end=3)
@@ -144,7 +144,7 @@ def build_squeeze1(node: Any, ctx: Any) -> Fn:
 def _squeeze_fixed(node: Any, axes: list[int]) -> Fn:
     """Known axes: the output shape is found once per input shape, then a reshape (a view)."""
     target = per_shape(lambda xs: _squeeze(node, np.empty(xs, dtype=np.uint8), axes).shape)
-    return fold_frozen(lambda x, axes_in=None: (x.reshape(target(x.shape)),), data=(0,))
+    return fold_frozen(lambda x, axes_in=None: (x.reshape(target(x.shape)),), first_only=True)
 
 
 @REGISTRY.register("Squeeze", since=13, host_inputs=(1,))
@@ -166,7 +166,7 @@ def build_unsqueeze1(node: Any, ctx: Any) -> Fn:
 def _unsqueeze_fixed(node: Any, axes: list[int]) -> Fn:
     """Known axes: the output shape is found once per input shape, then a reshape (a view)."""
     target = per_shape(lambda xs: _unsqueeze(node, np.empty(xs, dtype=np.uint8), axes).shape)
-    return fold_frozen(lambda x, axes_in=None: (x.reshape(target(x.shape)),), data=(0,))
+    return fold_frozen(lambda x, axes_in=None: (x.reshape(target(x.shape)),), first_only=True)
 
 
 @REGISTRY.register("Unsqueeze", since=13, host_inputs=(1,))
@@ -420,7 +420,7 @@ class _Index:
 def _slice_fixed(node: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Fn:
     """Known starts/ends/axes/steps: the index tuple is built once per input shape."""
     index = per_shape(lambda xs: _slice(node, _Index(xs), starts, ends, axes, steps))
-    return fold_frozen(lambda x, *params: (x[index(x.shape)],), data=(0,))
+    return fold_frozen(lambda x, *params: (x[index(x.shape)],), first_only=True)
 
 
 @REGISTRY.register("Slice", since=10, host_inputs=(1, 2, 3, 4))
@@ -577,7 +577,7 @@ def build_gather(node: Any, ctx: Any) -> Fn:
         if consts[0] is not None:
             value = frozen(compute(consts[0], idx_c)[0])
             return lambda *args: (value,)
-        return fold_frozen(compute, data=(0,))
+        return fold_frozen(compute, first_only=True)
 
     def compute(x: Any, indices: Any) -> tuple[Any]:
         a = norm_axis(node, axis, x.ndim)
