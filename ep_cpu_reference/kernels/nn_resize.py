@@ -212,11 +212,14 @@ class _Resizer:
         plans, reps = got
         odt = x.dtype
         if reps is not None:
-            # integer nearest upsampling: one broadcast copy instead of a gather per axis
-            expanded = x.reshape(tuple(v for d, f in zip(x.shape, reps, strict=True) for v in ((d, 1) if f > 1 else (d,))))
-            full = tuple(v for d, f in zip(x.shape, reps, strict=True) for v in ((d, f) if f > 1 else (d,)))
-            return np.ascontiguousarray(np.broadcast_to(expanded, full)).reshape(
-                tuple(d * f for d, f in zip(x.shape, reps, strict=True)))
+            # integer nearest upsampling: np.repeat per resized axis, innermost first, instead of a
+            # gather per axis (a single broadcast copy with stride-0 inner axes measured 4-5x slower:
+            # repeats of outer axes copy whole contiguous rows)
+            y = x
+            for axis in range(x.ndim - 1, -1, -1):
+                if reps[axis] > 1:
+                    y = np.repeat(y, reps[axis], axis=axis)
+            return y
         y = x.astype(np.float64) if self.mode != "nearest" and odt.kind != "f" else (x if self.mode == "nearest" else as_compute(x))
         for axis, plan in plans:
             y = _apply_axis(y, axis, plan, self.extrapolation_value)

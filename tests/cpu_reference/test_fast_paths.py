@@ -236,3 +236,47 @@ def test_reduce_constant_axes(op, axes, keepdims) -> None:
     for _, a, b in _both(node, {"a": _i64(*axes)}, [(3, 4, 5), (2, 1, 7)]):
         assert isinstance(a[0], np.ndarray) and a[0].shape == b[0].shape and a[0].dtype == b[0].dtype
         np.testing.assert_allclose(a[0], b[0], rtol=1e-6)
+
+
+def _vs_onnxruntime(node, inputs: dict[str, np.ndarray], const: dict[str, np.ndarray], opset: int = 18) -> None:
+    """The node with ``const`` as initializers on the reference EP and on onnxruntime."""
+    import ep_core
+    import onnxruntime as ort
+
+    vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()]
+    g = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+                          initializer=[numpy_helper.from_array(v, k) for k, v in const.items()])
+    data = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=9).SerializeToString()
+    (got,) = ep_core.InferenceSession(data, providers=["CpuReferenceExecutionProvider"]).run(None, inputs)
+    (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, inputs)
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("kernel,group", [((2, 2), 1), ((2, 2), 3), ((3, 2), 1)])
+def test_conv_transpose_stride_equals_kernel(kernel, group) -> None:
+    """stride == kernel: the non-overlapping col2im is one transposing copy."""
+    x = RNG.standard_normal((2, 6, 5, 7)).astype(np.float32)
+    w = RNG.standard_normal((6, 4 if group == 1 else 2, *kernel)).astype(np.float32)  # (C, M/group, k...)
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], strides=list(kernel), group=group)
+    _vs_onnxruntime(node, {"x": x}, {"w": w})
+
+
+@pytest.mark.parametrize("scales", [(1, 1, 2, 2), (1, 1, 4, 3), (1, 2, 1, 2)])
+def test_resize_integer_nearest(scales) -> None:
+    """Integer nearest upsampling by repeats, against onnxruntime."""
+    x = RNG.standard_normal((1, 3, 5, 6)).astype(np.float32)
+    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest",
+                            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    _vs_onnxruntime(node, {"x": x}, {"s": np.array(scales, np.float32)})
+
+
+@pytest.mark.parametrize("shape,k,stride", [((1, 16, 90, 90), 3, 1), ((1, 8, 64, 64), 5, 2), ((2, 12, 9, 30), 5, 1)])
+def test_depthwise_conv_im2col(shape, k, stride) -> None:
+    """Depthwise convolutions of large and small planes take im2col + batched matmul."""
+    c = shape[1]
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal((c, 1, k, k)).astype(np.float32)
+    b = RNG.standard_normal(c).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, strides=[stride, stride], pads=[k // 2] * 4)
+    _vs_onnxruntime(node, {"x": x}, {"w": w, "b": b})
