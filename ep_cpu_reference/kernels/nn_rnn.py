@@ -266,10 +266,52 @@ def build_lstm(node: Any, ctx: Any) -> Any:
 
     def compute(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
+        if simple and seq_lens is None and p is None and (x.dtype == np.float32 or x.dtype == np.float64):
+            return forward(x, w, r, b, h0, c0)
         xc, (h0_, c0_) = _io(node, spec, x, [h0, c0])
         step = make_step(None if p is None else p.astype(xc.dtype))
         y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step, cache, fold_bias=True)
         return _outputs(spec, x.dtype, y, [y_h, y_c], n_out)
+
+    # the common LSTM (one forward direction, layout 0, default activations, no clip, peepholes,
+    # coupled gates or sequence lengths): the same arithmetic as _run + fast_step with the
+    # bookkeeping of the general driver (per-direction buffers, masks, copies) left out
+    names = [a.lower() for a in (node.attr("activations") or ["Sigmoid", "Tanh", "Tanh"])]
+    simple = (
+        spec.direction == "forward" and spec.layout == 0 and spec.clip is None and not input_forget
+        and names == ["sigmoid", "tanh", "tanh"] and not node.attr("activation_alpha") and not node.attr("activation_beta")
+    )
+
+    def forward(x, w, r, b, h0, c0):  # type: ignore[no-untyped-def]
+        seq, batch = x.shape[:2]
+        hs = r.shape[-1]
+        dt = x.dtype
+        got = None if cache is None else cache.get((0, dt))
+        if got is None:
+            got = (w[0].astype(dt, copy=False).T, r[0].astype(dt, copy=False).T)
+            if cache is not None:
+                got = cache[(0, dt)] = (np.ascontiguousarray(got[0]), np.ascontiguousarray(got[1]))
+        wt, rt = got
+        xw = x.reshape(seq * batch, -1) @ wt
+        if b is not None:
+            xw += b[0, : 4 * hs].astype(dt, copy=False) + b[0, 4 * hs :].astype(dt, copy=False)
+        xw = xw.reshape(seq, batch, 4 * hs)
+        h = np.zeros((batch, hs), dtype=dt) if h0 is None else h0[0].astype(dt, copy=False)
+        c = np.zeros((batch, hs), dtype=dt) if c0 is None else c0[0].astype(dt, copy=False)
+        y = np.empty((seq, 1, batch, hs), dtype=dt)
+        for t in range(seq):
+            gates = h @ rt
+            gates += xw[t]
+            iof = _sigmoid(gates[:, : 3 * hs])
+            ct = np.tanh(gates[:, 3 * hs :])
+            c = iof[:, 2 * hs :] * c  # a new array: c0 is never written
+            ct *= iof[:, :hs]
+            c += ct
+            h = np.tanh(c)
+            h *= iof[:, hs : 2 * hs]
+            y[t, 0] = h
+        outs = (y, h[None], c[None])
+        return outs[:n_out] + (None,) * max(0, n_out - 3)
 
     return compute
 

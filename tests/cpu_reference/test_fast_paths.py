@@ -280,3 +280,38 @@ def test_depthwise_conv_im2col(shape, k, stride) -> None:
     b = RNG.standard_normal(c).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=c, strides=[stride, stride], pads=[k // 2] * 4)
     _vs_onnxruntime(node, {"x": x}, {"w": w, "b": b})
+
+
+@pytest.mark.parametrize("with_state", [False, True])
+@pytest.mark.parametrize("with_bias", [False, True])
+def test_lstm_forward_path_matches_general_driver(with_state, with_bias) -> None:
+    """The plain forward LSTM loop agrees with the general driver (taken when sequence_lens is
+    given, here all full length) on every output."""
+    import ep_core
+
+    t, bsz, i, h = 5, 3, 4, 6
+    feeds = {"x": RNG.standard_normal((t, bsz, i)).astype(np.float32)}
+    inits = {"w": RNG.standard_normal((1, 4 * h, i)).astype(np.float32),
+             "r": RNG.standard_normal((1, 4 * h, h)).astype(np.float32)}
+    if with_bias:
+        inits["b"] = RNG.standard_normal((1, 8 * h)).astype(np.float32)
+    if with_state:
+        feeds["h0"] = RNG.standard_normal((1, bsz, h)).astype(np.float32)
+        feeds["c0"] = RNG.standard_normal((1, bsz, h)).astype(np.float32)
+
+    def run(lens: bool) -> list:
+        names = ["x", "w", "r", "b" if with_bias else "", "lens" if lens else "",
+                 "h0" if with_state else "", "c0" if with_state else ""]
+        while not names[-1]:
+            names.pop()
+        node = helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=h)
+        f = dict(feeds, **({"lens": np.full(bsz, t, np.int32)} if lens else {}))
+        vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in f.items()]
+        outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "yh", "yc")]
+        g = helper.make_graph([node], "g", vis, outs, initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+        data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]).SerializeToString()
+        return ep_core.InferenceSession(data, providers=["CpuReferenceExecutionProvider"]).run(None, f)
+
+    for a, b in zip(run(False), run(True), strict=True):
+        assert a.shape == b.shape
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
