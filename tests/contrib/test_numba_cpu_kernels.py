@@ -90,6 +90,13 @@ def test_compare_where_cast_and_double():
     ((1, 3, 11, 12), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
     ((1, 3, 11, 12), (2, 3, 4, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
     ((2, 3, 20), (4, 3, 5), {"strides": [2], "pads": [2, 1]}),
+    # few output channels (4*M <= C): one GEMM of all taps, then shifted adds
+    ((1, 32, 9, 10), (8, 32, 3, 3), {"pads": [1, 0, 2, 1]}),
+    ((2, 32, 11, 9), (8, 32, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+    # depthwise kernels with the geometry compiled in: dilation, asymmetric pads, stride 2 and 3
+    ((1, 6, 11, 9), (6, 1, 3, 3), {"group": 6, "dilations": [2, 1], "pads": [0, 1, 2, 1]}),
+    ((2, 5, 13, 14), (5, 1, 5, 3), {"group": 5, "strides": [2, 3], "pads": [2, 0, 1, 1]}),
+    ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
 ])
 def test_conv_with_bias_batchnorm_and_hardswish_tail(shape, w_shape, attrs):
     m_out = w_shape[0]
@@ -151,3 +158,70 @@ def test_parallel_kernels_compile_and_match():
     x = rng.standard_normal((64, 33), np.float32)
     sess = InferenceSession(m.SerializeToString(), providers=[(NUMBA, {"parallel": "1"})])
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.tanh(x * np.float32(1.7)), rtol=1e-6)
+
+
+def test_float32_tanh_and_sigmoid_over_their_whole_range():
+    # the float32 kernels use a vectorisable rational tanh (sigmoid through it), not libm's
+    x = np.concatenate([np.linspace(-30, 30, 60001, dtype=np.float32),
+                        np.array([0.0, -0.0, 1e-30, -1e-8, np.inf, -np.inf], np.float32)]).reshape(1, -1)
+    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Sigmoid", ["x"], ["s"]),
+             helper.make_node("Mul", ["t", "s"], ["y"])]
+    m = _model(nodes, [("x", F, list(x.shape))], [("t", F, list(x.shape)), ("s", F, list(x.shape)),
+                                                   ("y", F, list(x.shape))])
+    t, sg, _ = InferenceSession(m.SerializeToString(), providers=[NUMBA]).run(None, {"x": x})
+    x64 = x.astype(np.float64)
+    np.testing.assert_allclose(t, np.tanh(x64), rtol=0, atol=5e-7)
+    np.testing.assert_allclose(sg, 1 / (1 + np.exp(-x64)), rtol=0, atol=5e-7)
+    assert t[0, -2] == 1 and t[0, -1] == -1 and sg[0, -2] == 1 and sg[0, -1] == 0
+    nan = InferenceSession(m.SerializeToString(), providers=[NUMBA]).run(None, {"x": np.full((1, x.shape[1]), np.nan,
+                                                                                             np.float32)})
+    assert np.isnan(nan[0]).all() and np.isnan(nan[1]).all()
+
+
+@pytest.mark.parametrize("x_shape,b_shape,feed_b", [
+    ([2, 6, 5, 7], [1, 6, 1, 1], (1, 6, 1, 1)),  # per-channel bias: index arithmetic, no modulo per element
+    ([2, 6, 5, 7], [6, 1, 7], (6, 1, 7)),  # broadcast in the middle
+    ([4, 5], ["m", 5], (1, 5)),  # static pattern says full, the run broadcasts: the general kernel serves it
+    ([4, 5], [1], (1,)),
+    (["n", 3, 4], [3, 4], (3, 4)),
+])
+def test_broadcast_patterns_specialised_and_general(x_shape, b_shape, feed_b):
+    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Tanh", ["a"], ["t"]),
+             helper.make_node("Mul", ["t", "a"], ["y"])]
+    m = _model(nodes, [("x", F, x_shape), ("b", F, b_shape)], [("y", F, [None] * len(x_shape))])
+    xs = tuple(d if isinstance(d, int) else 2 for d in x_shape)
+    _check(m, {"x": rng.standard_normal(xs, np.float32), "b": rng.standard_normal(feed_b, np.float32)},
+           fused_at_least=3, rtol=1e-5, atol=1e-6)
+
+
+def test_values_of_different_shapes_sharing_a_scalar_are_not_one_kernel():
+    # q*s and k*s both read the scalar s computed in the group: one kernel over both shapes cannot
+    # exist (the shapes do not broadcast together)
+    nodes = [helper.make_node("Sqrt", ["c"], ["s"]), helper.make_node("Mul", ["q", "s"], ["a"]),
+             helper.make_node("Mul", ["k", "s"], ["b"]), helper.make_node("Relu", ["a"], ["y1"]),
+             helper.make_node("Relu", ["b"], ["y2"])]
+    m = _model(nodes, [("q", F, [2, 3, 4]), ("k", F, [2, 4, 5]), ("c", F, [])], [("y1", F, [2, 3, 4]),
+                                                                                ("y2", F, [2, 4, 5])])
+    _check(m, {"q": rng.standard_normal((2, 3, 4), np.float32), "k": rng.standard_normal((2, 4, 5), np.float32),
+               "c": np.array(2.5, np.float32)}, fused_at_least=5)
+
+
+def test_buffers_kept_between_runs_never_reach_the_caller():
+    # conv -> relu -> conv -> tanh: the internal values live in buffers reused by the next run;
+    # what a run returned must not change when the session runs again
+    inits = [("w1", rng.standard_normal((8, 3, 3, 3), np.float32)), ("w2", rng.standard_normal((4, 8, 1, 1), np.float32))]
+    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r"]),
+             helper.make_node("Conv", ["r", "w2"], ["c2"]), helper.make_node("Tanh", ["c2"], ["y"])]
+    m = _model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, 4, 8, 8]), ("r", F, [1, 8, 8, 8])], inits)
+    sess = InferenceSession(m.SerializeToString(), providers=[NUMBA])
+    ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    x1, x2 = rng.standard_normal((1, 3, 8, 8), np.float32), rng.standard_normal((1, 3, 8, 8), np.float32)
+    first = sess.run(None, {"x": x1})
+    kept = [a.copy() for a in first]
+    second = sess.run(None, {"x": x2})
+    for a, k, want in zip(first, kept, ref.run(None, {"x": x1}), strict=True):
+        np.testing.assert_array_equal(a, k)
+        np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4)
+    for a, want in zip(second, ref.run(None, {"x": x2}), strict=True):
+        np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4)
+    assert not any(np.shares_memory(a, b) for a in first for b in second)

@@ -4,4 +4,4 @@ that loading a compiled model runs no LLVM compilation."""
 
 EP_NAME = "NumbaCpuExecutionProvider"
 __version__ = "0.1.0"
-CONTEXT_FORMAT = "ep_numba_cpu/1"
+CONTEXT_FORMAT = "ep_numba_cpu/2"

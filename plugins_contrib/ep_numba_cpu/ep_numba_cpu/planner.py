@@ -16,7 +16,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, NB_NAMES, SINCE, literal
+from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, NB_NAMES, SINCE, helper_source, literal
 
 MAX_INLINE_SIZE = 1  # constants of this many elements become literals in the kernel source
 
@@ -212,11 +212,15 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
             fn = ELEMENTWISE[op]
             item = _Item(list(node.inputs), node.outputs[0], (lambda f, nd: lambda a_, d_, o_: f(nd, a_, d_, o_))(fn, node))
         # join the latest cluster among the producers' if every producer runs no later
+        # and the item keeps the cluster's shape: one of its inputs made there has its output's
+        # static shape, so every value a cluster computes has the shape of its first item's output
+        # (independent chains of different shapes joining through a shared scalar never mix)
         deps = [where[i] for i in item.inputs if i in where]
         target = None
         if deps:
             last = max(deps)
-            if steps[last][0] == "cluster":
+            if steps[last][0] == "cluster" and any(
+                    i in steps[last][1].produced and _same_static_shape(graph, i, item.output) for i in item.inputs if i):
                 target = last
         if target is None:
             steps.append(("cluster", _Cluster()))
@@ -260,7 +264,7 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
         kernels[key] = kernel
         if flat is not None:
             fkey = kernel_key(flat["source"], flat["signature"], flat["parallel"])
-            step["kernel_flat"] = fkey
+            step["kernel_spec"] = fkey
             kernels[fkey] = flat
         plan_steps.append(step)
     plan = {"inputs": list(inputs), "outputs": list(outputs), "steps": plan_steps}
@@ -269,9 +273,10 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
 
 def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray],
                     parallel: Callable[[int | None], bool]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None] | None:
-    """The cluster's step and kernels: one over N-d strided (broadcast) views, and one over flat
-    contiguous arrays for the common call where every input already has the output's shape (that
-    loop vectorises); None when nothing the cluster computes is read."""
+    """The cluster's step and kernels: a general one over N-d strided (broadcast) views, and one
+    over flat contiguous buffers specialised for the broadcast pattern the static shapes predict
+    (``_spec_kernel``; the runtime uses it whenever the real shapes follow that pattern); None when
+    nothing the cluster computes is read."""
     dtype: dict[str, str] = {}
 
     def dt(name: str) -> str:
@@ -319,7 +324,7 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
     numel = _static_numel(graph, outs[0]) if outs else None
     par = parallel(numel)
     params = ", ".join([f"o{m}" for m in range(len(outs))] + [f"a{j}" for j in range(len(arrays))])
-    src = ["import math", "import numpy as np", "from numba import prange", "", "", f"def kernel({params}):"]
+    src = _prelude(lines) + [f"def kernel({params}):"]
     src += [f"    n{d} = o0.shape[{d}]" for d in range(rank)]
     loop = "prange" if par else "range"
     if rank == 1:
@@ -346,80 +351,144 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
         "rank": rank,
         "outputs": [{"name": n, "dtype": dt(n), "rank": (_rank(graph, n) or 0), "deps": sorted(deps[n])} for n in outs],
     }
-    # a flat variant only where it can serve: no constant of another shape, no argument of lower rank
-    out_shape = _static_shape(graph, outs[0])
-    if any(_rank(graph, n) != rank if n not in consts else (consts[n].ndim != rank or (
-            out_shape is not None and any(isinstance(d, int) and d != c for d, c in zip(out_shape, consts[n].shape,
-                                                                                        strict=False))))
-           for n in arrays):
-        return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}, None
-    flat_src = ["import math", "import numpy as np", "from numba import prange", "", "", f"def kernel({params}):",
-                f"    for i0 in {loop}(o0.shape[0]):"]
-    flat_src += [f"        x{j} = a{j}[i0]" for j in range(len(arrays))]
-    flat_src += [f"        {ln}" for ln in lines]
-    flat_src += [f"        o{m}[i0] = {expr[n]}" for m, n in enumerate(outs)]
-    flat_sig = ",".join([f"{NB_NAMES[dt(n)]}:1:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:1:C:r" for n in arrays])
-    flat = {"source": "\n".join(flat_src) + "\n", "fn": "kernel", "signature": flat_sig, "parallel": par}
-    return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}, flat
+    spec = _broadcast_spec(graph, arrays, consts, rank)
+    spec_kernel = _spec_kernel(spec, params, lines, expr, outs, arrays, dt, par)
+    step["spec"] = spec
+    return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}, spec_kernel
 
 
-_DEPTHWISE = """import numpy as np
-from numba import prange
+def _prelude(lines: Sequence[str]) -> list[str]:
+    """Imports, and the definitions of the helpers (``ops.HELPERS``) the kernel body calls."""
+    helpers = helper_source("\n".join(lines))
+    head = ["import math", "import numpy as np", "from numba import njit, prange" if helpers else "from numba import prange"]
+    return head + ([helpers.rstrip("\n"), ""] if helpers else []) + ["", ""]
 
 
-def kernel(out, x, w, bias, p):
-    sh = p[0]
-    sw = p[1]
-    dh = p[2]
-    dw = p[3]
-    pt = p[4]
-    pl = p[5]
-    nb = out.shape[0]
-    nc = out.shape[1]
-    ho = out.shape[2]
-    wo = out.shape[3]
-    hi = x.shape[2]
-    wi = x.shape[3]
-    kh = w.shape[1]
-    kw = w.shape[2]
-    for t in {loop}(nb * nc):
-        b = t // nc
-        c = t % nc
-        for i in range(ho):
-            for j in range(wo):
-                out[b, c, i, j] = bias[c]
-            for a in range(kh):
-                row = i * sh + a * dh - pt
-                if row < 0 or row >= hi:
-                    continue
-                for e in range(kw):
-                    wv = w[c, a, e]
-                    off = e * dw - pl
-                    lo = 0
-                    if off < 0:
-                        lo = (-off + sw - 1) // sw
-                    top = (wi - 1 - off) // sw + 1
-                    if top > wo:
-                        top = wo
-                    for j in range(lo, top):
-                        out[b, c, i, j] += x[b, c, row, j * sw + off] * wv
-"""
+def _broadcast_spec(graph: Any, arrays: Sequence[str], consts: dict[str, np.ndarray], rank: int) -> dict[str, Any]:
+    """The broadcast pattern the kernel is specialised for, from the static shapes: per array
+    argument and dimension, ``True`` where it spans the output (unknown dims are assumed to) and
+    ``False`` where its dim is 1; then the output dims coalesced into groups over which every
+    argument is uniformly full or broadcast, dims where every argument broadcasts dropped. The
+    runtime checks the real shapes against ``full`` before calling the specialised kernel."""
+    full: list[list[bool]] = []
+    for n in arrays:
+        shape = tuple(consts[n].shape) if n in consts else (_static_shape(graph, n) or ())
+        shape = (1,) * (rank - len(shape)) + tuple(shape)
+        full.append([d != 1 for d in shape])
+    dims = [d for d in range(rank) if any(f[d] for f in full)]
+    groups: list[list[int]] = []
+    for d in dims:
+        if groups and all(f[groups[-1][-1]] == f[d] for f in full):
+            groups[-1].append(d)
+        else:
+            groups.append([d])
+    if not groups:
+        groups = [list(range(rank))]
+    return {"full": full, "groups": groups, "group_full": [[f[g[0]] for g in groups] for f in full]}
+
+
+def _spec_kernel(spec: dict[str, Any], params: str, lines: Sequence[str], expr: dict[str, str], outs: Sequence[str],
+                 arrays: Sequence[str], dt: Callable[[str], str], par: bool) -> dict[str, Any]:
+    """The kernel over flat contiguous buffers for one broadcast pattern: nested loops over the
+    coalesced dims, each argument read at a base offset plus the innermost index where it spans the
+    innermost dims, or as one value hoisted out of the innermost loop where it broadcasts there; no
+    per-element index arithmetic, so the innermost loop vectorises."""
+    k = len(spec["groups"])
+    gf = spec["group_full"]
+    src = _prelude(lines) + [f"def kernel({params}, dims):"]
+    src += [f"    n{g} = dims[{g}]" for g in range(k)]
+    # stride of argument j along group g: the product of the later groups it spans
+    for j in range(len(arrays)):
+        for g in range(k - 1):
+            if gf[j][g]:
+                later = [f"n{h}" for h in range(g + 1, k) if gf[j][h]]
+                src.append(f"    s{j}_{g} = {' * '.join(later) if later else '1'}")
+    ind = "    "
+    for g in range(k - 1):
+        loop = "prange" if (par and g == 0) else "range"
+        src.append(f"{ind}for i{g} in {loop}(n{g}):")
+        ind += "    "
+    last = k - 1
+    obase = "0"
+    for g in range(k - 1):
+        obase = f"({obase}) * n{g} + i{g}" if g else f"i{g}"
+    src.append(f"{ind}ob = ({obase}) * n{last}" if k > 1 else f"{ind}ob = 0")
+    for j in range(len(arrays)):
+        terms = [f"i{g} * s{j}_{g}" for g in range(k - 1) if gf[j][g]]
+        base = " + ".join(terms) if terms else "0"
+        if gf[j][last]:
+            src.append(f"{ind}b{j} = {base}")
+            src.append(f"{ind}r{j} = a{j}[b{j}:b{j} + n{last}]")
+        else:
+            src.append(f"{ind}x{j} = a{j}[{base}]")
+    for m in range(len(outs)):
+        src.append(f"{ind}q{m} = o{m}[ob:ob + n{last}]")
+    loop = "prange" if (par and k == 1) else "range"
+    src.append(f"{ind}for t in {loop}(n{last}):")
+    ind += "    "
+    src += [f"{ind}x{j} = r{j}[t]" for j in range(len(arrays)) if gf[j][last]]
+    src += [f"{ind}{ln}" for ln in lines]
+    src += [f"{ind}q{m}[t] = {expr[n]}" for m, n in enumerate(outs)]
+    sig = ",".join([f"{NB_NAMES[dt(n)]}:1:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:1:C:r" for n in arrays]
+                   + ["int64:1:C:r"])
+    return {"source": "\n".join(src) + "\n", "fn": "kernel", "signature": sig, "parallel": par}
+
+
+def _depthwise_source(dt: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int,
+                      par: bool) -> str:
+    """A 2-D depthwise convolution with its geometry as constants: each channel's plane is copied
+    once into a zero-bordered buffer, then every output row is one loop over the output columns
+    whose body is the fully unrolled sum of the taps (weights held in locals), with the bias folded
+    in; with stride 1 that loop vectorises."""
+    taps = [(a, e) for a in range(kh) for e in range(kw)]
+    src = ["import numpy as np", "from numba import prange", "", "", "def kernel(out, x, w, bias):",
+           "    nb = out.shape[0]", "    nc = out.shape[1]", "    ho = out.shape[2]", "    wo = out.shape[3]",
+           "    hi = x.shape[2]", "    wi = x.shape[3]",
+           f"    hb = max((ho - 1) * {sh} + {(kh - 1) * dh + 1}, {pt} + hi)",
+           f"    wb = max((wo - 1) * {sw} + {(kw - 1) * dw + 1}, {pl} + wi)",
+           f"    for t in {'prange' if par else 'range'}(nb * nc):",
+           "        b = t // nc", "        c = t % nc",
+           f"        buf = np.zeros((hb, wb), dtype=np.{dt})",
+           "        for r in range(hi):",
+           f"            brow = buf[{pt} + r]", "            xrow = x[b, c, r]",
+           "            for s in range(wi):", f"                brow[{pl} + s] = xrow[s]"]
+    src += [f"        w{a}_{e} = w[c, {a}, {e}]" for a, e in taps]
+    src += ["        bv = bias[c]", "        for i in range(ho):"]
+    src += [f"            r{a} = buf[i * {sh} + {a * dh}]" for a in range(kh)]
+    src += ["            o = out[b, c, i]", "            for j in range(wo):"]
+    col = "j" if sw == 1 else f"j * {sw}"
+    terms = " + ".join(f"r{a}[{col} + {e * dw}] * w{a}_{e}" for a, e in taps)
+    src += [f"                o[j] = bv + {terms}"]
+    return "\n".join(src) + "\n"
 
 
 def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bool]) -> dict[str, Any] | None:
-    """A compiled kernel for a 2-D depthwise convolution (one filter per channel), which BLAS
-    serves badly; None for any other convolution."""
+    """A compiled kernel for a 2-D depthwise convolution (one filter per channel) with explicit
+    non-negative pads, which BLAS serves badly; None for any other convolution."""
     w = graph.constant_value(node.inputs[1])
     dt = _dtype(graph, node.inputs[0])
     if w is None or w.ndim != 4 or w.shape[1] != 1 or int(node.attr("group", 1)) != w.shape[0] or dt not in FLOAT_DTYPES:
         return None
-    if _rank(graph, node.inputs[0]) != 4:
+    if _rank(graph, node.inputs[0]) != 4 or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+        return None
+    pads = list(node.attr("pads") or [0, 0, 0, 0])
+    sh, sw = (list(node.attr("strides") or [1, 1]) + [1, 1])[:2]
+    dh, dw = (list(node.attr("dilations") or [1, 1]) + [1, 1])[:2]
+    if len(pads) != 4 or min(pads) < 0 or w.shape[2] * w.shape[3] > 64:
         return None
     par = parallel(_static_numel(graph, node.outputs[0]))
-    source = _DEPTHWISE.format(loop="prange" if par else "range", zero=literal(0, dt))
+    source = _depthwise_source(dt, int(w.shape[2]), int(w.shape[3]), int(sh), int(sw), int(dh), int(dw),
+                               int(pads[0]), int(pads[1]), par)
     nb = NB_NAMES[dt]
-    return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r,int64:1:C:r",
+    return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r",
             "parallel": par}
+
+
+def _same_static_shape(graph: Any, a: str, b: str) -> bool:
+    """Both shapes known and equal dim by dim (equal ints or the same symbolic name)."""
+    sa, sb = _static_shape(graph, a), _static_shape(graph, b)
+    return sa is not None and sb is not None and len(sa) == len(sb) and all(
+        x == y and (isinstance(x, int) or (isinstance(x, str) and x != "")) for x, y in zip(sa, sb, strict=True))
 
 
 def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:

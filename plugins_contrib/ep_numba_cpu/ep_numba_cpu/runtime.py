@@ -20,15 +20,35 @@ def _pads_for(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, in
     return total // 2, total - total // 2
 
 
+Workspace = dict  # (step, tag) -> buffer kept between runs
+
+
+def _buf(ws: Workspace | None, key: Any, shape: tuple[int, ...], dtype: Any, zero: bool = False) -> np.ndarray:
+    """A buffer of ``shape``: fresh without a workspace, else the one kept under ``key`` (made on
+    first use; ``zero`` buffers are zeroed then, callers only ever write their interior)."""
+    if ws is not None:
+        got = ws.get(key)
+        if got is not None and got.shape == shape and got.dtype == dtype:
+            return got
+    out = np.zeros(shape, dtype=dtype) if zero else np.empty(shape, dtype=dtype)
+    if ws is not None:
+        ws[key] = out
+    return out
+
+
 def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[str, Any],
-           depthwise: Any = None) -> np.ndarray:
-    """ONNX Conv for 1-D and 2-D inputs: 1x1 convolutions are one BLAS call per image, depthwise
-    ones the compiled ``depthwise`` kernel (or shifted multiply-adds), the rest im2col + BLAS."""
+           depthwise: Any = None, ws: Workspace | None = None, key: Any = 0, internal: bool = False) -> np.ndarray:
+    """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel
+    (or shifted multiply-adds), few output channels as one GEMM of every tap then shifted adds,
+    1x1 convolutions one BLAS call per image, the rest im2col + BLAS. Temporaries (padded input,
+    im2col columns) live in the workspace ``ws``; so does the output when ``internal`` (read only
+    inside the fused group), else it is fresh."""
     one_d = x.ndim == 3
     if one_d:
         x, w = x[:, :, None, :], w[:, :, None, :]
     n, c, h, wd = x.shape
     m, cg, kh, kw = w.shape
+    dt = x.dtype
     sh, sw = (list(attrs.get("strides") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("strides") or [1])[0])
     dh, dw = (list(attrs.get("dilations") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("dilations") or [1])[0])
     group = int(attrs.get("group", 1))
@@ -47,42 +67,58 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
     hp, wp = h + pt + pb, wd + pl + pr
     ho = (hp - dh * (kh - 1) - 1) // sh + 1
     wo = (wp - dw * (kw - 1) - 1) // sw + 1
+    out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
     if group == c and cg == 1 and m == c and depthwise is not None and not one_d:
-        # padding and bias handled inside the kernel: no padded copy, no extra pass
-        out = np.empty((n, m, ho, wo), dtype=x.dtype)
-        params = np.array([sh, sw, dh, dw, pt, pl], dtype=np.int64)
-        wr = np.ascontiguousarray(w).reshape(m, kh, kw)
-        bias = np.zeros(m, dtype=x.dtype) if b is None else np.ascontiguousarray(b, dtype=x.dtype)
-        xc = np.ascontiguousarray(x)
-        # the kernel's signature takes read-only views
-        depthwise(out, np.broadcast_to(xc, xc.shape), np.broadcast_to(wr, wr.shape), np.broadcast_to(bias, bias.shape),
-                  np.broadcast_to(params, params.shape))
+        # geometry compiled in; padding and bias handled inside the kernel: no padded copy, no extra pass
+        depthwise(out, _readonly(x), _readonly(w.reshape(m, kh, kw)),
+                  _readonly(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False)))
         return out
     if pt or pb or pl or pr:
-        padded = np.zeros((n, c, hp, wp), dtype=x.dtype)
-        padded[:, :, pt:pt + h, pl:pl + wd] = x
-        x = padded
+        if min(pt, pb, pl, pr) < 0:
+            x = np.pad(x, ((0, 0), (0, 0), (max(pt, 0), max(pb, 0)), (max(pl, 0), max(pr, 0))))
+            x = x[:, :, max(-pt, 0):x.shape[2] - max(-pb, 0), max(-pl, 0):x.shape[3] - max(-pr, 0)]
+            x = np.ascontiguousarray(x)
+        else:
+            padded = _buf(ws, (key, "pad"), (n, c, hp, wp), dt, zero=True)
+            padded[:, :, pt:pt + h, pl:pl + wd] = x
+            x = padded
     else:
         x = np.ascontiguousarray(x)
-    if kh == 1 and kw == 1 and sh == 1 and sw == 1 and group == 1:
-        wm = w.reshape(m, c)
-        xs = np.ascontiguousarray(x).reshape(n, c, hp * wp)
-        out = np.empty((n, m, hp * wp), dtype=x.dtype)
+    if group == 1 and kh * kw > 1 and sh == 1 and sw == 1 and c >= 32 and 4 * m <= c:
+        # few output channels: one GEMM of every tap's weights against the padded input, then the
+        # taps' shifted output planes added up (no im2col copy of kh*kw times the input)
+        wk = ws.get((key, "wk")) if ws is not None else None
+        if wk is None:
+            wk = np.ascontiguousarray(np.moveaxis(w.reshape(m, c, kh * kw), 2, 0)).reshape(kh * kw * m, c)
+            if ws is not None:
+                ws[(key, "wk")] = wk
+        z = _buf(ws, (key, "z"), (kh * kw * m, hp * wp), dt)
         for img in range(n):
-            np.dot(wm, xs[img], out=out[img])
-        out = out.reshape(n, m, ho, wo)
+            np.dot(wk, x[img].reshape(c, hp * wp), out=z)
+            zz = z.reshape(kh, kw, m, hp, wp)
+            acc = out[img]
+            acc[...] = zz[0, 0, :, 0:ho, 0:wo]
+            for i in range(kh):
+                for j in range(kw):
+                    if i or j:
+                        acc += zz[i, j, :, i * dh:i * dh + ho, j * dw:j * dw + wo]
+    elif kh == 1 and kw == 1 and sh == 1 and sw == 1 and group == 1:
+        wm = w.reshape(m, c)
+        xs = x.reshape(n, c, hp * wp)
+        o3 = out.reshape(n, m, ho * wo)
+        for img in range(n):
+            np.dot(wm, xs[img], out=o3[img])
     elif group == c and cg == 1 and m == c:
-        out = np.zeros((n, m, ho, wo), dtype=x.dtype)
+        out.fill(0)
         for i in range(kh):
             for j in range(kw):
                 patch = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
                 out += patch * w[:, 0, i, j][None, :, None, None]
     else:
         mg = m // group
-        out = np.empty((n, m, ho, wo), dtype=x.dtype)
+        cols = _buf(ws, (key, "cols"), (n, cg, kh, kw, ho, wo), dt)
         for g in range(group):
             xs = x[:, g * cg:(g + 1) * cg]
-            cols = np.empty((n, cg, kh, kw, ho, wo), dtype=x.dtype)
             for i in range(kh):
                 for j in range(kw):
                     cols[:, :, i, j] = xs[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh,
@@ -90,17 +126,27 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
             wg = np.ascontiguousarray(w[g * mg:(g + 1) * mg]).reshape(mg, cg * kh * kw)
             cm = cols.reshape(n, cg * kh * kw, ho * wo)
             for img in range(n):
-                out[img, g * mg:(g + 1) * mg] = np.dot(wg, cm[img]).reshape(mg, ho, wo)
+                np.dot(wg, cm[img], out=out[img, g * mg:(g + 1) * mg].reshape(mg, ho * wo))
     if b is not None:
         out += b.reshape(1, m, 1, 1)
     return out[:, :, 0, :] if one_d else out
 
 
-def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def _readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only C-contiguous view (compiled kernels take read-only inputs)."""
+    v = np.ascontiguousarray(a)
+    v = v.view()
+    v.flags.writeable = False
+    return v
+
+
+def matmul(a: np.ndarray, b: np.ndarray, ws: Workspace | None = None, key: Any = 0) -> np.ndarray:
     """MatMul; a stack times a matrix is one BLAS call (np.dot is much faster than np.matmul's
-    stacked loop here)."""
-    if b.ndim == 2 and a.ndim >= 2:
-        out = np.dot(np.ascontiguousarray(a).reshape(-1, a.shape[-1]), b)
+    stacked loop here), into the workspace's buffer when one is given."""
+    if b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype:
+        a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+        out = _buf(ws, (key, "out"), (a2.shape[0], b.shape[1]), a.dtype)
+        np.dot(a2, b, out=out)
         return out.reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
 
@@ -134,23 +180,37 @@ class GraphRunner:
             key = step.get("kernel")
             fn = kernels[key] if key else None
             if kind == "kernel":
-                flat = step.get("kernel_flat")
-                fn = (fn, kernels[flat] if flat else None)
+                spec = step.get("kernel_spec")
+                fn = (fn, kernels[spec] if spec else None)
             self.steps.append((kind, step, fn))
+        # values read only inside the group: their buffers are kept between runs (no fresh pages
+        # to fault in on every run); the fused node's outputs are always fresh arrays
+        self._internal = [not any(o in self.outputs for o in _names(step)) for _, step, _ in self.steps]
+        self._pool: list[Workspace] = []  # one workspace per concurrent run
 
     def __call__(self, *inputs: Any) -> list[Any]:
+        try:
+            ws = self._pool.pop()
+        except IndexError:
+            ws = {}
+        try:
+            return self._run(ws, inputs)
+        finally:
+            self._pool.append(ws)
+
+    def _run(self, ws: Workspace, inputs: Sequence[Any]) -> list[Any]:
         env: dict[str, Any] = dict(self.weights)
         for name, value in zip(self.inputs, inputs, strict=True):
             env[name] = value
-        for kind, step, fn in self.steps:
+        for k, (kind, step, fn) in enumerate(self.steps):
             ins = step["inputs"]
             if kind == "kernel":
-                self._run_kernel(step, fn, env)
+                self._run_kernel(step, fn, env, ws if self._internal[k] else None, k)
             elif kind == "conv":
                 env[step["outputs"][0]] = conv2d(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"],
-                                                 fn)
+                                                 fn, ws, k, self._internal[k])
             elif kind == "matmul":
-                env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]])
+                env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]], ws if self._internal[k] else None, k)
             elif kind == "gemm":
                 env[step["outputs"][0]] = gemm(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"])
             else:
@@ -158,18 +218,24 @@ class GraphRunner:
         return [env[o] for o in self.outputs]
 
     @staticmethod
-    def _run_kernel(step: Mapping[str, Any], fns: Any, env: dict[str, Any]) -> None:
-        fn, flat = fns
+    def _run_kernel(step: Mapping[str, Any], fns: Any, env: dict[str, Any], ws: Workspace | None = None,
+                    k: int = 0) -> None:
+        fn, spec_fn = fns
         rank = step["rank"]
         args = [np.asarray(env[n]) for n in step["inputs"]]
         shapes = [a.shape for a in args]
         full = np.broadcast_shapes(*shapes) if shapes else ()
         full = (1,) * (rank - len(full)) + tuple(full)
-        outs = [np.empty(full, dtype=o["dtype"]) for o in step["outputs"]]
-        if flat is not None and args and all(a.size == outs[0].size and a.flags.c_contiguous for a in args):
-            size = outs[0].size
-            flat(*[o.reshape(size) for o in outs], *[np.broadcast_to(a.reshape(size), (size,)) for a in args])
+        spec = step.get("spec")
+        if spec_fn is not None and _follows(spec, shapes, full, rank):
+            dims = np.array([_prod(full, g) for g in spec["groups"]], dtype=np.int64)
+            size = _prod(full, range(rank))
+            outs = [_buf(ws, (k, m), full, np.dtype(o["dtype"])) for m, o in enumerate(step["outputs"])]
+            flat = [_readonly_flat(a) for a in args]
+            dims.flags.writeable = False
+            spec_fn(*[o.reshape(size) for o in outs], *flat, dims)
         else:
+            outs = [_buf(ws, (k, m), full, np.dtype(o["dtype"])) for m, o in enumerate(step["outputs"])]
             views = [np.broadcast_to(a.reshape((1,) * (rank - a.ndim) + a.shape), full) for a in args]
             fn(*outs, *views)
         for o, buf in zip(step["outputs"], outs, strict=True):
@@ -180,6 +246,40 @@ class GraphRunner:
             if real_r != full:
                 buf = buf[tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full, strict=True))]
             env[o["name"]] = buf.reshape(real)
+
+
+def _names(step: Mapping[str, Any]) -> list[str]:
+    return [o["name"] if isinstance(o, Mapping) else o for o in step["outputs"]]
+
+
+def _prod(shape: Sequence[int], dims: Any) -> int:
+    n = 1
+    for d in dims:
+        n *= shape[d]
+    return n
+
+
+def _follows(spec: Mapping[str, Any] | None, shapes: Sequence[tuple[int, ...]], full: tuple[int, ...], rank: int) -> bool:
+    """Whether the real shapes follow the broadcast pattern the specialised kernel was built for."""
+    if spec is None:
+        return False
+    for shape, flags in zip(shapes, spec["full"], strict=True):
+        pad = rank - len(shape)
+        for d in range(rank):
+            n = shape[d - pad] if d >= pad else 1
+            if n != (full[d] if flags[d] else 1):
+                return False
+    return True
+
+
+def _readonly_flat(a: np.ndarray) -> np.ndarray:
+    """A read-only 1-D C-contiguous view (a copy only when ``a`` is not contiguous): the
+    specialised kernels take read-only buffers."""
+    v = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
+    if v is a or v.base is None:
+        v = v.view()
+    v.flags.writeable = False
+    return v
 
 
 def run_plan_inputs(runner: GraphRunner, inputs: Sequence[Any]) -> list[Any]:
