@@ -15,32 +15,49 @@ from ep_cpu_reference.registry import REGISTRY
 Fn = Callable[..., Any]
 
 
+def _as_type_of(r: Any, x: Any) -> Any:
+    return r.astype(x.dtype, copy=False) if isinstance(r, np.ndarray) and r.dtype != x.dtype else np.asarray(r, dtype=x.dtype)
+
+
 def _same_type(fn: Fn) -> Fn:
     """``fn`` with its result cast back to the first input's dtype (NumPy promotes scalars)."""
 
     def wrapped(x: Any, *rest: Any) -> Any:
         r = fn(x, *rest)
-        return r.astype(x.dtype, copy=False) if isinstance(r, np.ndarray) and r.dtype != x.dtype else np.asarray(r, dtype=x.dtype)
+        return r if type(r) is np.ndarray and r.dtype == x.dtype else _as_type_of(r, x)
 
     return wrapped
 
 
 def unary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
-    """A builder for a one-input op with no attributes."""
-    f = _same_type(fn) if keep_type else fn
+    """A builder for a one-input op with no attributes. The compute is one Python frame: these
+    ops run on tiny tensors hundreds of times per inference, where frames are the cost."""
 
     def build(node: Any, ctx: Any) -> Fn:
-        return lambda x: (f(x),)
+        if not keep_type:
+            return lambda x: (fn(x),)
+
+        def compute(x: Any) -> tuple[Any]:
+            r = fn(x)
+            return (r if type(r) is np.ndarray and r.dtype == x.dtype else _as_type_of(r, x),)
+
+        return compute
 
     return build
 
 
 def binary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
-    """A builder for a two-input broadcasting op with no attributes."""
-    f = _same_type(fn) if keep_type else fn
+    """A builder for a two-input broadcasting op with no attributes (one Python frame, as unary)."""
 
     def build(node: Any, ctx: Any) -> Fn:
-        return lambda a, b: (f(a, b),)
+        if not keep_type:
+            return lambda a, b: (fn(a, b),)
+
+        def compute(a: Any, b: Any) -> tuple[Any]:
+            r = fn(a, b)
+            return (r if type(r) is np.ndarray and r.dtype == a.dtype else _as_type_of(r, a),)
+
+        return compute
 
     return build
 

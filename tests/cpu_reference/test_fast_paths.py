@@ -315,3 +315,32 @@ def test_lstm_forward_path_matches_general_driver(with_state, with_bias) -> None
     for a, b in zip(run(False), run(True), strict=True):
         assert a.shape == b.shape
         np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize("axis,sizes", [(0, (1, 2)), (-1, (3, 1, 2)), (1, (0, 4))])
+def test_split_constant_sizes(axis, sizes) -> None:
+    node = helper.make_node("Split", ["x", "s"], [f"y{i}" for i in range(len(sizes))], axis=axis)
+    shape = [3, 4, 6]
+    shape[axis] = sum(sizes)
+    for _, a, b in _both(node, {"s": _i64(*sizes)}, [tuple(shape)]):
+        assert len(a) == len(b) == len(sizes)
+        for u, v in zip(a, b, strict=True):
+            assert u.shape == v.shape
+            np.testing.assert_array_equal(u, v)
+
+
+def test_split_num_outputs_uneven() -> None:
+    import ep_core
+
+    node = helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])],
+                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abc"])
+    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+                                 providers=["CpuReferenceExecutionProvider"])
+    for width in (7, 9, 7):
+        x = RNG.standard_normal((2, width)).astype(np.float32)
+        got = s.run(None, {"x": x})
+        chunk = -(-width // 3)
+        want = [x[:, :chunk], x[:, chunk : 2 * chunk], x[:, 2 * chunk :]]
+        for u, v in zip(got, want, strict=True):
+            np.testing.assert_array_equal(u, v)
