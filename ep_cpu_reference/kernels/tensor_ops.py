@@ -40,6 +40,15 @@ def const_inputs(node: Any, ctx: Any) -> list[Any]:
     return [ctx.constant(n) if n else None for n in node.inputs]
 
 
+def param_key(v: Any) -> Any:
+    """A hashable key of a small shape-like tensor's value (None stays None)."""
+    if v is None:
+        return None
+    if type(v) is not np.ndarray:
+        v = np.asarray(v)
+    return (v.dtype.char, v.shape, v.tobytes())
+
+
 def per_shape(plan: Callable[[tuple[int, ...]], Any]) -> Callable[[tuple[int, ...]], Any]:
     """``plan(shape)`` memoised on the input shape: validation and index arithmetic run once per
     shape, so a repeated inference pays one dict lookup. Shapes are few (one per feed shape)."""
@@ -73,7 +82,21 @@ def build_reshape(node: Any, ctx: Any) -> Fn:
     allowzero = int(node.attr("allowzero", 0))
     shape_c = const_inputs(node, ctx)[1]
     if shape_c is None:
-        return lambda x, shape: (_reshape(node, x, shape, allowzero),)
+        plans: dict[Any, tuple[int, ...]] = {}
+
+        def compute(x: Any, shape: Any) -> tuple[Any]:
+            """A run-time shape: the target dims are resolved once per (input shape, shape value)."""
+            key = (x.shape, param_key(shape))
+            dims = plans.get(key)
+            if dims is None:
+                if len(plans) > 64:
+                    plans.clear()
+                y = _reshape(node, x, shape, allowzero)
+                plans[key] = y.shape
+                return (y,)
+            return (x.reshape(dims),)
+
+        return compute
     # constant shape: the target dims are resolved once per input shape
     target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), shape_c, allowzero).shape)
     return fold_frozen(lambda x, shape: (x.reshape(target(x.shape)),), first_only=True)
@@ -451,8 +474,21 @@ def build_slice(node: Any, ctx: Any) -> Fn:
             return lambda *args: (value,)
         return fixed
 
+    plans: dict[Any, Any] = {}
+
+    key_of = param_key
+
     def compute(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
-        return (_slice(node, x, ints(starts), ints(ends), ints(axes) or None, ints(steps) or None),)
+        """Parameters computed at run time (often the same values every run: shape arithmetic
+        the core folded): the index is planned once per (shape, parameter values)."""
+        key = (x.shape, key_of(starts), key_of(ends), key_of(axes), key_of(steps))
+        index = plans.get(key)
+        if index is None:
+            if len(plans) > 64:  # values that change every run: keep the memo small
+                plans.clear()
+            index = plans[key] = _slice(
+                node, _Index(x.shape), ints(starts), ints(ends), ints(axes) or None, ints(steps) or None)
+        return (x[index],)
 
     return compute
 

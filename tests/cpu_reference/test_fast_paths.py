@@ -344,3 +344,24 @@ def test_split_num_outputs_uneven() -> None:
         want = [x[:, :chunk], x[:, chunk : 2 * chunk], x[:, 2 * chunk :]]
         for u, v in zip(got, want, strict=True):
             np.testing.assert_array_equal(u, v)
+
+
+def test_runtime_params_change_between_runs() -> None:
+    """Slice and Reshape parameters fed at run time are planned per value, not per shape only."""
+    import ep_core
+
+    nodes = [helper.make_node("Slice", ["x", "s", "e"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["z"])]
+    g = helper.make_graph(
+        nodes, "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12]),
+         helper.make_tensor_value_info("s", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("e", TensorProto.INT64, [1]),
+         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+                                 providers=["CpuReferenceExecutionProvider"])
+    x = np.arange(12, dtype=np.float32)
+    for start, end, shape in [(0, 6, (2, 3)), (6, 12, (2, 3)), (6, 12, (3, 2)), (2, 8, (-1, 1)), (0, 6, (2, 3))]:
+        (z,) = s.run(None, {"x": x, "s": _i64(start), "e": _i64(end), "shape": _i64(*shape)})
+        np.testing.assert_array_equal(z, x[start:end].reshape(shape))
