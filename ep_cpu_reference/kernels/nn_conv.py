@@ -59,6 +59,31 @@ class _ConvGeom:
         return got
 
 
+def _trim_padding_taps(
+    spatial: Sequence[int], w: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int],
+    pb: Sequence[int], out: Sequence[int],
+) -> tuple[np.ndarray, list[int], list[int], list[int]] | None:
+    """(weights, kernel, pads begin, pads end) without the leading/trailing taps of each axis
+    that multiply padding zeros only; None when every tap reads data somewhere. The output size is
+    unchanged and the dropped terms are exact zeros, so the result is the same."""
+    if min(pb, default=0) < 0 or not len(out):
+        return None
+    ranges = []
+    for d_in, k, s_, d_, b, o_n in zip(spatial, kernel, strides, dil, pb, out, strict=True):
+        used = [i for i in range(k) if any(0 <= o * s_ + i * d_ - b < d_in for o in range(o_n))]
+        ranges.append((used[0], used[-1]) if used else (0, k - 1))
+    if all(lo == 0 and hi == k - 1 for (lo, hi), k in zip(ranges, kernel, strict=True)):
+        return None
+    new_k = [hi - lo + 1 for lo, hi in ranges]
+    new_pb = [b - lo * d_ for b, (lo, _), d_ in zip(pb, ranges, dil, strict=True)]
+    new_pe = [(o_n - 1) * s_ + (k - 1) * d_ + 1 - d_in - b
+              for o_n, s_, k, d_, d_in, b in zip(out, strides, new_k, dil, spatial, new_pb, strict=True)]
+    if min(new_pb + new_pe) < 0:
+        return None
+    sl = (slice(None), slice(None)) + tuple(slice(lo, hi + 1) for lo, hi in ranges)
+    return np.ascontiguousarray(w[sl]), new_k, new_pb, new_pe
+
+
 def plan_conv(
     x_shape: Sequence[int],
     dt: np.dtype,
@@ -81,7 +106,13 @@ def plan_conv(
       the padded input, then add the K shifted output planes (no C*K*P im2col copy);
     * 1x1, stride 1, no pads: a plain (grouped) GEMM on the input;
     * otherwise im2col (one copy from a strided view) + one (grouped) GEMM.
-    ``bias`` (broadcast-ready, dtype ``dt``) is added in place."""
+    ``bias`` (broadcast-ready, dtype ``dt``) is added in place.
+
+    Kernel taps that read only padding for every output position (a 5x5 kernel over a 2-row
+    plane: its first and last rows) are dropped first, with the pads shrunk to match."""
+    trimmed = _trim_padding_taps(x_shape[2:], w, kernel, strides, dil, pb, out)
+    if trimmed is not None:
+        w, kernel, pb, pe = trimmed
     n, c = int(x_shape[0]), int(x_shape[1])
     m = w.shape[0]
     cg, mg = c // group, m // group

@@ -365,3 +365,21 @@ def test_runtime_params_change_between_runs() -> None:
     for start, end, shape in [(0, 6, (2, 3)), (6, 12, (2, 3)), (6, 12, (3, 2)), (2, 8, (-1, 1)), (0, 6, (2, 3))]:
         (z,) = s.run(None, {"x": x, "s": _i64(start), "e": _i64(end), "shape": _i64(*shape)})
         np.testing.assert_array_equal(z, x[start:end].reshape(shape))
+
+
+@pytest.mark.parametrize(
+    "shape,wshape,group,pads,strides",
+    [
+        ((1, 6, 2, 20), (6, 1, 5, 5), 6, [2, 2, 2, 2], [1, 1]),  # depthwise over a 2-row plane
+        ((1, 4, 1, 9), (5, 4, 3, 3), 1, [1, 1, 1, 1], [1, 1]),  # one row: only the middle kernel row
+        ((2, 3, 3, 7), (4, 3, 5, 3), 1, [2, 1, 2, 1], [2, 1]),
+        ((1, 2, 1, 1), (3, 2, 3, 3), 1, [1, 1, 1, 1], [1, 1]),  # a 1x1 plane: the centre tap only
+    ],
+)
+def test_conv_padding_only_taps_dropped(shape, wshape, group, pads, strides) -> None:
+    """Taps that see only padding are dropped from the plan; outputs match onnxruntime."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = RNG.standard_normal(wshape).astype(np.float32)
+    b = RNG.standard_normal(wshape[0]).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, pads=pads, strides=strides)
+    _vs_onnxruntime(node, {"x": x}, {"w": w, "b": b})
