@@ -66,11 +66,20 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
         return (y, *extra)
 
     if all_const and not training and n_out == 1:
+        full: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
+
         def inference(x: np.ndarray, *params: Any) -> tuple[Any, ...]:
-            """Constant statistics, float32/float64 x: the folded scale and shift, two ufuncs."""
-            got = folded.get((x.dtype, x.ndim))
-            if got is None or (x.dtype != np.float32 and x.dtype != np.float64):
-                return compute(x, *params)
+            """Constant statistics, float32/float64 x: the folded scale and shift, two ufuncs.
+            Up to 64K elements the scale and shift are kept broadcast to x's full shape: NumPy's
+            contiguous loops are ~2.5x faster there than its stride-0 broadcast loops (measured on
+            PP-OCR cls shapes); larger tensors keep the (1, C, 1...) form (cache-bound)."""
+            got = full.get(x.shape)
+            if got is None or got[0].dtype != x.dtype:
+                got = folded.get((x.dtype, x.ndim))
+                if got is None or (x.dtype != np.float32 and x.dtype != np.float64):
+                    return compute(x, *params)
+                if x.size <= 1 << 16 and len(full) < 8:
+                    got = full[x.shape] = (np.broadcast_to(got[0], x.shape).copy(), np.broadcast_to(got[1], x.shape).copy())
             y = x * got[0]
             y += got[1]
             return (y,)
