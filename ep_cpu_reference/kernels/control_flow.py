@@ -56,7 +56,13 @@ def build_if(node: Any, ctx: Any) -> Callable[..., Any]:
     def compute(*args: Any) -> list[Any]:
         explicit, outer = _split_args(node, args)
         branch = then_b if _truthy(explicit[0], node) else else_b
-        return branch.run([], outer)
+        outs = branch.run([], outer)
+        # a branch output computed once from constants is a shared read-only array (see
+        # nn_common.frozen); the If's outputs may be graph outputs, so hand out a private copy
+        for i, v in enumerate(outs):
+            if type(v) is np.ndarray and not v.flags.writeable:
+                outs[i] = v.copy()
+        return outs
 
     return compute
 

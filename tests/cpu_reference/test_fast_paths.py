@@ -383,3 +383,25 @@ def test_conv_padding_only_taps_dropped(shape, wshape, group, pads, strides) -> 
     b = RNG.standard_normal(wshape[0]).astype(np.float32)
     node = helper.make_node("Conv", ["x", "w", "b"], ["y"], group=group, pads=pads, strides=strides)
     _vs_onnxruntime(node, {"x": x}, {"w": w, "b": b})
+
+
+def test_if_output_computed_from_constants_is_writable() -> None:
+    """A branch output memoised from constants (read-only, shared) leaves the If as a copy."""
+    import ep_core
+
+    w = RNG.standard_normal((4, 3)).astype(np.float32)
+    branch = helper.make_graph(
+        [helper.make_node("Slice", ["w", "s", "e"], ["y"])], "b", [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+    g = helper.make_graph(
+        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)], "g",
+        [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
+        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(_i64(1), "s"), numpy_helper.from_array(_i64(3), "e")],
+    )
+    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+                                 providers=["CpuReferenceExecutionProvider"])
+    for _ in range(2):
+        (y,) = s.run(None, {"c": np.array(True)})
+        np.testing.assert_array_equal(y, w[1:3])
+        y[...] = 0  # the caller owns it; the next run is unaffected
