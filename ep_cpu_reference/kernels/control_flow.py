@@ -34,6 +34,16 @@ def _stack(parts: list[Any], axis: int, node: Any, out_index: int) -> np.ndarray
     return np.zeros(shape, dtype=dtype)
 
 
+def _owned(outs: list[Any]) -> list[Any]:
+    """``outs`` with read-only arrays copied: a body output computed once from constants is a
+    shared read-only array (see nn_common.frozen), and a control-flow output may be a graph
+    output, which the caller owns."""
+    for i, v in enumerate(outs):
+        if type(v) is np.ndarray and not v.flags.writeable:
+            outs[i] = v.copy()
+    return outs
+
+
 def _truthy(cond: Any, node: Any) -> bool:
     arr = np.asarray(cond)
     if arr.size != 1:
@@ -56,13 +66,7 @@ def build_if(node: Any, ctx: Any) -> Callable[..., Any]:
     def compute(*args: Any) -> list[Any]:
         explicit, outer = _split_args(node, args)
         branch = then_b if _truthy(explicit[0], node) else else_b
-        outs = branch.run([], outer)
-        # a branch output computed once from constants is a shared read-only array (see
-        # nn_common.frozen); the If's outputs may be graph outputs, so hand out a private copy
-        for i, v in enumerate(outs):
-            if type(v) is np.ndarray and not v.flags.writeable:
-                outs[i] = v.copy()
-        return outs
+        return _owned(branch.run([], outer))
 
     return compute
 
@@ -92,8 +96,7 @@ def build_loop(node: Any, ctx: Any) -> Callable[..., Any]:
             for k in range(n_scan):
                 scans[k].append(res[1 + n_carried + k])
             i += 1
-        out = list(carried) + [_stack(scans[k], 0, node, n_carried + k) for k in range(n_scan)]
-        return out
+        return _owned(list(carried) + [_stack(scans[k], 0, node, n_carried + k) for k in range(n_scan)])
 
     return compute
 
@@ -153,7 +156,7 @@ def build_scan(node: Any, ctx: Any) -> Callable[..., Any]:
         explicit, outer = _split_args(node, args)
         states, scan_inputs = explicit[:n_state], [np.asarray(x) for x in explicit[n_state:]]
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes_attr, scan_inputs, strict=False)]
-        return _scan_loop(node, body, outer, states, scan_inputs, in_axes, in_dirs, out_axes, out_dirs, n_scan_out)
+        return _owned(_scan_loop(node, body, outer, states, scan_inputs, in_axes, in_dirs, out_axes, out_dirs, n_scan_out))
 
     return compute
 
