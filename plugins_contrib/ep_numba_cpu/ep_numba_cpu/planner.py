@@ -158,7 +158,7 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
     node's)."""
     from ep_numba_cpu.codegen import kernel_key
 
-    graph = view
+    graph = _WithSynthetic(view)
     consts: dict[str, np.ndarray] = {}
     members = list(view.nodes)
     steps: list[Any] = []  # ("contraction", dict) | ("cluster", _Cluster)
@@ -188,14 +188,19 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
             ins = list(node.inputs) + ([""] * (3 - len(node.inputs)) if kind in ("conv", "gemm") else [])
             attrs = {k: v for k, v in node.attributes.items() if isinstance(v, (int, float, str, list))}
             body: dict[str, Any] = {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]], "attrs": attrs}
+            bias_item = None
             if kind == "conv":
                 dw = _depthwise_kernel(graph, node, parallel)
                 if dw is not None:
                     body["kernel"] = dw
+                else:
+                    bias_item = _conv_bias_item(graph, node, ins, consts, body)
             steps.append(("contraction", body))
-            where[node.outputs[0]] = len(steps) - 1
-            continue
-        if op == "BatchNormalization":
+            where[body["outputs"][0]] = len(steps) - 1
+            if bias_item is None:
+                continue
+            item = bias_item  # the bias add opens the elementwise tail's cluster (one pass over memory)
+        elif op == "BatchNormalization":
             x = node.inputs[0]
             scale, bias, mean, var = (graph.constant_value(i) for i in node.inputs[1:5])
             eps = float(node.attr("epsilon", 1e-5))
@@ -269,6 +274,41 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
         plan_steps.append(step)
     plan = {"inputs": list(inputs), "outputs": list(outputs), "steps": plan_steps}
     return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]) for n in used_consts}, kernels)
+
+
+class _WithSynthetic:
+    """The group's graph view plus value infos of values the plan makes up (a convolution's output
+    before its bias)."""
+
+    def __init__(self, graph: Any) -> None:
+        self._graph = graph
+        self.infos: dict[str, Any] = {}
+
+    def value_info(self, name: str) -> Any:
+        info = self.infos.get(name)
+        return info if info is not None else self._graph.value_info(name)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._graph, name)
+
+
+def _conv_bias_item(graph: _WithSynthetic, node: Any, ins: list[str], consts: dict[str, np.ndarray],
+                    body: dict[str, Any]) -> _Item | None:
+    """For a convolution with a constant bias: the convolution step writes its output without the
+    bias, and an elementwise item adds it, so the bias joins the tail's kernel instead of being one
+    more pass over the output. None (bias left to the convolution) when shapes are not known."""
+    bias = consts.get(ins[2]) if ins[2] else None
+    rank = _rank(graph, node.inputs[0])
+    info = graph.value_info(node.outputs[0])
+    if bias is None or bias.ndim != 1 or rank not in (3, 4) or info is None or info.shape is None:
+        return None
+    out = node.outputs[0]
+    raw, b = f"{out}::conv", f"{out}::conv_bias"
+    consts[b] = bias.reshape((bias.shape[0],) + (1,) * (rank - 2))
+    graph.infos[raw] = info
+    body["inputs"] = [ins[0], ins[1], ""]
+    body["outputs"] = [raw]
+    return _Item([raw, b], out, lambda a_, d_, o_: f"({a_[0]} + {a_[1]})")
 
 
 def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray],

@@ -187,6 +187,7 @@ class GraphRunner:
         # to fault in on every run); the fused node's outputs are always fresh arrays
         self._internal = [not any(o in self.outputs for o in _names(step)) for _, step, _ in self.steps]
         self._pool: list[Workspace] = []  # one workspace per concurrent run
+        self._shape_plans: list[dict[Any, Any]] = [{} for _ in self.steps]  # per kernel step: shapes -> call plan
 
     def __call__(self, *inputs: Any) -> list[Any]:
         try:
@@ -205,7 +206,7 @@ class GraphRunner:
         for k, (kind, step, fn) in enumerate(self.steps):
             ins = step["inputs"]
             if kind == "kernel":
-                self._run_kernel(step, fn, env, ws if self._internal[k] else None, k)
+                self._run_kernel(step, fn, env, ws if self._internal[k] else None, k, self._shape_plans[k])
             elif kind == "conv":
                 env[step["outputs"][0]] = conv2d(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"],
                                                  fn, ws, k, self._internal[k])
@@ -219,33 +220,51 @@ class GraphRunner:
 
     @staticmethod
     def _run_kernel(step: Mapping[str, Any], fns: Any, env: dict[str, Any], ws: Workspace | None = None,
-                    k: int = 0) -> None:
+                    k: int = 0, shape_plans: dict[Any, Any] | None = None) -> None:
         fn, spec_fn = fns
-        rank = step["rank"]
-        args = [np.asarray(env[n]) for n in step["inputs"]]
-        shapes = [a.shape for a in args]
-        full = np.broadcast_shapes(*shapes) if shapes else ()
-        full = (1,) * (rank - len(full)) + tuple(full)
-        spec = step.get("spec")
-        if spec_fn is not None and _follows(spec, shapes, full, rank):
-            dims = np.array([_prod(full, g) for g in spec["groups"]], dtype=np.int64)
-            size = _prod(full, range(rank))
-            outs = [_buf(ws, (k, m), full, np.dtype(o["dtype"])) for m, o in enumerate(step["outputs"])]
-            flat = [_readonly_flat(a) for a in args]
-            dims.flags.writeable = False
-            spec_fn(*[o.reshape(size) for o in outs], *flat, dims)
+        args = [a if type(a) is np.ndarray else np.asarray(a) for a in (env[n] for n in step["inputs"])]
+        shapes = tuple(a.shape for a in args)
+        sp = shape_plans.get(shapes) if shape_plans is not None else None
+        if sp is None:
+            sp = _shape_plan(step, shapes, spec_fn is not None)
+            if shape_plans is not None:
+                if len(shape_plans) >= 64:  # many dynamic shapes: keep the cache bounded
+                    shape_plans.clear()
+                shape_plans[shapes] = sp
+        full, dims, size, dtypes, finals = sp
+        outs = [_buf(ws, (k, m), full, dt) for m, dt in enumerate(dtypes)]
+        if dims is not None:
+            spec_fn(*[o.reshape(size) for o in outs], *[_readonly_flat(a) for a in args], dims)
         else:
-            outs = [_buf(ws, (k, m), full, np.dtype(o["dtype"])) for m, o in enumerate(step["outputs"])]
+            rank = len(full)
             views = [np.broadcast_to(a.reshape((1,) * (rank - a.ndim) + a.shape), full) for a in args]
             fn(*outs, *views)
-        for o, buf in zip(step["outputs"], outs, strict=True):
-            deps = [shapes[i] for i in o["deps"]]
-            real = tuple(np.broadcast_shapes(*deps)) if deps else ()
-            real = (1,) * (o["rank"] - len(real)) + real
-            real_r = (1,) * (rank - len(real)) + real
-            if real_r != full:
-                buf = buf[tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full, strict=True))]
-            env[o["name"]] = buf.reshape(real)
+        for (name, cut, real), buf in zip(finals, outs, strict=True):
+            env[name] = (buf[cut] if cut is not None else buf).reshape(real)
+
+
+def _shape_plan(step: Mapping[str, Any], shapes: tuple[tuple[int, ...], ...], has_spec: bool) -> tuple[Any, ...]:
+    """Everything about one kernel call that depends only on its input shapes (cached per shapes):
+    the broadcast shape, the specialised kernel's dims when the shapes follow its pattern (else
+    None: the general kernel), each output's dtype, slice and final shape."""
+    rank = step["rank"]
+    full = np.broadcast_shapes(*shapes) if shapes else ()
+    full = (1,) * (rank - len(full)) + tuple(full)
+    dims = None
+    if has_spec and _follows(step.get("spec"), shapes, full, rank):
+        dims = np.array([_prod(full, g) for g in step["spec"]["groups"]], dtype=np.int64)
+        dims.flags.writeable = False
+    finals = []
+    for o in step["outputs"]:
+        deps = [shapes[i] for i in o["deps"]]
+        real = tuple(np.broadcast_shapes(*deps)) if deps else ()
+        real = (1,) * (o["rank"] - len(real)) + real
+        real_r = (1,) * (rank - len(real)) + real
+        cut = None
+        if real_r != full:
+            cut = tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full, strict=True))
+        finals.append((o["name"], cut, real))
+    return full, dims, _prod(full, range(rank)), [np.dtype(o["dtype"]) for o in step["outputs"]], finals
 
 
 def _names(step: Mapping[str, Any]) -> list[str]:
