@@ -151,6 +151,11 @@ def plan_conv(
     def im2col(xp: np.ndarray) -> np.ndarray:
         return np.ndarray(view_shape, dtype=dt, buffer=xp, strides=view_strides)
 
+    if bias is not None and n * m * p <= 1 << 16:
+        # small outputs: the bias broadcast to the full output once per plan; NumPy's contiguous
+        # add is ~2.5x faster than its stride-0 broadcast add (PP-OCR cls: 53 convs)
+        bias = np.broadcast_to(bias, out_shape).copy()
+
     def finish(y: np.ndarray) -> np.ndarray:
         if bias is not None:
             y += bias
