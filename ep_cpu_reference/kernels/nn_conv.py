@@ -24,7 +24,6 @@ from ep_cpu_reference.kernels.nn_common import (
 )
 from ep_cpu_reference.registry import REGISTRY
 
-
 # depthwise: im2col + batched matmul while the im2col buffer (C*K*P values) stays under this;
 # measured faster than tap accumulation at every size in the zoo models (1.2-2.2x), so the taps
 # path is only a memory bound

@@ -125,8 +125,10 @@ def test_squeeze_constant_axes(axes) -> None:
 
 def test_squeeze_constant_axes_rejects_non_unit_dim() -> None:
     node = helper.make_node("Squeeze", ["x", "a"], ["y"])
+    from ep_core.errors import EpCoreError
+
     s = _session(node, {"a": _i64(1)}, {"a"}, 3)
-    with pytest.raises(Exception):
+    with pytest.raises(EpCoreError, match="squeeze"):
         s.run(None, {"x": np.zeros((1, 2, 1), np.float32)})
 
 
@@ -240,8 +242,9 @@ def test_reduce_constant_axes(op, axes, keepdims) -> None:
 
 def _vs_onnxruntime(node, inputs: dict[str, np.ndarray], const: dict[str, np.ndarray], opset: int = 18) -> None:
     """The node with ``const`` as initializers on the reference EP and on onnxruntime."""
-    import ep_core
     import onnxruntime as ort
+
+    import ep_core
 
     vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()]
     g = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
