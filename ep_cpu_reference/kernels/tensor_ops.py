@@ -51,12 +51,15 @@ def param_key(v: Any) -> Any:
 
 def per_shape(plan: Callable[[tuple[int, ...]], Any]) -> Callable[[tuple[int, ...]], Any]:
     """``plan(shape)`` memoised on the input shape: validation and index arithmetic run once per
-    shape, so a repeated inference pays one dict lookup. Shapes are few (one per feed shape)."""
+    shape, so a repeated inference pays one dict lookup. Shapes are usually few (one per feed
+    shape); the memo is bounded for models fed ever-changing lengths."""
     cache: dict[tuple[int, ...], Any] = {}
 
     def get(shape: tuple[int, ...]) -> Any:
         r = cache.get(shape)
         if r is None:
+            if len(cache) >= 256:  # shapes that change every run (streaming lengths): stay small
+                cache.clear()
             r = cache[shape] = plan(shape)
         return r
 
