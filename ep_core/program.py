@@ -113,9 +113,12 @@ class SubgraphRunner:
         self.input_names = tuple(v.name for v in program.graph.inputs)
         self.output_names = tuple(v.name for v in program.graph.outputs)
         self.outer_names = program.graph.outer_scope_inputs
+        self._plan: Plan | None = None
 
     def run(self, inputs: Sequence[Any], outer: Mapping[str, Any]) -> list[Any]:
-        plan = self.program.plan()
+        plan = self._plan
+        if plan is None:  # built on first use: the body may never run
+            plan = self._plan = self.program.plan()
         vals = plan.template.copy()
         slots = plan.input_slots
         for name, value in zip(self.input_names, inputs):
