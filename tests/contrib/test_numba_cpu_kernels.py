@@ -225,3 +225,17 @@ def test_buffers_kept_between_runs_never_reach_the_caller():
     for a, want in zip(second, ref.run(None, {"x": x2}), strict=True):
         np.testing.assert_allclose(a, want, rtol=1e-4, atol=1e-4)
     assert not any(np.shares_memory(a, b) for a in first for b in second)
+
+
+def test_two_groups_never_feed_each_other():
+    # A = {ax, aw} and B = {bu, bz, by} are each convex, but A -> Transpose -> B (by) and B (bz) -> A
+    # (aw) would make the fused nodes a cycle; aw must not join A
+    nodes = [helper.make_node("Relu", ["x"], ["ax"], name="ax"), helper.make_node("Relu", ["y"], ["bu"], name="bu"),
+             helper.make_node("Neg", ["bu"], ["bz"], name="bz"), helper.make_node("Add", ["ax", "bz"], ["aw"], name="aw"),
+             helper.make_node("Transpose", ["ax"], ["t"], name="t", perm=[1, 0]),
+             helper.make_node("Add", ["t", "bu"], ["by"], name="by")]
+    m = _model(nodes, [("x", F, [3, 3]), ("y", F, [3, 3])], [("aw", F, [3, 3]), ("by", F, [3, 3])])
+    sess = _check(m, {"x": rng.standard_normal((3, 3), np.float32), "y": rng.standard_normal((3, 3), np.float32)},
+                  fused_at_least=4)
+    a = sess.get_node_assignment()
+    assert a["aw"]["fused_node"] != a["ax"]["fused_node"] or a["by"]["fused_node"] != a["bu"]["fused_node"]

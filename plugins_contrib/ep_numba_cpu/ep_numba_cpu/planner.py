@@ -86,6 +86,7 @@ def choose_groups(graph: Any) -> list[list[Any]]:
     group_of: dict[int, int] = {}
     groups: dict[int, list[Any]] = {}
     reach: dict[int, frozenset[int]] = {}  # node -> groups it depends on
+    gdeps: dict[int, set[int]] = {}  # group -> groups its members depend on directly
     for n in graph.all_nodes:
         producers = [p for p in (graph.producer(i) for i in tuple(n.inputs) + n.implicit_inputs if i) if p is not None]
         r: set[int] = set()
@@ -101,15 +102,20 @@ def choose_groups(graph: Any) -> list[list[Any]]:
             gid = group_of.get(p.index)
             if gid is None or gid == chosen:
                 continue
-            # convex: no other producer outside the group may depend on the group
-            if all(group_of.get(q.index) == gid or gid not in reach.get(q.index, frozenset()) for q in producers):
+            # convex: no other producer outside the group may depend on the group; acyclic: no
+            # group this node depends on may itself depend on the group (two groups feeding each
+            # other through different members would be a cycle of fused nodes)
+            if all(group_of.get(q.index) == gid or gid not in reach.get(q.index, frozenset()) for q in producers) \
+                    and not any(_group_depends(gdeps, h, gid) for h in r if h != gid):
                 chosen = gid
                 break
         if chosen is None:
             chosen = len(groups)
             groups[chosen] = []
+            gdeps[chosen] = set()
         group_of[n.index] = chosen
         groups[chosen].append(n)
+        gdeps[chosen] |= r - {chosen}
     # absorb Constant nodes whose every consumer is in one group
     for n in graph.nodes:
         if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or n.index in group_of:
@@ -127,6 +133,20 @@ def choose_groups(graph: Any) -> list[list[Any]]:
         if any(x.op_type != "Constant" for x in nodes):
             out.append(sorted(nodes, key=lambda x: x.index))
     return out
+
+
+def _group_depends(gdeps: dict[int, set[int]], start: int, target: int) -> bool:
+    """Whether group ``start`` depends on group ``target`` (through any chain of groups)."""
+    seen, todo = {start}, [start]
+    while todo:
+        g = todo.pop()
+        for h in gdeps.get(g, ()):
+            if h == target:
+                return True
+            if h not in seen:
+                seen.add(h)
+                todo.append(h)
+    return False
 
 
 @dataclass
