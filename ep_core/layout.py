@@ -192,12 +192,8 @@ def _optimize_transposes(g: Any) -> None:
                 continue
             rank = len(perm_back)
             # 1. back -> (only) forward transposes: the forward ones read back's input directly
-            if all(u.op_type == "Transpose" and _perm(u) == to_nhwc_perm(rank) for u in users):
-                src = back.input[0]
-                for fwd in users:
-                    _rename_input(nodes, fwd.output[0], src)
-                    g.node.remove(fwd)
-                g.node.remove(back)
+            if _all_forward(users, rank):
+                _bypass(g, nodes, back, users, back.input[0])
                 changed = True
                 break
             # 2. back -> unary op whose every consumer is a forward transpose: run the op in NHWC
@@ -205,19 +201,25 @@ def _optimize_transposes(g: Any) -> None:
                     and len([i for i in users[0].input if i]) == 1:
                 op = users[0]
                 out_users = consumers.get(op.output[0], [])
-                if op.output[0] in graph_outputs or not out_users:
-                    continue
-                if all(u.op_type == "Transpose" and _perm(u) == to_nhwc_perm(rank) for u in out_users):
-                    # a new name: the old one's shape info describes NCHW data
-                    renamed = f"{op.output[0]}__nhwc"
+                if op.output[0] not in graph_outputs and _all_forward(out_users, rank):
                     op.input[0] = back.input[0]
-                    op.output[0] = renamed
-                    for fwd in out_users:
-                        _rename_input(nodes, fwd.output[0], renamed)
-                        g.node.remove(fwd)
-                    g.node.remove(back)
+                    op.output[0] = f"{op.output[0]}__nhwc"  # a new name: the old one's shape info is NCHW
+                    _bypass(g, nodes, back, out_users, op.output[0])
                     changed = True
                     break
+
+
+def _all_forward(users: list[Any], rank: int) -> bool:
+    """True when ``users`` is non-empty and every one is a Transpose into NHWC."""
+    return bool(users) and all(u.op_type == "Transpose" and _perm(u) == to_nhwc_perm(rank) for u in users)
+
+
+def _bypass(g: Any, nodes: list[Any], back: Any, forwards: list[Any], source: str) -> None:
+    """Remove ``back`` and the ``forwards`` transposes; their readers read ``source`` instead."""
+    for fwd in forwards:
+        _rename_input(nodes, fwd.output[0], source)
+        g.node.remove(fwd)
+    g.node.remove(back)
 
 
 def _rename_input(nodes: list[Any], old: str, new: str) -> None:
