@@ -34,15 +34,23 @@ def feed():
     return {"x": np.random.default_rng(0).standard_normal((1, 3, 8, 8)).astype(np.float32)}
 
 
-def _register(factory):
-    ep_core.register_execution_provider_library(NAME, factory)
+@pytest.fixture
+def register():
+    """Register an NhwcFactory variant for the test; always unregistered afterwards."""
+    registered = []
+
+    def add(factory: NhwcFactory) -> None:
+        ep_core.register_execution_provider_library(NAME, factory)
+        registered.append(NAME)
+
+    yield add
+    for name in registered:
+        ep_core.unregister_execution_provider_library(name)
 
 
 @pytest.fixture
-def nhwc():
-    _register(NhwcFactory())
-    yield
-    ep_core.unregister_execution_provider_library(NAME)
+def nhwc(register):
+    register(NhwcFactory())
 
 
 def test_cnn_runs_in_nhwc_with_two_transposes_and_matches(nhwc, feed) -> None:
@@ -58,12 +66,9 @@ def test_cnn_runs_in_nhwc_with_two_transposes_and_matches(nhwc, feed) -> None:
     np.testing.assert_allclose(sess.run(None, feed)[0], reference, rtol=1e-5, atol=1e-5)
 
 
-def test_ep_may_refuse_an_op(feed) -> None:
-    _register(NhwcFactory(convert_maxpool=False))
-    try:
-        sess = ep_core.InferenceSession(_cnn(), providers=[NAME])
-    finally:
-        ep_core.unregister_execution_provider_library(NAME)
+def test_ep_may_refuse_an_op(feed, register) -> None:
+    register(NhwcFactory(convert_maxpool=False))
+    sess = ep_core.InferenceSession(_cnn(), providers=[NAME])
     nodes = {n.name: n for n in sess.model.graph.node}
     assert nodes["pool"].domain == "" and nodes["conv2"].domain == NHWC_DOMAIN
     assert sess.get_node_assignment()["pool"]["ep"] == "CpuReferenceExecutionProvider"
@@ -71,13 +76,10 @@ def test_ep_may_refuse_an_op(feed) -> None:
     np.testing.assert_allclose(sess.run(None, feed)[0], reference, rtol=1e-5, atol=1e-5)
 
 
-def test_nodes_without_nhwc_kernels_stay_nchw(feed) -> None:
+def test_nodes_without_nhwc_kernels_stay_nchw(feed, register) -> None:
     # no NHWC Conv: the convolutions are never claimed, so only pool and gap move to NHWC
-    _register(NhwcFactory(with_conv=False))
-    try:
-        sess = ep_core.InferenceSession(_cnn(), providers=[NAME])
-    finally:
-        ep_core.unregister_execution_provider_library(NAME)
+    register(NhwcFactory(with_conv=False))
+    sess = ep_core.InferenceSession(_cnn(), providers=[NAME])
     assignment = sess.get_node_assignment()
     assert assignment["conv1"]["ep"] == "CpuReferenceExecutionProvider"
     assert assignment["pool"]["ep"] == NAME and assignment["gap"]["ep"] == NAME
@@ -85,28 +87,23 @@ def test_nodes_without_nhwc_kernels_stay_nchw(feed) -> None:
     np.testing.assert_allclose(sess.run(None, feed)[0], reference, rtol=1e-5, atol=1e-5)
 
 
-def test_rewritten_node_left_unclaimed_reverts_with_a_reason(feed, monkeypatch) -> None:
-    factory = NhwcFactory()
-    _register(factory)
-    try:
-        # the EP advertises an NHWC GlobalAveragePool for the first pass but its kernel lookup
-        # fails on the rewritten node in the second
-        from ep_core.kernels import KernelRegistry
+def test_rewritten_node_left_unclaimed_reverts_with_a_reason(feed, monkeypatch, register) -> None:
+    register(NhwcFactory())
+    # the EP advertises an NHWC GlobalAveragePool for the first pass but its kernel lookup
+    # fails on the rewritten node in the second
+    from ep_core.kernels import KernelRegistry, LookupResult
 
-        real = KernelRegistry.lookup
+    real = KernelRegistry.lookup
 
-        def flaky(self, node, domain=None):  # noqa: ANN001
-            if node.op_type == "GlobalAveragePool" and node.domain == NHWC_DOMAIN and domain is None:
-                from ep_core.kernels import LookupResult
+    def flaky(self, node, domain=None):  # noqa: ANN001
+        if node.op_type == "GlobalAveragePool" and node.domain == NHWC_DOMAIN and domain is None:
+            return LookupResult(None, "refused on purpose")
+        return real(self, node, domain)
 
-                return LookupResult(None, "refused on purpose")
-            return real(self, node, domain)
-
-        monkeypatch.setattr(KernelRegistry, "lookup", flaky)
-        with pytest.warns(RuntimeWarning, match="reverted to NCHW"):
-            sess = ep_core.InferenceSession(_cnn(), providers=[NAME])
-    finally:
-        ep_core.unregister_execution_provider_library(NAME)
+    monkeypatch.setattr(KernelRegistry, "lookup", flaky)
+    with pytest.warns(RuntimeWarning, match="reverted to NCHW"):
+        sess = ep_core.InferenceSession(_cnn(), providers=[NAME])
+    monkeypatch.undo()  # the reference run below needs the real lookup
     assert all(n.domain == "" for n in sess.model.graph.node)
     assert any("did not claim the rewritten node(s) ['gap']" in d for d in sess.get_partition_diagnostics())
     reference = ep_core.InferenceSession(_cnn(), providers=["CpuReferenceExecutionProvider"]).run(None, feed)[0]
