@@ -83,7 +83,11 @@ def ref_child(name: str, budget_s: float) -> None:
             first = time.perf_counter() - t0
             first_cpu = time.process_time() - c0
             # a first run longer than the budget is the measurement (one sample)
-            lat = (first, first, first_cpu) if first > budget_s else _latency(lambda: ev.run(None, feed), budget_s, min_runs=1)
+            lat = (
+                (first, first, first_cpu)
+                if first > budget_s
+                else _latency(lambda: ev.run(None, feed), budget_s, min_runs=1)
+            )
         except Exception as exc:  # recorded, not hidden
             print(json.dumps({"status": "crash", "error": f"{type(exc).__name__}: {str(exc)[:120]}"}))
             return
@@ -93,8 +97,11 @@ def ref_child(name: str, budget_s: float) -> None:
         np.allclose(np.asarray(g, np.float64), np.asarray(w, np.float64), atol=1e-4, rtol=1e-3)
         for g, w in zip(got, want, strict=False)
     )
-    print(json.dumps({"status": "ok" if ok else "wrong", "latency": lat[0], "median": lat[1], "cpu": lat[2],
-                      "max_err": err}))
+    print(
+        json.dumps(
+            {"status": "ok" if ok else "wrong", "latency": lat[0], "median": lat[1], "cpu": lat[2], "max_err": err}
+        )
+    )
 
 
 def main() -> None:
@@ -126,18 +133,26 @@ def main() -> None:
         try:
             proc = subprocess.run(
                 [sys.executable, __file__, "--ref-child", name, "--runs-seconds", str(args.runs_seconds)],
-                capture_output=True, text=True, timeout=args.ref_timeout,
+                capture_output=True,
+                text=True,
+                timeout=args.ref_timeout,
             )
             lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
             ref = json.loads(lines[-1]) if lines else {"status": "crash", "error": f"exit {proc.returncode}"}
         except subprocess.TimeoutExpired:
             ref = {"status": "timeout"}
         rows.append((name, ep_lat, ep_med, ep_cpu, ort_lat, ort_med, ort_cpu, ep_err, ref))
-        print(f"# {name}: ep {ep_lat * 1e3:.2f}/{ep_med * 1e3:.2f}/cpu {ep_cpu * 1e3:.2f} ms, "
-              f"ort {ort_lat * 1e3:.2f}/{ort_med * 1e3:.2f}/cpu {ort_cpu * 1e3:.2f} ms, ref {ref}", file=sys.stderr, flush=True)
+        print(
+            f"# {name}: ep {ep_lat * 1e3:.2f}/{ep_med * 1e3:.2f}/cpu {ep_cpu * 1e3:.2f} ms, "
+            f"ort {ort_lat * 1e3:.2f}/{ort_med * 1e3:.2f}/cpu {ort_cpu * 1e3:.2f} ms, ref {ref}",
+            file=sys.stderr,
+            flush=True,
+        )
 
-    print("| model | ref EP best / median / CPU (ms) | ORT 1 thread best / median / CPU (ms) | EP / ORT best (median; CPU) "
-          "| EP max abs err vs ORT | ReferenceEvaluator best / CPU (ms) | RefEval / EP best (CPU) |")
+    print(
+        "| model | ref EP best / median / CPU (ms) | ORT 1 thread best / median / CPU (ms) | EP / ORT best (median; CPU) "
+        "| EP max abs err vs ORT | ReferenceEvaluator best / CPU (ms) | RefEval / EP best (CPU) |"
+    )
     print("|---|---:|---:|---:|---:|---:|---:|")
     ort_ratios, med_ratios, cpu_ratios, ref_ratios, ref_cpu_ratios, ref_lower = [], [], [], [], [], False
     for name, ep_lat, ep_med, ep_cpu, ort_lat, ort_med, ort_cpu, ep_err, ref in rows:
@@ -148,7 +163,8 @@ def main() -> None:
         st = ref["status"]
         if st in ("ok", "wrong"):
             ref_cell = f"{ref['latency'] * 1e3:.1f} / {ref['cpu'] * 1e3:.1f}" + (
-                "" if st == "ok" else f" (wrong: max err {ref['max_err']:.2g})")
+                "" if st == "ok" else f" (wrong: max err {ref['max_err']:.2g})"
+            )
             sp = ref["latency"] / ep_lat
             ref_ratios.append(sp)
             ref_cpu_ratios.append(ref["cpu"] / ep_cpu)
@@ -163,16 +179,20 @@ def main() -> None:
         else:
             ref_cell = f"crash ({ref.get('error', '')[:60]})"
             sp_cell = "n/a"
-        print(f"| {name} | {ep_lat * 1e3:.2f} / {ep_med * 1e3:.2f} / {ep_cpu * 1e3:.2f} "
-              f"| {ort_lat * 1e3:.2f} / {ort_med * 1e3:.2f} / {ort_cpu * 1e3:.2f} "
-              f"| {r:.2f} ({ep_med / ort_med:.2f}; {ep_cpu / ort_cpu:.2f}) | {ep_err:.2g} | {ref_cell} | {sp_cell} |")
+        print(
+            f"| {name} | {ep_lat * 1e3:.2f} / {ep_med * 1e3:.2f} / {ep_cpu * 1e3:.2f} "
+            f"| {ort_lat * 1e3:.2f} / {ort_med * 1e3:.2f} / {ort_cpu * 1e3:.2f} "
+            f"| {r:.2f} ({ep_med / ort_med:.2f}; {ep_cpu / ort_cpu:.2f}) | {ep_err:.2g} | {ref_cell} | {sp_cell} |"
+        )
 
     def gmean(v: list[float]) -> float:
         return math.exp(sum(math.log(x) for x in v) / len(v)) if v else float("nan")
 
     print()
-    print(f"geometric mean EP / ORT-1-thread: {gmean(ort_ratios):.2f}x best-vs-best, {gmean(med_ratios):.2f}x "
-          f"median-vs-median, {gmean(cpu_ratios):.2f}x CPU time, over {len(ort_ratios)} models")
+    print(
+        f"geometric mean EP / ORT-1-thread: {gmean(ort_ratios):.2f}x best-vs-best, {gmean(med_ratios):.2f}x "
+        f"median-vs-median, {gmean(cpu_ratios):.2f}x CPU time, over {len(ort_ratios)} models"
+    )
     print(
         f"geometric mean ReferenceEvaluator / EP: {gmean(ref_ratios):.1f}x best-vs-best, {gmean(ref_cpu_ratios):.1f}x CPU time, "
         f"over {len(ref_ratios)} models where it ran"

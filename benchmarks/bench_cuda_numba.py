@@ -81,8 +81,10 @@ def bench_bandwidth(dev: Any) -> None:
     peak = 2 * clock_khz * 1e3 * bus_bits / 8
     rt, stream = runtime()
     prog = single_op_program("{0} + {1}", 2, 0, np.dtype(np.float32))
-    print(f"\n## Elementwise bandwidth ({dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
-          f"peak {peak / 1e9:.0f} GB/s from {clock_khz / 1e3:.0f} MHz x {bus_bits} bit DDR)")
+    print(
+        f"\n## Elementwise bandwidth ({dev.name.decode() if isinstance(dev.name, bytes) else dev.name}, "
+        f"peak {peak / 1e9:.0f} GB/s from {clock_khz / 1e3:.0f} MHz x {bus_bits} bit DDR)"
+    )
     print("| elements | GB/s | fraction of peak |\n|---:|---:|---:|")
     for n in (1 << 20, 1 << 24, 1 << 26):
         a = cuda.to_device(np.random.rand(n).astype(np.float32))
@@ -107,6 +109,7 @@ def cublas_peer() -> tuple[str, Callable[[np.ndarray, np.ndarray], Callable[[], 
         import torch
 
         if torch.cuda.is_available():
+
             def make(a: np.ndarray, b: np.ndarray) -> Callable[[], None]:
                 ta, tb = torch.from_numpy(a).cuda(), torch.from_numpy(b).cuda()
                 return lambda: (torch.matmul(ta, tb), torch.cuda.synchronize())

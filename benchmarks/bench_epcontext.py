@@ -44,9 +44,12 @@ def feed_for(name: str):  # type: ignore[no-untyped-def]
 def _tiny_model() -> bytes:
     from onnx import TensorProto, helper
 
-    g = helper.make_graph([helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])], "warmup",
-                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
+    g = helper.make_graph(
+        [helper.make_node("Transpose", ["x"], ["y"], perm=[1, 0])],
+        "warmup",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
 
 
@@ -88,13 +91,23 @@ def child(mode: str, model: str, out: str | None, warm: bool) -> None:
     dt = time.perf_counter() - t0
     from ep_numba_cpu.codegen import STATS
 
-    print(json.dumps({"seconds": dt, "ep_seconds": ep_time[0], "compiled": STATS["compiled"],
-                      "rebuilt": STATS["rebuilt"],
-                      "fused": sum(1 for a in sess.get_node_assignment().values() if a["ep"] == NUMBA)}))
+    print(
+        json.dumps(
+            {
+                "seconds": dt,
+                "ep_seconds": ep_time[0],
+                "compiled": STATS["compiled"],
+                "rebuilt": STATS["rebuilt"],
+                "fused": sum(1 for a in sess.get_node_assignment().values() if a["ep"] == NUMBA),
+            }
+        )
+    )
 
 
 def sample(mode: str, model: Path, out: Path | None = None, warm: bool = False) -> dict:
-    cmd = [sys.executable, __file__, "--child", mode, "warm" if warm else "first", str(model)] + ([str(out)] if out else [])
+    cmd = [sys.executable, __file__, "--child", mode, "warm" if warm else "first", str(model)] + (
+        [str(out)] if out else []
+    )
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise SystemExit(f"child failed: {proc.stderr[-3000:]}")
@@ -143,9 +156,21 @@ def main() -> None:
                 w = statistics.median(s["seconds"] for s in load)
                 ce = statistics.median(s["ep_seconds"] for s in cold)
                 we = statistics.median(s["ep_seconds"] for s in load)
-                rows_create.append((name, "after warm-up session" if warm_first else "first session", cold[0]["fused"],
-                                    cold[0]["compiled"], load[0]["rebuilt"], c, w, c / w, ce, we,
-                                    max(s["compiled"] for s in load)))
+                rows_create.append(
+                    (
+                        name,
+                        "after warm-up session" if warm_first else "first session",
+                        cold[0]["fused"],
+                        cold[0]["compiled"],
+                        load[0]["rebuilt"],
+                        c,
+                        w,
+                        c / w,
+                        ce,
+                        we,
+                        max(s["compiled"] for s in load),
+                    )
+                )
 
             feed = feed_for(name)
             numba_sess = InferenceSession(str(ctx), providers=[NUMBA])
@@ -158,30 +183,48 @@ def main() -> None:
             a, b, o = (numba_sess.run(None, feed)[0], ref_sess.run(None, feed)[0], ort_sess.run(None, feed)[0])
             err = float(max(np.abs(a - o).max(), np.abs(a - b).max()))
             runs = args.runs if name == "magika" else max(3, args.runs // 4)
-            rows_lat.append((name, latency(numba_sess, feed, runs), latency(ref_sess, feed, runs),
-                             latency(ort_sess, feed, runs), err, {k: list(v.shape) for k, v in feed.items()}))
+            rows_lat.append(
+                (
+                    name,
+                    latency(numba_sess, feed, runs),
+                    latency(ref_sess, feed, runs),
+                    latency(ort_sess, feed, runs),
+                    err,
+                    {k: list(v.shape) for k, v in feed.items()},
+                )
+            )
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
     import numba
 
-    print(f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-          f"{platform.python_version()}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), "
-          f"onnxruntime {ort.__version__}\n")
+    print(
+        f"machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+        f"{platform.python_version()}, numba {numba.__version__} ({numba.config.NUMBA_NUM_THREADS} threads), "
+        f"onnxruntime {ort.__version__}\n"
+    )
     print(f"BLAS/onnxruntime threads: {args.threads or 'default'}; {args.repeat} fresh processes per cold compile\n")
-    print("| model | session | nodes fused | kernels compiled (cold) | kernels loaded (ctx) | cold compile (s) | "
-          "from ctx model (s) | speed-up | EP share: compile (s) | EP share: load (s) | EP speed-up | "
-          "compilations when loading |")
+    print(
+        "| model | session | nodes fused | kernels compiled (cold) | kernels loaded (ctx) | cold compile (s) | "
+        "from ctx model (s) | speed-up | EP share: compile (s) | EP share: load (s) | EP speed-up | "
+        "compilations when loading |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for name, when, fused, comp, reb, c, w, r, ce, we, lc in rows_create:
-        print(f"| {name} | {when} | {fused} | {comp} | {reb} | {c:.2f} | {w:.3f} | {r:.1f}x | {ce:.2f} | {we:.3f} | "
-              f"{ce / we:.0f}x | {lc} |")
-    print("\n| model | input | Numba CPU EP (ms) | CPU reference EP (ms) | onnxruntime CPU (ms) | "
-          "reference / Numba (>1: Numba faster) | Numba / onnxruntime (>1: onnxruntime faster) | max abs diff |")
+        print(
+            f"| {name} | {when} | {fused} | {comp} | {reb} | {c:.2f} | {w:.3f} | {r:.1f}x | {ce:.2f} | {we:.3f} | "
+            f"{ce / we:.0f}x | {lc} |"
+        )
+    print(
+        "\n| model | input | Numba CPU EP (ms) | CPU reference EP (ms) | onnxruntime CPU (ms) | "
+        "reference / Numba (>1: Numba faster) | Numba / onnxruntime (>1: onnxruntime faster) | max abs diff |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for name, n, r, o, err, shapes in rows_lat:
-        print(f"| {name} | {shapes} | {n * 1e3:.2f} | {r * 1e3:.2f} | {o * 1e3:.2f} | {r / n:.2f} | "
-              f"{n / o:.2f} | {err:.1e} |")
+        print(
+            f"| {name} | {shapes} | {n * 1e3:.2f} | {r * 1e3:.2f} | {o * 1e3:.2f} | {r / n:.2f} | "
+            f"{n / o:.2f} | {err:.1e} |"
+        )
 
 
 if __name__ == "__main__":

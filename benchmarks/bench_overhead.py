@@ -32,9 +32,12 @@ def chain_model() -> bytes:
         nodes.append(helper.make_node("Add", [prev, "b"], [out], name=f"add{i}"))
         prev = out
     g = helper.make_graph(
-        nodes, "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
-         helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4])],
+        nodes,
+        "chain",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4]),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [1, 4]),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
     )
     # IR 10: onnxruntime 1.31 reads IR versions up to 13, onnx 1.23 writes 14 by default
@@ -84,8 +87,10 @@ def main() -> None:
     t_bare = best_of(bare)
     framework_per_node = (t_ep - t_bare) / N_NODES
 
-    print(f"machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
-          f"onnxruntime {ort.__version__}")
+    print(
+        f"machine: {platform.machine()}, {os.cpu_count()} cores; python {platform.python_version()}; "
+        f"onnxruntime {ort.__version__}"
+    )
     print(f"{'runtime':34s} {'per run (us)':>13s} {'per node (us)':>14s} {'vs ort':>8s}")
     for name, t in (
         ("ep-core CpuReferenceEP", t_ep),

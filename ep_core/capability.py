@@ -96,9 +96,7 @@ class SupportInfo:
         self._reject([node], problem)
         return False
 
-    def add_nodes_to_fuse(
-        self, nodes: Sequence["NodeView"], drop_constant_initializers: bool = False
-    ) -> bool:
+    def add_nodes_to_fuse(self, nodes: Sequence["NodeView"], drop_constant_initializers: bool = False) -> bool:
         """Claim a group to be compiled into one fused node; False (and a reason) if refused."""
         nodes = list(nodes)
         problem: str | None = None
@@ -136,9 +134,6 @@ def _convexity_problem(graph: "GraphView", nodes: Sequence["NodeView"]) -> str |
                 continue
             for c in graph.consumers(o):
                 if c.index in members:
-                    return (
-                        f"the group is not convex: a path leaves it through {cur.name!r} "
-                        f"and re-enters at {c.name!r}"
-                    )
+                    return f"the group is not convex: a path leaves it through {cur.name!r} and re-enters at {c.name!r}"
                 frontier.append(c)
     return None

@@ -50,11 +50,7 @@ class HostEpFactory:
         return self.ep_version
 
     def ep_factory_get_supported_devices(self, devices: Sequence[HardwareDevice]) -> list[EpDevice]:
-        return [
-            EpDevice(self.ep_name, self.ep_vendor, d, HOST_MEMORY)
-            for d in devices
-            if d.type is DeviceType.CPU
-        ]
+        return [EpDevice(self.ep_name, self.ep_vendor, d, HOST_MEMORY) for d in devices if d.type is DeviceType.CPU]
 
     def check_options(self, ep_options: Mapping[str, str]) -> None:
         unknown = set(ep_options) - set(self.option_names)

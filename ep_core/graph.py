@@ -405,7 +405,9 @@ class GraphView:
             info = self.value_info(nm)
             if info is None or info.kind != "tensor" or not info.elem_type:
                 return helper.make_value_info(nm, helper.TypeProto())
-            return helper.make_tensor_value_info(nm, info.elem_type, list(info.shape) if info.shape is not None else None)
+            return helper.make_tensor_value_info(
+                nm, info.elem_type, list(info.shape) if info.shape is not None else None
+            )
 
         g = helper.make_graph(
             [n.proto for n in nodes],

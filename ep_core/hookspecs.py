@@ -97,9 +97,7 @@ def ep_factory_probe_hardware_devices(factory: Any) -> "Sequence[HardwareDevice]
 
 
 @_since(1)
-def ep_factory_get_supported_devices(
-    factory: Any, devices: "Sequence[HardwareDevice]"
-) -> "Sequence[EpDevice]":
+def ep_factory_get_supported_devices(factory: Any, devices: "Sequence[HardwareDevice]") -> "Sequence[EpDevice]":
     """From all known hardware devices, the ones this EP supports, each as an ``EpDevice`` with
     the memory info of its device memory. Required (``GetSupportedDevices``)."""
 
@@ -140,9 +138,7 @@ def ep_factory_validate_compiled_model_compatibility(
 
 
 @_since(1)
-def ep_factory_create_allocator(
-    factory: Any, memory_info: "MemoryInfo", allocator_options: Mapping[str, str]
-) -> Any:
+def ep_factory_create_allocator(factory: Any, memory_info: "MemoryInfo", allocator_options: Mapping[str, str]) -> Any:
     """An allocator for ``memory_info`` that may be shared across sessions (``alloc(nbytes)``,
     ``free(buf)``, ``stats()``). Optional, default None: host memory from NumPy."""
 
@@ -216,9 +212,7 @@ def ep_get_preferred_data_layout(ep: Any) -> str:
 
 
 @_since(1)
-def ep_should_convert_data_layout_for_op(
-    ep: Any, domain: str, op_type: str, target_layout: str
-) -> bool | None:
+def ep_should_convert_data_layout_for_op(ep: Any, domain: str, op_type: str, target_layout: str) -> bool | None:
     """Whether the layout transformer should convert this op to ``target_layout``; None lets the
     core decide. Optional."""
 

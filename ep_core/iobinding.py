@@ -34,7 +34,13 @@ class IOBinding:
             m = ep.memory_info
             if m.device_type.value.lower() == kind and m.device_id == int(idx or 0):
                 return m
-        have = sorted({"cpu"} | {f"{e.memory_info.device_type.value.lower()}:{e.memory_info.device_id}" for e in self._session.execution_providers})
+        have = sorted(
+            {"cpu"}
+            | {
+                f"{e.memory_info.device_type.value.lower()}:{e.memory_info.device_id}"
+                for e in self._session.execution_providers
+            }
+        )
         raise InvalidArgument(f"no execution provider of this session owns device {device!r}; devices: {have}")
 
     def bind_cpu_input(self, name: str, array: np.ndarray) -> None:

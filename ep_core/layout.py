@@ -35,8 +35,27 @@ LAYOUT_SENSITIVE_OPS = (
 )
 # ops through which a layout transpose can be pushed unchanged (one input, same layout out)
 LAYOUT_AGNOSTIC_UNARY = frozenset(
-    {"Relu", "LeakyRelu", "Sigmoid", "HardSigmoid", "HardSwish", "Tanh", "Clip", "Elu", "Selu", "Softplus",
-     "Identity", "Neg", "Abs", "Exp", "Sqrt", "Gelu", "Mish", "Erf", "Cast"}
+    {
+        "Relu",
+        "LeakyRelu",
+        "Sigmoid",
+        "HardSigmoid",
+        "HardSwish",
+        "Tanh",
+        "Clip",
+        "Elu",
+        "Selu",
+        "Softplus",
+        "Identity",
+        "Neg",
+        "Abs",
+        "Exp",
+        "Sqrt",
+        "Gelu",
+        "Mish",
+        "Erf",
+        "Cast",
+    }
 )
 
 
@@ -58,7 +77,9 @@ class LayoutResult:
 def _wants(ep: "EpInstance", node: Any) -> bool:
     if node.op_type not in LAYOUT_SENSITIVE_OPS or node.domain not in ("", "ai.onnx"):
         return False
-    answer = ep.call("ep_should_convert_data_layout_for_op", domain=node.domain, op_type=node.op_type, target_layout="NHWC")
+    answer = ep.call(
+        "ep_should_convert_data_layout_for_op", domain=node.domain, op_type=node.op_type, target_layout="NHWC"
+    )
     return answer is not False
 
 
@@ -128,7 +149,9 @@ def _rewrite(model: "onnx.ModelProto", graph: "GraphView", chosen: dict[int, tup
         inputs = [x_nhwc, *node.inputs[1:]]
         if node.op_type == "Resize":
             inputs = _permute_resize_inputs(graph, node, inputs, fwd, g, np, numpy_helper)
-        rewritten = helper.make_node(node.op_type, inputs, [y_nhwc, *node.outputs[1:]], name=node.name, domain=NHWC_DOMAIN)
+        rewritten = helper.make_node(
+            node.op_type, inputs, [y_nhwc, *node.outputs[1:]], name=node.name, domain=NHWC_DOMAIN
+        )
         rewritten.attribute.extend(node.proto.attribute)
         g.node.append(rewritten)
         vi_like(y, y_nhwc, fwd)
@@ -143,7 +166,9 @@ def _rewrite(model: "onnx.ModelProto", graph: "GraphView", chosen: dict[int, tup
     return result
 
 
-def _permute_resize_inputs(graph: Any, node: Any, inputs: list[str], fwd: list[int], g: Any, np: Any, numpy_helper: Any) -> list[str]:
+def _permute_resize_inputs(
+    graph: Any, node: Any, inputs: list[str], fwd: list[int], g: Any, np: Any, numpy_helper: Any
+) -> list[str]:
     """Resize's roi/scales/sizes follow the data's axis order: permute the constants."""
     out = list(inputs)
     for i in (1, 2, 3):
@@ -197,8 +222,12 @@ def _optimize_transposes(g: Any) -> None:
                 changed = True
                 break
             # 2. back -> unary op whose every consumer is a forward transpose: run the op in NHWC
-            if len(users) == 1 and users[0].op_type in LAYOUT_AGNOSTIC_UNARY and users[0].domain in ("", "ai.onnx") \
-                    and len([i for i in users[0].input if i]) == 1:
+            if (
+                len(users) == 1
+                and users[0].op_type in LAYOUT_AGNOSTIC_UNARY
+                and users[0].domain in ("", "ai.onnx")
+                and len([i for i in users[0].input if i]) == 1
+            ):
                 op = users[0]
                 out_users = consumers.get(op.output[0], [])
                 if op.output[0] not in graph_outputs and _all_forward(out_users, rank):

@@ -75,6 +75,7 @@ def _with_placeholder_shapes(proto: Any) -> Any:
     ONNX allows a tensor type without ``shape`` (unknown rank) and onnxruntime runs such models,
     but onnx 1.23's checker insists on the field for graph inputs and outputs. Only the copy is
     touched; the session runs the model as given."""
+
     def missing(v: Any) -> bool:
         return v.type.WhichOneof("value") == "tensor_type" and not v.type.tensor_type.HasField("shape")
 

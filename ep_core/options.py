@@ -26,14 +26,23 @@ _BOOL = ("0", "1")
 # key -> allowed values (None: any string), and what it is for
 SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "ep.context_enable": (_BOOL, "1 dumps an EPContext model after compiling"),
-    "ep.context_file_path": (None, "output path of the EPContext model; folder for context binaries of a model loaded from bytes"),
+    "ep.context_file_path": (
+        None,
+        "output path of the EPContext model; folder for context binaries of a model loaded from bytes",
+    ),
     "ep.context_embed_mode": (_BOOL, "1 embeds context payloads in the model, 0 writes them beside it"),
     "ep.context_node_name_prefix": (None, "prefix for EPContext node names, partition names and EP graph names"),
-    "ep.context_model_external_initializers_file_name": (None, "put every initializer of the EPContext model in this file"),
+    "ep.context_model_external_initializers_file_name": (
+        None,
+        "put every initializer of the EPContext model in this file",
+    ),
     "ep.context_overwrite": (_BOOL, "1 lets EPContext generation replace an existing output file"),
     "ep.share_ep_contexts": (_BOOL, "1 makes sessions share EP contexts (weight sharing)"),
     "ep.stop_share_ep_contexts": (_BOOL, "1 marks the last session of a sharing group"),
-    "session.model_external_initializers_file_folder_path": (None, "folder of external data for a model loaded from bytes"),
+    "session.model_external_initializers_file_folder_path": (
+        None,
+        "folder of external data for a model loaded from bytes",
+    ),
     "session.disable_cpu_ep_fallback": (_BOOL, "1 stops the CPU fallback EP being appended"),
     "session.fail_on_suboptimal_compiled_model": (_BOOL, "1 fails on SUPPORTED_PREFER_RECOMPILATION"),
     "session.disable_compile": (_BOOL, "1 refuses to compile: only precompiled EPContext nodes may be fused"),
@@ -114,7 +123,9 @@ class SessionOptions(BaseModel):
     def flag(self, key: str) -> bool:
         return self.config_entries.get(key, "0") == "1"
 
-    def add_provider_for_devices(self, ep_devices: Sequence["EpDevice"], options: Mapping[str, Any] | None = None) -> None:
+    def add_provider_for_devices(
+        self, ep_devices: Sequence["EpDevice"], options: Mapping[str, Any] | None = None
+    ) -> None:
         """Select an EP on specific devices (all from one EP), like ORT's
         ``SessionOptions.add_provider_for_devices``."""
         devs = tuple(ep_devices)

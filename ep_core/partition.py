@@ -37,7 +37,9 @@ def _visible_to(ep: "EpInstance", node: "NodeView") -> bool:
     return True
 
 
-def partition_graph(graph: "GraphView", eps: "list[EpInstance]", layout_trial: frozenset[int] = frozenset()) -> Partition:
+def partition_graph(
+    graph: "GraphView", eps: "list[EpInstance]", layout_trial: frozenset[int] = frozenset()
+) -> Partition:
     """Assign every node; ``layout_trial`` holds the indices of NHWC-preferring EPs when this is
     the layout transformer's first pass (their NCHW claims may rest on NHWC kernels)."""
     result = Partition(graph)
@@ -52,7 +54,9 @@ def partition_graph(graph: "GraphView", eps: "list[EpInstance]", layout_trial: f
         try:
             ep.call("ep_get_capability", graph=view, support=support)
         except Exception as exc:
-            raise EpFail(f"{ep.name}.ep_get_capability failed on graph {graph.name!r}: {type(exc).__name__}: {exc}") from exc
+            raise EpFail(
+                f"{ep.name}.ep_get_capability failed on graph {graph.name!r}: {type(exc).__name__}: {exc}"
+            ) from exc
         result.rejected.extend(support.rejected)
         for claim in support.singles:
             result.singles[claim.node.index] = (ep_index, claim.kernel_def)

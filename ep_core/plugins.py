@@ -345,9 +345,7 @@ class PluginRegistry:
         if cached is not None and cached[0] == self._generation:
             return cached[1]
         with self._lock:
-            others = [
-                p for p in self.pm.get_plugins() if id(p) in self._targets and p is not target
-            ]
+            others = [p for p in self.pm.get_plugins() if id(p) in self._targets and p is not target]
             caller = self.pm.subset_hook_caller(hook, remove_plugins=others)
             self._callers[key] = (self._generation, caller)
             return caller

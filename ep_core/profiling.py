@@ -32,20 +32,44 @@ class Profiler:
         t1 = time.perf_counter_ns()
         with self._lock:
             self._events.append(
-                {"name": name, "cat": "Session", "ph": "X", "ts": self._us(t0_ns), "dur": (t1 - t0_ns) / 1000.0,
-                 "pid": self.pid, "tid": threading.get_ident(), "args": args}
+                {
+                    "name": name,
+                    "cat": "Session",
+                    "ph": "X",
+                    "ts": self._us(t0_ns),
+                    "dur": (t1 - t0_ns) / 1000.0,
+                    "pid": self.pid,
+                    "tid": threading.get_ident(),
+                    "args": args,
+                }
             )
 
     def add_run(self, run_t0: int, run_t1: int, steps: list[dict[str, Any]], tag: str) -> None:
         tid = threading.get_ident()
         out = [
-            {"name": "model_run", "cat": "Session", "ph": "X", "ts": self._us(run_t0),
-             "dur": (run_t1 - run_t0) / 1000.0, "pid": self.pid, "tid": tid, "args": {"run_tag": tag}}
+            {
+                "name": "model_run",
+                "cat": "Session",
+                "ph": "X",
+                "ts": self._us(run_t0),
+                "dur": (run_t1 - run_t0) / 1000.0,
+                "pid": self.pid,
+                "tid": tid,
+                "args": {"run_tag": tag},
+            }
         ]
         for e in steps:
             out.append(
-                {"name": e["name"], "cat": e["cat"], "ph": "X", "ts": self._us(e["ts_ns"]),
-                 "dur": e["dur_ns"] / 1000.0, "pid": self.pid, "tid": tid, "args": e["args"]}
+                {
+                    "name": e["name"],
+                    "cat": e["cat"],
+                    "ph": "X",
+                    "ts": self._us(e["ts_ns"]),
+                    "dur": e["dur_ns"] / 1000.0,
+                    "pid": self.pid,
+                    "tid": tid,
+                    "args": e["args"],
+                }
             )
         with self._lock:
             self._events.extend(out)

@@ -26,8 +26,20 @@ if TYPE_CHECKING:
 
 # ops whose output must not be computed once: random draws, and ops with side effects on state
 NON_FOLDABLE_OPS = frozenset(
-    {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike", "Multinomial", "Bernoulli",
-     "Dropout", "If", "Loop", "Scan", "SequenceMap", "EPContext"}
+    {
+        "RandomNormal",
+        "RandomUniform",
+        "RandomNormalLike",
+        "RandomUniformLike",
+        "Multinomial",
+        "Bernoulli",
+        "Dropout",
+        "If",
+        "Loop",
+        "Scan",
+        "SequenceMap",
+        "EPContext",
+    }
 )
 NONE_SLOT = 0  # always None: missing optional inputs
 SINK_SLOT = 1  # written by missing optional outputs, never read
@@ -202,13 +214,17 @@ class GraphProgram:
             assert ep.kernel_registry is not None
             entry = ep.kernel_registry.lookup(node).entry
             if entry is None or entry.kernel_def != kdef:
-                raise EpFail(f"{ep.name}: the kernel registry changed between capability and build for {node.describe()}")
+                raise EpFail(
+                    f"{ep.name}: the kernel registry changed between capability and build for {node.describe()}"
+                )
             try:
                 compute = entry.builder(node, ctx)
             except EpCoreError as exc:
                 raise type(exc)(f"{node.describe()} on {ep.name}: {exc.message}") from exc
             except Exception as exc:
-                raise Fail(f"building the kernel for {node.describe()} on {ep.name} failed: {type(exc).__name__}: {exc}") from exc
+                raise Fail(
+                    f"building the kernel for {node.describe()} on {ep.name} failed: {type(exc).__name__}: {exc}"
+                ) from exc
             units.append(
                 Unit(
                     name=self._qual(node.name),
@@ -249,12 +265,12 @@ class GraphProgram:
                 )
             for (claim, fused, view), info in zip(items, infos):
                 if not isinstance(info, NodeComputeInfo):
-                    raise EpFail(f"{ep.name}.ep_compile returned {type(info).__name__} for {fused.name}, not NodeComputeInfo")
+                    raise EpFail(
+                        f"{ep.name}.ep_compile returned {type(info).__name__} for {fused.name}, not NodeComputeInfo"
+                    )
                 state = None
                 if info.create_state is not None:
-                    state = info.create_state(
-                        ComputeContext(fused.name, ep.memory_info, ep.stream, ep.allocator)
-                    )
+                    state = info.create_state(ComputeContext(fused.name, ep.memory_info, ep.stream, ep.allocator))
                 self.session.compiled.append((ep_i, fused, view))
                 units.append(
                     Unit(
@@ -387,7 +403,9 @@ class GraphProgram:
                     ins.append(NONE_SLOT)
                     continue
                 if name not in slots and name not in loc:
-                    raise InvalidGraph(f"{u.name} ({u.op_type}) reads {name!r}, which no node, input or initializer provides")
+                    raise InvalidGraph(
+                        f"{u.name} ({u.op_type}) reads {name!r}, which no node, input or initializer provides"
+                    )
                 need = HOST_MEMORY if (mem.is_host or i in u.host_inputs) else mem
                 ins.append(moved(name, need))
             outs = []
@@ -481,7 +499,12 @@ class GraphProgram:
                         "cat": "Copy" if info.kind == "copy" else "Node",
                         "ts_ns": t0,
                         "dur_ns": t1 - t0,
-                        "args": {"op_type": info.op_type, "provider": info.ep, "kind": info.kind, "detail": info.detail},
+                        "args": {
+                            "op_type": info.op_type,
+                            "provider": info.ep,
+                            "kind": info.kind,
+                            "detail": info.detail,
+                        },
                     }
                 )
         except Exception as exc:

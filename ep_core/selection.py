@@ -112,11 +112,7 @@ def _by_policy(policy: EpSelectionPolicy, ep_devices: list[EpDevice]) -> list[Ep
     """EpDevices ordered by the policy's device-type preference. Simulated devices are never
     preferred over real ones: a policy asking for performance must not pick a simulator."""
     order = _POLICY_ORDER[policy]
-    ranked = [
-        d
-        for d in ep_devices
-        if d.device.type in order and d.device.metadata.get("simulated", "0") != "1"
-    ]
+    ranked = [d for d in ep_devices if d.device.type in order and d.device.metadata.get("simulated", "0") != "1"]
     ranked.sort(key=lambda d: order.index(d.device.type))
     if policy is EpSelectionPolicy.DEFAULT:
         return ranked[:1]
@@ -157,7 +153,9 @@ def select_providers(
             name, opts = _parse_provider(spec)
             handle = registry.handle(name)
             if handle.load() is None:
-                raise UnknownProviderError(f"execution provider {name!r} is installed but failed to load: {handle.load_error}")
+                raise UnknownProviderError(
+                    f"execution provider {name!r} is installed but failed to load: {handle.load_error}"
+                )
             add(handle, _pick_device(handle, devices_of(handle), opts.pop("device", None), ""), opts)
     elif config is not None and config.providers:
         for entry in config.providers:
@@ -188,7 +186,7 @@ def select_providers(
         prefix = f"ep.{c.name}."
         for key, value in options.config_entries.items():
             if key.startswith(prefix):
-                c.options.setdefault(key[len(prefix):], value)
+                c.options.setdefault(key[len(prefix) :], value)
 
     if not options.flag("session.disable_cpu_ep_fallback"):
         fallback = registry.cpu_fallback()

@@ -72,8 +72,14 @@ class InferenceSession:
     ) -> None:
         t_start = time.perf_counter_ns()
         options = sess_options.model_copy(deep=True) if sess_options is not None else SessionOptions()
-        if config is None and not providers and not options.provider_devices and options.ep_selection_policy is None \
-                and options.ep_selection_delegate is None and os.environ.get(CONFIG_ENV):
+        if (
+            config is None
+            and not providers
+            and not options.provider_devices
+            and options.ep_selection_policy is None
+            and options.ep_selection_delegate is None
+            and os.environ.get(CONFIG_ENV)
+        ):
             config = os.environ[CONFIG_ENV]
         if config is not None and not isinstance(config, ProviderConfig):
             config = load_provider_config(config)
@@ -169,7 +175,9 @@ class InferenceSession:
                 left = {n: ep for n, ep in layout.converted.items() if owners.get(n) != ep}
             except NotImplementedByAnyEp as exc:  # a rewritten node nobody runs
                 self._program = None
-                left = {n: ep for n, ep in layout.converted.items() if f"'{n}'" in exc.message} or dict(layout.converted)
+                left = {n: ep for n, ep in layout.converted.items() if f"'{n}'" in exc.message} or dict(
+                    layout.converted
+                )
             if not left and self._program is not None:
                 self._model, self._graph = layout.model, graph
                 self._layout_notes.append(
@@ -249,7 +257,11 @@ class InferenceSession:
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         inits = self._graph.initializer_protos
-        return [_node_arg(self._graph.value_info(v.name) or ValueInfo(v.name)) for v in self._model.graph.input if v.name in inits]
+        return [
+            _node_arg(self._graph.value_info(v.name) or ValueInfo(v.name))
+            for v in self._model.graph.input
+            if v.name in inits
+        ]
 
     def get_providers(self) -> list[str]:
         return [ep.name for ep in self._eps]
@@ -315,20 +327,22 @@ class InferenceSession:
                 raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {list(expected)}")
         for name, info in expected.items():
             if name not in feed:
-                raise InvalidArgument(f"missing input {name!r} (expected {info.type_str} with shape {_shape_str(info.shape)})")
+                raise InvalidArgument(
+                    f"missing input {name!r} (expected {info.type_str} with shape {_shape_str(info.shape)})"
+                )
             value = feed[name]
             if info.kind != "tensor":
                 continue
             if name in on_device:
                 if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-                    raise InvalidArgument(f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})")
+                    raise InvalidArgument(
+                        f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})"
+                    )
             elif not isinstance(value, np.ndarray):
                 raise InvalidArgument(f"input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
             want = info.np_dtype
             if want is not None and np.dtype(value.dtype) != want:
-                raise InvalidArgument(
-                    f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})"
-                )
+                raise InvalidArgument(f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})")
             if info.shape is not None:
                 if len(value.shape) != len(info.shape):
                     raise InvalidArgument(
@@ -336,7 +350,9 @@ class InferenceSession:
                         f"{len(info.shape)} (shape {_shape_str(info.shape)})"
                     )
                 for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
-                    if isinstance(want_dim, int) and want_dim >= 0 and want_dim != got:  # -1: exporters mark dynamic dims so
+                    if (
+                        isinstance(want_dim, int) and want_dim >= 0 and want_dim != got
+                    ):  # -1: exporters mark dynamic dims so
                         raise InvalidArgument(
                             f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
                             f"expected {want_dim} (shape {_shape_str(info.shape)})"

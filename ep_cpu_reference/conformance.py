@@ -155,7 +155,7 @@ def main_op(case: Any) -> str:
         from onnx import defs
 
         _OP_NAMES.extend(sorted({s.name for s in defs.get_all_schemas_with_history()}, key=len, reverse=True))
-    key = case.name[len("test_"):].replace("_", "").lower()
+    key = case.name[len("test_") :].replace("_", "").lower()
     for name in _OP_NAMES:
         if key.startswith(name.lower()):
             return name

@@ -103,10 +103,20 @@ OTHER: dict[str, EwOp] = {
     "Cast": EwOp(1, "CAST", out="cast"),
 }
 
-ALL_OPS: dict[str, EwOp] = {**UNARY_FLOAT, **UNARY_NUMERIC, **BINARY_NUMERIC, **VARIADIC_NUMERIC, **COMPARE, **LOGIC, **OTHER}
+ALL_OPS: dict[str, EwOp] = {
+    **UNARY_FLOAT,
+    **UNARY_NUMERIC,
+    **BINARY_NUMERIC,
+    **VARIADIC_NUMERIC,
+    **COMPARE,
+    **LOGIC,
+    **OTHER,
+}
 
 
-def op_expression(op_type: str, n_inputs: int, dtype: np.dtype, node: Any = None, out_dtype: np.dtype | None = None) -> str:
+def op_expression(
+    op_type: str, n_inputs: int, dtype: np.dtype, node: Any = None, out_dtype: np.dtype | None = None
+) -> str:
     """The expression template of ``op_type`` for ``n_inputs`` inputs of ``dtype``."""
     op = ALL_OPS[op_type]
     if op.expr == "GELU":
@@ -166,7 +176,11 @@ def generate_source(program: Program, pattern: tuple[str, ...], n_outputs: int) 
     params = [f"p{i}" for i in range(program.n_params)]
     strided = [i for i, p in enumerate(pattern) if p == "strided"]
     args = outs + ins + params + (["shape"] + [f"s{i}" for i in strided] if strided else [])
-    lines = [f"def fused_kernel({', '.join(args)}):", "    n = o0.size", "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):"]
+    lines = [
+        f"def fused_kernel({', '.join(args)}):",
+        "    n = o0.size",
+        "    for i in range(cuda.grid(1), n, cuda.gridsize(1)):",
+    ]
     if strided:
         lines.append("        rem = i")
         for i in strided:
@@ -215,7 +229,9 @@ def compile_program(program: Program, pattern: tuple[str, ...], n_outputs: int) 
 # ------------------------------------------------------------------------ launching
 
 
-def broadcast_plan(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]) -> tuple[tuple[str, ...], list[tuple[int, ...]]]:
+def broadcast_plan(
+    shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
+) -> tuple[tuple[str, ...], list[tuple[int, ...]]]:
     """Addressing pattern and element strides of each input broadcast to ``out_shape``."""
     pattern: list[str] = []
     strides: list[tuple[int, ...]] = []
@@ -240,7 +256,9 @@ def broadcast_plan(shapes: Sequence[tuple[int, ...]], out_shape: tuple[int, ...]
     return tuple(pattern), strides
 
 
-def run_program(rt: Any, program: Program, inputs: Sequence[Any], params: Sequence[Any], out_dtypes: Sequence[np.dtype]) -> list[Any]:
+def run_program(
+    rt: Any, program: Program, inputs: Sequence[Any], params: Sequence[Any], out_dtypes: Sequence[np.dtype]
+) -> list[Any]:
     """Evaluate ``program`` on device arrays with ONNX broadcasting; returns the outputs."""
     shapes = [tuple(int(s) for s in x.shape) for x in inputs]
     try:

@@ -41,11 +41,16 @@ class NumbaCudaProfiler:
         ts = (time.perf_counter_ns() - self.epoch_ns) / 1000.0
         return [
             {"name": "arena", "ph": "C", "ts": ts, "args": dict(self.ep.arena.stats())},
-            {"name": "kernels", "ph": "C", "ts": ts, "args": {
-                "generated_elementwise": len(codegen._CACHE),
-                "fused_groups": len(self.ep.compiled),
-                "fused_launches": sum(g.launches["fused"] for g in self.ep.compiled),
-            }},
+            {
+                "name": "kernels",
+                "ph": "C",
+                "ts": ts,
+                "args": {
+                    "generated_elementwise": len(codegen._CACHE),
+                    "fused_groups": len(self.ep.compiled),
+                    "fused_launches": sum(g.launches["fused"] for g in self.ep.compiled),
+                },
+            },
         ]
 
 
@@ -149,7 +154,9 @@ class NumbaCudaEp:
         return self.layout
 
     def ep_should_convert_data_layout_for_op(self, domain: str, op_type: str, target_layout: str) -> bool | None:
-        return should_convert(self.options.prefer_nhwc and self.layout == "NHWC", self.registry, domain, op_type, target_layout)
+        return should_convert(
+            self.options.prefer_nhwc and self.layout == "NHWC", self.registry, domain, op_type, target_layout
+        )
 
     def ep_create_profiler(self) -> "NumbaCudaProfiler":
         return NumbaCudaProfiler(self)

@@ -146,7 +146,11 @@ def load_context_node(node: Any, ctx: Any) -> dict[str, Any]:
         payload = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)
     except ValueError:
         raise InvalidGraph(f"EPContext node {node.name!r}: ep_cache_context is not {EP_NAME} JSON") from None
-    if not isinstance(payload, dict) or payload.get("format") != PAYLOAD_FORMAT or not isinstance(payload.get("spec"), dict):
+    if (
+        not isinstance(payload, dict)
+        or payload.get("format") != PAYLOAD_FORMAT
+        or not isinstance(payload.get("spec"), dict)
+    ):
         got = payload.get("format") if isinstance(payload, dict) else "?"
         raise InvalidGraph(
             f"EPContext node {node.name!r}: payload format {got!r} is not {PAYLOAD_FORMAT}; recompile the model with "

@@ -140,7 +140,9 @@ class NumbaCudaFactory:
     def ep_factory_is_stream_aware(self) -> bool:
         return True
 
-    def ep_factory_create_sync_stream_for_device(self, memory_info: MemoryInfo, stream_options: Mapping[str, str]) -> Any:
+    def ep_factory_create_sync_stream_for_device(
+        self, memory_info: MemoryInfo, stream_options: Mapping[str, str]
+    ) -> Any:
         from ep_cuda_numba.stream import CudaSyncStream
 
         self.streams_created += 1

@@ -173,16 +173,26 @@ def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
         args = []
         for name in data_inputs:
             if name not in where:
-                raise EpFail(f"fused group {fused.name}: input {name!r} of {n.describe()} is neither outside nor produced inside")
+                raise EpFail(
+                    f"fused group {fused.name}: input {name!r} of {n.describe()} is neither outside nor produced inside"
+                )
             args.append(list(where[name]))
         params = _params(n) or []
         in_dt = _dtype(n, 1 if n.op_type == "Where" else 0)
         out_dt = _dtype(n, 0, output=True)
         attrs = {k_: v for k_, v in n.attributes.items() if isinstance(v, (int, float, str))}
-        entries.append({
-            "name": n.name, "op": n.op_type, "attrs": attrs, "args": args,
-            "params": params, "param_base": n_params, "dtype": str(in_dt), "out_dtype": str(out_dt),
-        })
+        entries.append(
+            {
+                "name": n.name,
+                "op": n.op_type,
+                "attrs": attrs,
+                "args": args,
+                "params": params,
+                "param_base": n_params,
+                "dtype": str(in_dt),
+                "out_dtype": str(out_dt),
+            }
+        )
         n_params += len(params)
         where[n.outputs[0]] = ("t", k)
     outputs = []
@@ -195,8 +205,14 @@ def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
     for name in fused.inputs:
         vi = view.value_info(name)
         in_dtypes.append(str(vi.np_dtype) if vi is not None and vi.np_dtype is not None else "float32")
-    return {"format": SPEC_FORMAT, "inputs": list(fused.inputs), "input_dtypes": in_dtypes, "outputs": list(fused.outputs),
-            "nodes": entries, "output_nodes": outputs}
+    return {
+        "format": SPEC_FORMAT,
+        "inputs": list(fused.inputs),
+        "input_dtypes": in_dtypes,
+        "outputs": list(fused.outputs),
+        "nodes": entries,
+        "output_nodes": outputs,
+    }
 
 
 def program_from_spec(spec: dict[str, Any]) -> tuple[Program, list[Any], list[np.dtype], list[set[int]]]:
@@ -314,7 +330,9 @@ class CompiledGroup:
             dt, out = np.dtype(e["dtype"]), np.dtype(e["out_dtype"])
             template = op_expression(e["op"], len(args), dt, _Attrs(e["attrs"]), out)
             pnames = [f"p{m}" for m in range(len(e["params"]))]
-            prog = Program(len(args), len(pnames), (Statement(instantiate(template, names, pnames), st.compute_dtype),), (0,))
+            prog = Program(
+                len(args), len(pnames), (Statement(instantiate(template, names, pnames), st.compute_dtype),), (0,)
+            )
             temps.append(run_program(rt, prog, args, self.params[base : base + len(pnames)], [out])[0])
         return [temps[k] for k in self.spec["output_nodes"]]
 
@@ -322,14 +340,18 @@ class CompiledGroup:
 def _build(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
     program, params, out_dtypes, deps = program_from_spec(spec)
     _, source = compile_program(program, ("full",) * program.n_inputs, len(out_dtypes))
-    return CompiledGroup(name, spec, program, params, out_dtypes, deps, ep.options.max_threads_per_block, ep.simulated, source)
+    return CompiledGroup(
+        name, spec, program, params, out_dtypes, deps, ep.options.max_threads_per_block, ep.simulated, source
+    )
 
 
 def compile_group(view: "GraphView", fused: "FusedNode", ep: Any) -> CompiledGroup:
     return _build(spec_from_group(view, fused), fused.name, ep)
 
 
-def compile_spec(spec: dict[str, Any], name: str, inputs: Sequence[str], outputs: Sequence[str], ep: Any) -> CompiledGroup:
+def compile_spec(
+    spec: dict[str, Any], name: str, inputs: Sequence[str], outputs: Sequence[str], ep: Any
+) -> CompiledGroup:
     """Rebuild a group from an EPContext node's spec (nothing from the payload is executed)."""
     if len(spec.get("inputs", ())) != len(inputs) or len(spec.get("outputs", ())) != len(outputs):
         raise InvalidGraph(

@@ -32,7 +32,9 @@ def preferred_layout(prefer_nhwc: bool, registry: "KernelRegistry") -> tuple[str
     return "NHWC", "every layout-sensitive op has an NHWC kernel"
 
 
-def should_convert(prefer_nhwc: bool, registry: "KernelRegistry", domain: str, op_type: str, target: str) -> bool | None:
+def should_convert(
+    prefer_nhwc: bool, registry: "KernelRegistry", domain: str, op_type: str, target: str
+) -> bool | None:
     if target != "NHWC":
         return None
     if not prefer_nhwc or domain not in ("", "ai.onnx"):

@@ -20,7 +20,9 @@ class NumbaCudaOptions(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     device_id: int = Field(0, ge=0, description="CUDA ordinal; must be one of the devices the factory found")
-    prefer_nhwc: bool = Field(False, description="ask for NHWC layout (granted only if every rewritten op has an NHWC kernel)")
+    prefer_nhwc: bool = Field(
+        False, description="ask for NHWC layout (granted only if every rewritten op has an NHWC kernel)"
+    )
     arena_extend_strategy: ArenaStrategy = Field("kNextPowerOfTwo", description="how the arena rounds block sizes")
     gpu_mem_limit: int = Field(0, ge=0, description="bytes the device arena may hold; 0 = no limit")
     enable_fusion: bool = Field(True, description="compile chains of elementwise ops into one kernel")

@@ -59,7 +59,11 @@ def host_side_nodes(graph: "GraphView", served: Mapping[int, "KernelDef"]) -> se
                     return False
         return True
 
-    host = {n.index for n in nodes if n.op_type not in HEAVY_OPS and not (served.get(n.index) and served[n.index].host_outputs)}
+    host = {
+        n.index
+        for n in nodes
+        if n.op_type not in HEAVY_OPS and not (served.get(n.index) and served[n.index].host_outputs)
+    }
     changed = True
     while changed:
         changed = False

@@ -61,9 +61,12 @@ def record(path: str, execute: bool = True) -> Iterator[list[dict[str, Any]]]:
     def compile_program(program: Any, pattern: Any, n_outputs: int) -> Any:
         kernel, src = orig_compile(program, pattern, n_outputs)
         programs[id(kernel.fn)] = {
-            "n_inputs": program.n_inputs, "n_params": program.n_params,
+            "n_inputs": program.n_inputs,
+            "n_params": program.n_params,
             "statements": [[s.expr, s.compute_dtype] for s in program.statements],
-            "outputs": list(program.outputs), "pattern": list(pattern), "n_outputs": n_outputs,
+            "outputs": list(program.outputs),
+            "pattern": list(pattern),
+            "n_outputs": n_outputs,
         }
         return kernel, src
 
@@ -152,7 +155,10 @@ def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
             if e["kind"] == "codegen":
                 p = e["program"]
                 prog = codegen.Program(
-                    p["n_inputs"], p["n_params"], tuple(codegen.Statement(x, d) for x, d in p["statements"]), tuple(p["outputs"])
+                    p["n_inputs"],
+                    p["n_params"],
+                    tuple(codegen.Statement(x, d) for x, d in p["statements"]),
+                    tuple(p["outputs"]),
                 )
                 fn = codegen.compile_program(prog, tuple(p["pattern"]), p["n_outputs"])[0].py_func
             elif e["kind"] == "matmul":
@@ -161,7 +167,9 @@ def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
                 fn = getattr(importlib.import_module(e["module"]), e["name"]).py_func
             compile_ptx(fn, sig, cc=cc)
         except Exception as exc:
-            failures.append(f"{e.get('name') or e['kind']} {e['args']}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}")
+            failures.append(
+                f"{e.get('name') or e['kind']} {e['args']}: {type(exc).__name__}: {str(exc).splitlines()[0][:300]}"
+            )
     return failures
 
 

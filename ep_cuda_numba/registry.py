@@ -68,7 +68,9 @@ def register_versions(
             tc = {k: tuple(t for t in v_ if t in allowed.get(k, ())) for k, v_ in wanted.items() if k in allowed}
             if any(not t for t in tc.values()):
                 continue
-            REGISTRY.register(op, since=start, end=end, types=tc, host_inputs=host_inputs, host_outputs=host_outputs)(builder)
+            REGISTRY.register(op, since=start, end=end, types=tc, host_inputs=host_inputs, host_outputs=host_outputs)(
+                builder
+            )
         return builder
 
     return deco

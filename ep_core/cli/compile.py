@@ -27,8 +27,11 @@ def _compile(args: argparse.Namespace) -> int:
     from ep_core.options import SessionOptions
 
     model = Path(args.model)
-    out = Path(args.output) if args.output else model.with_name(
-        (model.name[:-5] if model.name.endswith(".onnx") else model.name) + "_ctx.onnx")
+    out = (
+        Path(args.output)
+        if args.output
+        else model.with_name((model.name[:-5] if model.name.endswith(".onnx") else model.name) + "_ctx.onnx")
+    )
     opts = SessionOptions()
     for key, value in parse_options(args.option).items():
         opts.add_session_config_entry(key, value)
@@ -39,9 +42,15 @@ def _compile(args: argparse.Namespace) -> int:
         flags |= CompileApiFlags.ERROR_IF_NO_NODES_COMPILED
     if not args.overwrite:
         flags |= CompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS
-    compiler = ModelCompiler(opts, str(model), embed_compiled_data_into_model=args.embed,
-                             external_initializers_file_path=args.external_initializers, flags=flags,
-                             providers=provider_list(args), config=args.config)
+    compiler = ModelCompiler(
+        opts,
+        str(model),
+        embed_compiled_data_into_model=args.embed,
+        external_initializers_file_path=args.external_initializers,
+        flags=flags,
+        providers=provider_list(args),
+        config=args.config,
+    )
     t0 = time.perf_counter()
     path = compiler.compile_to_file(out)
     result: dict[str, Any] = {
@@ -62,11 +71,15 @@ def register(subparsers: Any) -> None:
     p.add_argument("-o", "--output", help="output path (default: MODEL_ctx.onnx beside MODEL)")
     add_provider_args(p)
     p.add_argument("--embed", action="store_true", help="embed context payloads in the model (embed_mode=1)")
-    p.add_argument("--external-initializers", metavar="FILE",
-                   help="put every initializer of the output in FILE (relative to the output's folder)")
+    p.add_argument(
+        "--external-initializers",
+        metavar="FILE",
+        help="put every initializer of the output in FILE (relative to the output's folder)",
+    )
     p.add_argument("--prefix", help="ep.context_node_name_prefix for node, partition and graph names")
     p.add_argument("--overwrite", action="store_true", help="replace an existing output")
-    p.add_argument("--allow-nothing-compiled", action="store_true",
-                   help="write the model even when no EP compiled anything")
+    p.add_argument(
+        "--allow-nothing-compiled", action="store_true", help="write the model even when no EP compiled anything"
+    )
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="session config entry (repeatable)")
     p.set_defaults(func=_compile)

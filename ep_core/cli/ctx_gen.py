@@ -24,8 +24,14 @@ def parse_ep_options(text: str | None) -> dict[str, str]:
     return out
 
 
-def generate_shared(models: list[Path], ep: str, ep_options: dict[str, str], session_entries: dict[str, str],
-                    output_dir: Path | None = None, overwrite: bool = False) -> list[str]:
+def generate_shared(
+    models: list[Path],
+    ep: str,
+    ep_options: dict[str, str],
+    session_entries: dict[str, str],
+    output_dir: Path | None = None,
+    overwrite: bool = False,
+) -> list[str]:
     """Run the sharing group: one session per model, the last with ``ep.stop_share_ep_contexts=1``.
     Returns the context models written (the shared binary lies beside them)."""
     from ep_core.epcontext.sharing import workspace
@@ -71,12 +77,23 @@ def _ctx_gen(args: argparse.Namespace) -> int:
             raise InvalidArgument(f"--option {item!r} must look like KEY=VALUE")
         entries[key] = value
     t0 = time.perf_counter()
-    outs = generate_shared(models, args.ep, parse_ep_options(args.i), entries,
-                           Path(args.output_dir) if args.output_dir else None, args.overwrite)
+    outs = generate_shared(
+        models,
+        args.ep,
+        parse_ep_options(args.i),
+        entries,
+        Path(args.output_dir) if args.output_dir else None,
+        args.overwrite,
+    )
     folder = Path(outs[0]).parent
-    print_json({"models": [str(m) for m in models], "context_models": outs,
-                "files": sorted(p.name for p in folder.iterdir() if p.is_file()),
-                "seconds": round(time.perf_counter() - t0, 3)})
+    print_json(
+        {
+            "models": [str(m) for m in models],
+            "context_models": outs,
+            "files": sorted(p.name for p in folder.iterdir() if p.is_file()),
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+    )
     return 0
 
 

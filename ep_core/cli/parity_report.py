@@ -25,7 +25,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--ep", help="execution provider under test (see `ep-core providers`); required unless --from-json")
     p.add_argument("--from-json", metavar="PATH", help="render a saved JSON report again instead of running anything")
     mode = p.add_mutually_exclusive_group()
-    mode.add_argument("--static", action="store_true", help="registry coverage only (default unless tests or models are asked for)")
+    mode.add_argument(
+        "--static", action="store_true", help="registry coverage only (default unless tests or models are asked for)"
+    )
     mode.add_argument("--runtime", action="store_true", help="run cases only (node tests unless --models alone)")
     p.add_argument("--node-tests", action="store_true", help="run the ONNX node test cases")
     p.add_argument("--filter", metavar="RE", help="regex searched in each node test's op name and case name")
@@ -74,9 +76,17 @@ def run(args: argparse.Namespace) -> int:
     node_tests = bool(args.node_tests or args.filter or ops or args.only_ep_ops or (args.runtime and not models))
     try:
         report = build_report(
-            args.ep, static=static, runtime=runtime, node_tests=node_tests, ops=ops or None, filter=args.filter,
-            models=models, include_expanded=not args.no_expanded, only_ep_ops=args.only_ep_ops,
-            max_elements=args.max_elements, reference=args.reference,
+            args.ep,
+            static=static,
+            runtime=runtime,
+            node_tests=node_tests,
+            ops=ops or None,
+            filter=args.filter,
+            models=models,
+            include_expanded=not args.no_expanded,
+            only_ep_ops=args.only_ep_ops,
+            max_elements=args.max_elements,
+            reference=args.reference,
             progress=ProgressBar(True if args.progress else None),
         )
     except ParityUsageError as exc:
@@ -94,8 +104,11 @@ def _emit(report: "ParityReport", fmt: str, output: str | None, fail_under: floa
         try:
             path = write_report(report.data, fmt, output)
         except OSError as exc:
-            print(f"ep-core parity-report: error: cannot write the {fmt} report to {output}: {exc}; "
-                  "choose a writable -o path", file=sys.stderr)
+            print(
+                f"ep-core parity-report: error: cannot write the {fmt} report to {output}: {exc}; "
+                "choose a writable -o path",
+                file=sys.stderr,
+            )
             return 2
         sys.stdout.write(render_text(report.data))
         print(f"wrote {fmt} report to {path}")
@@ -121,7 +134,10 @@ def _from_json(path: str, fmt: str, output: str | None, fail_under: float | None
         return EXIT_USAGE
     version = str(data.get("schema_version", "")) if isinstance(data, dict) else ""
     if version.split(".")[0] != SCHEMA_VERSION.split(".")[0]:
-        print(f"ep-core parity-report: error: {path} has schema_version {version or 'none'!r}; this ep-core renders "
-              f"{SCHEMA_VERSION} (regenerate the report)", file=sys.stderr)
+        print(
+            f"ep-core parity-report: error: {path} has schema_version {version or 'none'!r}; this ep-core renders "
+            f"{SCHEMA_VERSION} (regenerate the report)",
+            file=sys.stderr,
+        )
         return EXIT_USAGE
     return _emit(ParityReport(data), fmt, output, fail_under)

@@ -40,7 +40,9 @@ def parse_verdict(answer: Any) -> tuple[CompiledModelCompatibility, str]:
 
 def validate_model_compatibility(model: Any, eps: "list[EpInstance]", options: "SessionOptions") -> None:
     """Ask each selected EP's factory about the compatibility info recorded for it."""
-    recorded = {p.key[len(METADATA_PREFIX):]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)}
+    recorded = {
+        p.key[len(METADATA_PREFIX) :]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)
+    }
     if not recorded:
         return
     for ep in eps:

@@ -43,7 +43,8 @@ class ModelCompiler:
         model: str | os.PathLike[str] | bytes | Any,
         embed_compiled_data_into_model: bool = False,
         external_initializers_file_path: str | os.PathLike[str] | None = None,
-        flags: CompileApiFlags = CompileApiFlags.ERROR_IF_NO_NODES_COMPILED | CompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS,
+        flags: CompileApiFlags = CompileApiFlags.ERROR_IF_NO_NODES_COMPILED
+        | CompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS,
         *,
         providers: Sequence[Any] | None = None,
         config: Any = None,
@@ -52,7 +53,9 @@ class ModelCompiler:
         self.options = sess_options.model_copy(deep=True) if sess_options is not None else SessionOptions()
         self.model = model
         self.embed = bool(embed_compiled_data_into_model)
-        self.external_initializers = None if external_initializers_file_path is None else str(external_initializers_file_path)
+        self.external_initializers = (
+            None if external_initializers_file_path is None else str(external_initializers_file_path)
+        )
         self.flags = CompileApiFlags(flags)
         self.providers = providers
         self.config = config
@@ -94,8 +97,9 @@ class ModelCompiler:
         )
         opts = self._options_for(output)
         with compile_request(request):
-            session = InferenceSession(self.model, opts, providers=self.providers, config=self.config,
-                                       registry=self.registry)
+            session = InferenceSession(
+                self.model, opts, providers=self.providers, config=self.config, registry=self.registry
+            )
             session.close()
         self.nodes_compiled = request.nodes_compiled
         return request
@@ -104,7 +108,9 @@ class ModelCompiler:
         """Compile and write the model to ``path`` (context binaries beside it); returns the path."""
         out = Path(path)
         if out.is_dir():
-            raise InvalidArgument(f"compile_to_file: {str(out)!r} is a folder; give the path of the .onnx file to write")
+            raise InvalidArgument(
+                f"compile_to_file: {str(out)!r} is a folder; give the path of the .onnx file to write"
+            )
         self._run(out)
         return str(out)
 

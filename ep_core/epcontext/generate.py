@@ -46,7 +46,9 @@ class CompileRequest:
     nodes_compiled: int = 0
 
 
-_request: contextvars.ContextVar[CompileRequest | None] = contextvars.ContextVar("ep_core_compile_request", default=None)
+_request: contextvars.ContextVar[CompileRequest | None] = contextvars.ContextVar(
+    "ep_core_compile_request", default=None
+)
 _output: contextvars.ContextVar["ContextOutput | None"] = contextvars.ContextVar("ep_core_context_output", default=None)
 
 
@@ -173,9 +175,7 @@ def check_output_early(options: "SessionOptions", model_path: Path | None) -> No
             f"the context model path {str(out)!r} is the source model itself; choose another {FILE_PATH_KEY}"
         )
     if out.is_dir():
-        raise InvalidArgument(
-            f"{FILE_PATH_KEY}={str(out)!r} is a folder; give the path of the .onnx file to write"
-        )
+        raise InvalidArgument(f"{FILE_PATH_KEY}={str(out)!r} is a folder; give the path of the .onnx file to write")
     overwrite = options.flag(OVERWRITE_KEY) if req is None else not req.error_if_output_exists
     if out.exists() and not overwrite:
         raise InvalidArgument(
@@ -247,19 +247,25 @@ def generate_context_model(session: Any) -> str | None:
                     raise EpFail(f"{ep.name} returned a {node.domain}::{node.op_type} node as an EPContext node")
                 fused = mine.get(node.name)
                 if fused is None:
-                    raise EpFail(f"{ep.name} returned EPContext node {node.name!r}, which names none of its fused nodes "
-                                 f"{sorted(mine)}")
+                    raise EpFail(
+                        f"{ep.name} returned EPContext node {node.name!r}, which names none of its fused nodes "
+                        f"{sorted(mine)}"
+                    )
                 if tuple(node.input) != fused.inputs or tuple(node.output) != fused.outputs:
-                    raise EpFail(f"{ep.name}: EPContext node {node.name!r} must read {list(fused.inputs)} and write "
-                                 f"{list(fused.outputs)}, like its fused node")
+                    raise EpFail(
+                        f"{ep.name}: EPContext node {node.name!r} must read {list(fused.inputs)} and write "
+                        f"{list(fused.outputs)}, like its fused node"
+                    )
                 ctx_nodes[node.name] = node
             if nodes:
                 contributing.append(ep)
         if req is not None:
             req.nodes_compiled = len(ctx_nodes)
         if not ctx_nodes:
-            msg = (f"{NOTHING_COMPILED}: no execution provider produced EPContext nodes for this model "
-                   f"(EPs: {[e.name for e in session.execution_providers]})")
+            msg = (
+                f"{NOTHING_COMPILED}: no execution provider produced EPContext nodes for this model "
+                f"(EPs: {[e.name for e in session.execution_providers]})"
+            )
             if req is not None and req.error_if_no_nodes_compiled:
                 raise Fail(msg + "; the compile API flag ERROR_IF_NO_NODES_COMPILED makes this an error")
             warnings.warn(msg + "; the context model is a copy of the source model", RuntimeWarning, stacklevel=3)

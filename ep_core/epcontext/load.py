@@ -46,7 +46,9 @@ class ContextNode:
         payload needs them."""
         proto = getattr(node, "proto", node)
         if proto.op_type != EP_CONTEXT_OP or proto.domain != MS_DOMAIN:
-            raise InvalidGraph(f"node {proto.name!r} is {proto.domain}::{proto.op_type}, not {MS_DOMAIN}::{EP_CONTEXT_OP}")
+            raise InvalidGraph(
+                f"node {proto.name!r} is {proto.domain}::{proto.op_type}, not {MS_DOMAIN}::{EP_CONTEXT_OP}"
+            )
         kw: dict[str, Any] = {}
         for a in proto.attribute:
             if a.name in ("main_context", "embed_mode", "max_size"):

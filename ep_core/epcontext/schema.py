@@ -15,10 +15,17 @@ SINCE_VERSION = 1
 
 # name -> (AttributeProto type name, default or None when optional without default, description)
 ATTRIBUTES: dict[str, tuple[str, Any, str]] = {
-    "main_context": ("INT", 1, "1: the node references context content holding its graph; 0: the graph "
-                     "comes from a primary context (a node with main_context=1 of the same source)"),
-    "ep_cache_context": ("STRING", None, "the payload (embed_mode=1) or the path of the context file relative to "
-                         "the model's folder (embed_mode=0)"),
+    "main_context": (
+        "INT",
+        1,
+        "1: the node references context content holding its graph; 0: the graph "
+        "comes from a primary context (a node with main_context=1 of the same source)",
+    ),
+    "ep_cache_context": (
+        "STRING",
+        None,
+        "the payload (embed_mode=1) or the path of the context file relative to the model's folder (embed_mode=0)",
+    ),
     "embed_mode": ("INT", 1, "1: ep_cache_context holds the payload; 0: it holds a relative file path"),
     "ep_sdk_version": ("STRING", None, "version of the SDK that generated the node"),
     "onnx_model_filename": ("STRING", None, "file name of the source ONNX model"),
@@ -46,18 +53,38 @@ def build_schema() -> Any:
     variadic = defs.OpSchema.FormalParameterOption.Variadic
     types = [
         f"tensor({t})"
-        for t in ("float16", "float", "double", "bfloat16", "int8", "int16", "int32", "int64", "uint8", "uint16",
-                  "uint32", "uint64", "bool", "string")
+        for t in (
+            "float16",
+            "float",
+            "double",
+            "bfloat16",
+            "int8",
+            "int16",
+            "int32",
+            "int64",
+            "uint8",
+            "uint16",
+            "uint32",
+            "uint64",
+            "bool",
+            "string",
+        )
     ]
     return defs.OpSchema(
         EP_CONTEXT_OP,
         MS_DOMAIN,
         SINCE_VERSION,
         "Runs a precompiled partition of the graph from an EP's context (the EP Context design).",
-        inputs=[defs.OpSchema.FormalParameter("inputs", "T", "the partition's inputs", param_option=variadic,
-                                              is_homogeneous=False, min_arity=0)],
-        outputs=[defs.OpSchema.FormalParameter("outputs", "T", "the partition's outputs", param_option=variadic,
-                                               is_homogeneous=False, min_arity=1)],
+        inputs=[
+            defs.OpSchema.FormalParameter(
+                "inputs", "T", "the partition's inputs", param_option=variadic, is_homogeneous=False, min_arity=0
+            )
+        ],
+        outputs=[
+            defs.OpSchema.FormalParameter(
+                "outputs", "T", "the partition's outputs", param_option=variadic, is_homogeneous=False, min_arity=1
+            )
+        ],
         type_constraints=[("T", types, "any tensor type")],
         attributes=attrs,
     )

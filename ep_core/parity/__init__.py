@@ -20,6 +20,15 @@ from ep_core.parity.report import (
 )
 
 __all__ = [
-    "EXIT_EP_LOAD", "EXIT_FAILED", "EXIT_OK", "EXIT_USAGE", "SCHEMA_VERSION", "EpLoadFailure",
-    "FusableOpsError", "ParityReport", "ParityUsageError", "build_report", "normalize_fusable",
+    "EXIT_EP_LOAD",
+    "EXIT_FAILED",
+    "EXIT_OK",
+    "EXIT_USAGE",
+    "SCHEMA_VERSION",
+    "EpLoadFailure",
+    "FusableOpsError",
+    "ParityReport",
+    "ParityUsageError",
+    "build_report",
+    "normalize_fusable",
 ]

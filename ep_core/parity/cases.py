@@ -104,7 +104,9 @@ def node_cases(
         expanded = bool(_EXPANDED.search(c.name))
         if expanded and not include_expanded:
             continue
-        op, domain = op_of.get(_EXPANDED.sub("", c.name)) or op_of.get(c.name) or (c.model.graph.node[0].op_type, "ai.onnx")
+        op, domain = (
+            op_of.get(_EXPANDED.sub("", c.name)) or op_of.get(c.name) or (c.model.graph.node[0].op_type, "ai.onnx")
+        )
         if wanted is not None and op not in wanted:
             continue
         if rx is not None and not (rx.search(op) or rx.search(c.name)):
@@ -121,8 +123,16 @@ def node_cases(
             feeds.append(dict(zip(input_names, vals, strict=False)))
             expected.append([to_value(v) for v in outputs])
         case = Case(
-            name=c.name, kind="node", op_type=op, domain=domain, model_bytes=c.model.SerializeToString(),
-            feeds=feeds, expected=expected, rtol=float(c.rtol), atol=float(c.atol), expanded=expanded,
+            name=c.name,
+            kind="node",
+            op_type=op,
+            domain=domain,
+            model_bytes=c.model.SerializeToString(),
+            feeds=feeds,
+            expected=expected,
+            rtol=float(c.rtol),
+            atol=float(c.atol),
+            expanded=expanded,
             input_elements=n_elems,
         )
         if max_elements is not None and n_elems > max_elements:
@@ -145,7 +155,9 @@ MODEL_RTOL = 1e-3
 MODEL_ATOL = 1e-4
 
 
-def _feed_for(model: str, name: str, shape: Sequence[Any] | None, np_dtype: Any, rng: np.random.Generator) -> np.ndarray:
+def _feed_for(
+    model: str, name: str, shape: Sequence[Any] | None, np_dtype: Any, rng: np.random.Generator
+) -> np.ndarray:
     spec = _MODEL_FEEDS.get(model, {}).get(name)
     if spec is not None:
         dims, kind = spec
@@ -182,9 +194,16 @@ def model_case(name: str, seed: int = 0) -> Case:
     feeds = {v.name: _feed_for(name, v.name, v.shape, v.np_dtype, rng) for v in graph.inputs}
     ops = sorted({n.op_type for n in graph.all_nodes})
     return Case(
-        name=name, kind="model", op_type="", domain="", model_bytes=proto.SerializeToString() if fixed else path.read_bytes(),
+        name=name,
+        kind="model",
+        op_type="",
+        domain="",
+        model_bytes=proto.SerializeToString() if fixed else path.read_bytes(),
         feeds=[feeds],
-        expected=None, rtol=MODEL_RTOL, atol=MODEL_ATOL, input_elements=sum(int(v.size) for v in feeds.values()),
+        expected=None,
+        rtol=MODEL_RTOL,
+        atol=MODEL_ATOL,
+        input_elements=sum(int(v.size) for v in feeds.values()),
         meta={"path": str(path), "ops": ops, "nodes": len(graph.all_nodes), "negative_dims_made_symbolic": fixed},
     )
 

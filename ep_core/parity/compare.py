@@ -28,8 +28,12 @@ class Comparison:
         )
 
     def to_json(self) -> dict[str, Any]:
-        return {"ok": self.ok, "max_abs_err": json_float(self.max_abs_err),
-                "max_rel_err": json_float(self.max_rel_err), "mismatch": self.mismatch}
+        return {
+            "ok": self.ok,
+            "max_abs_err": json_float(self.max_abs_err),
+            "max_rel_err": json_float(self.max_rel_err),
+            "mismatch": self.mismatch,
+        }
 
 
 def json_float(x: float | None) -> float | str | None:
@@ -60,8 +64,11 @@ def compare_arrays(
     if expected is None or actual is None:
         if expected is None and actual is None:
             return Comparison(True)
-        return Comparison(False, mismatch=f"{where}: got {'None' if actual is None else type(actual).__name__}, "
-                                         f"expected {'None' if expected is None else type(expected).__name__}")
+        return Comparison(
+            False,
+            mismatch=f"{where}: got {'None' if actual is None else type(actual).__name__}, "
+            f"expected {'None' if expected is None else type(expected).__name__}",
+        )
     if isinstance(expected, (list, tuple)):
         if not isinstance(actual, (list, tuple)) or len(actual) != len(expected):
             n = len(actual) if isinstance(actual, (list, tuple)) else type(actual).__name__
@@ -88,12 +95,14 @@ def compare_arrays(
         return Comparison(True)
     if strings:
         bad = sum(1 for x, y in zip(a.ravel().tolist(), e.ravel().tolist(), strict=True) if str(x) != str(y))
-        return Comparison(bad == 0, float(bad > 0), float(bad > 0),
-                          None if bad == 0 else f"{where}: {bad} of {e.size} strings differ")
+        return Comparison(
+            bad == 0, float(bad > 0), float(bad > 0), None if bad == 0 else f"{where}: {bad} of {e.size} strings differ"
+        )
     if e.dtype.kind == "b":
         bad = int(np.count_nonzero(a != e)) if a.size else 0
-        return Comparison(bad == 0, float(bad > 0), float(bad > 0),
-                          None if bad == 0 else f"{where}: {bad} of {e.size} values differ")
+        return Comparison(
+            bad == 0, float(bad > 0), float(bad > 0), None if bad == 0 else f"{where}: {bad} of {e.size} values differ"
+        )
     af: np.ndarray | None
     ef: np.ndarray | None
     if e.dtype.kind == "c":
@@ -124,9 +133,13 @@ def compare_arrays(
     max_rel = float(np.max(diff[nz] / mag[nz])) if np.any(nz) else (0.0 if max_abs == 0 else math.inf)
     nbad = int(np.count_nonzero(diff > atol + rtol * mag))
     if nbad:
-        return Comparison(False, max_abs, max_rel,
-                          f"{where}: {nbad} of {diff.size} values off (max abs {max_abs:.3g}, max rel {max_rel:.3g}; "
-                          f"rtol {rtol:g}, atol {atol:g})")
+        return Comparison(
+            False,
+            max_abs,
+            max_rel,
+            f"{where}: {nbad} of {diff.size} values off (max abs {max_abs:.3g}, max rel {max_rel:.3g}; "
+            f"rtol {rtol:g}, atol {atol:g})",
+        )
     return Comparison(True, max_abs, max_rel)
 
 

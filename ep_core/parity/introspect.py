@@ -145,8 +145,9 @@ def describe_ep(name: str, registry: PluginRegistry | None = None) -> EpDescript
         raise
     except Exception as exc:  # a plugin may raise anything while creating its EP
         raise EpLoadFailure(
-            name, f"creating the EP failed: {type(exc).__name__}: {exc} (check its installation and devices with "
-                  "`ep-core providers` and `ep-core devices`)"
+            name,
+            f"creating the EP failed: {type(exc).__name__}: {exc} (check its installation and devices with "
+            "`ep-core providers` and `ep-core devices`)",
         ) from exc
     try:
         kernels = instance.kernel_registry

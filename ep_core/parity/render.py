@@ -46,8 +46,10 @@ def _registered_ops(static: dict[str, Any]) -> list[dict[str, Any]]:
 def _header_line(data: dict[str, Any]) -> str:
     ep, ref, env = data["ep"], data["reference"], data["environment"]
     sim = ", CUDA simulator" if env.get("cuda_simulator") else ""
-    return (f"{ep['name']} {ep['version']} ({ep['kind']}) vs {ref['name']} {ref['version']}: "
-            f"onnx {env['onnx']}, schema {data['schema_version']}{sim}")
+    return (
+        f"{ep['name']} {ep['version']} ({ep['kind']}) vs {ref['name']} {ref['version']}: "
+        f"onnx {env['onnx']}, schema {data['schema_version']}{sim}"
+    )
 
 
 # ----------------------------------------------------------------------------- terminal
@@ -76,20 +78,28 @@ def render_text(data: dict[str, Any]) -> str:
     rt = data["runtime"]
     if rt is not None:
         t = rt["totals"]
-        lines.append(f"Runtime: {t['total']} case{'' if t['total'] == 1 else 's'}: {_counts(t) or 'none'}; pass rate {_pct(rt['pass_rate'])}")
+        lines.append(
+            f"Runtime: {t['total']} case{'' if t['total'] == 1 else 's'}: {_counts(t) or 'none'}; pass rate {_pct(rt['pass_rate'])}"
+        )
         bad = [o for o in rt["ops"] if o["status"] in ("fail", "error")]
         if bad:
             shown = ", ".join(f"{o['op_type']} ({_counts(o['counts'])})" for o in bad[:12])
             lines.append(f"  ops with failures: {shown}{' ...' if len(bad) > 12 else ''}")
         seen = rt.get("observed_ops") or {}
         if seen:
-            lines.append(f"  {len(seen)} op types ran on the EP: {', '.join(list(seen)[:20])}{' ...' if len(seen) > 20 else ''}")
+            lines.append(
+                f"  {len(seen)} op types ran on the EP: {', '.join(list(seen)[:20])}{' ...' if len(seen) > 20 else ''}"
+            )
         fb = [o for o in rt["ops"] if o["counts"]["fallback"]]
         if fb:
-            lines.append(f"  ops that fell back: {', '.join(o['op_type'] for o in fb[:15])}{' ...' if len(fb) > 15 else ''}")
+            lines.append(
+                f"  ops that fell back: {', '.join(o['op_type'] for o in fb[:15])}{' ...' if len(fb) > 15 else ''}"
+            )
         for m in rt["models"]:
-            lines.append(f"  model {m['name']}: {m['status']} ({m['nodes_on_ep']}/{m['nodes_total']} nodes on the EP, "
-                         f"max abs {_err(m['max_abs_err'])}){' - ' + m['reason'][:120] if m['reason'] else ''}")
+            lines.append(
+                f"  model {m['name']}: {m['status']} ({m['nodes_on_ep']}/{m['nodes_total']} nodes on the EP, "
+                f"max abs {_err(m['max_abs_err'])}){' - ' + m['reason'][:120] if m['reason'] else ''}"
+            )
     s = data["summary"]
     lines.append(f"Score {_pct(s['score'])} ({s['score_basis']}); defects: {s['defects']}")
     return "\n".join(lines) + "\n"
@@ -117,74 +127,161 @@ def _md_table(header: Sequence[str], rows: Sequence[Sequence[Any]]) -> list[str]
 
 def render_markdown(data: dict[str, Any]) -> str:
     ep, env, s = data["ep"], data["environment"], data["summary"]
-    out = [f"# Parity report: {ep['name']}", "",
-           f"{_header_line(data)}. Generated {data['generated_at']} by `{data['tool']}`.", "",
-           f"**Score: {_pct(s['score'])}** ({s['score_basis']}). Defects: **{s['defects']}**.", "",
-           f"Environment: Python {env['python']}, NumPy {env['numpy']}, ep-core {env['ep_core']}, {env['platform']}"
-           f"{'; CUDA simulator on' if env.get('cuda_simulator') else ''}.", ""]
+    out = [
+        f"# Parity report: {ep['name']}",
+        "",
+        f"{_header_line(data)}. Generated {data['generated_at']} by `{data['tool']}`.",
+        "",
+        f"**Score: {_pct(s['score'])}** ({s['score_basis']}). Defects: **{s['defects']}**.",
+        "",
+        f"Environment: Python {env['python']}, NumPy {env['numpy']}, ep-core {env['ep_core']}, {env['platform']}"
+        f"{'; CUDA simulator on' if env.get('cuda_simulator') else ''}.",
+        "",
+    ]
     st = data["static"]
     if st is not None:
         cv = st["coverage_vs_onnx"]
-        out += ["## Static coverage", "",
-                f"EP kind: `{st['ep_kind']}`; fusable ops declared: {'yes' if st['fusable_declared'] else 'no'}.", ""]
+        out += [
+            "## Static coverage",
+            "",
+            f"EP kind: `{st['ep_kind']}`; fusable ops declared: {'yes' if st['fusable_declared'] else 'no'}.",
+            "",
+        ]
         if not st["fusable_declared"]:
-            out += ["The EP does not implement `fusable_ops()` (see docs/parity.md), so ops it only serves by "
-                    "compiling fused groups are not counted here; the runtime section shows what actually ran "
-                    "on it.", ""]
-        out += _md_table(["measure", "covered"], [
-            ["ONNX ops at their newest opset", _frac(cv["ops_latest"])],
-            ["ONNX op versions (schema ranges)", _frac(cv["op_versions"])],
-            ["reference EP ops", _frac(st["coverage_vs_reference"])],
-        ] + [[f"domain `{d}`", f"{v['covered_latest']}/{v['ops']} ({_pct(v['percent'])})"] for d, v in cv["per_domain"].items()])
-        out += ["", "### Declared ops", "",
-                "Segments follow the ONNX schema versions: `ok` every schema type, `partial` some types missing, "
-                "`missing` no kernel; `(delegated)` forwards to onnx.reference, `(fusable)` is compile-only.", ""]
-        rows = [[f"`{o['domain']}::{o['op_type']}`", o["ep"]["summary"], ", ".join(o["gaps_vs_reference"]) or "-",
-                 "; ".join(o["bad_type_constraints"]) or ""] for o in _registered_ops(st)]
-        out += _md_table(["op", "EP versions", "gaps vs reference", "problems"], rows) if rows else ["_The EP declares no ops._"]
-        for title, items in (("EP-only ops (not in the reference EP)", st["ep_only"]),
-                             ("Ops served by delegation", st["delegated_ops"]),
-                             ("Declared fusable (compile) ops", st["fusable_ops"]),
-                             ("Type constraints not in the schema", st["bad_type_constraints"]),
-                             ("Registry problems (KernelRegistry.validate)", st["registry_problems"])):
+            out += [
+                "The EP does not implement `fusable_ops()` (see docs/parity.md), so ops it only serves by "
+                "compiling fused groups are not counted here; the runtime section shows what actually ran "
+                "on it.",
+                "",
+            ]
+        out += _md_table(
+            ["measure", "covered"],
+            [
+                ["ONNX ops at their newest opset", _frac(cv["ops_latest"])],
+                ["ONNX op versions (schema ranges)", _frac(cv["op_versions"])],
+                ["reference EP ops", _frac(st["coverage_vs_reference"])],
+            ]
+            + [
+                [f"domain `{d}`", f"{v['covered_latest']}/{v['ops']} ({_pct(v['percent'])})"]
+                for d, v in cv["per_domain"].items()
+            ],
+        )
+        out += [
+            "",
+            "### Declared ops",
+            "",
+            "Segments follow the ONNX schema versions: `ok` every schema type, `partial` some types missing, "
+            "`missing` no kernel; `(delegated)` forwards to onnx.reference, `(fusable)` is compile-only.",
+            "",
+        ]
+        rows = [
+            [
+                f"`{o['domain']}::{o['op_type']}`",
+                o["ep"]["summary"],
+                ", ".join(o["gaps_vs_reference"]) or "-",
+                "; ".join(o["bad_type_constraints"]) or "",
+            ]
+            for o in _registered_ops(st)
+        ]
+        out += (
+            _md_table(["op", "EP versions", "gaps vs reference", "problems"], rows)
+            if rows
+            else ["_The EP declares no ops._"]
+        )
+        for title, items in (
+            ("EP-only ops (not in the reference EP)", st["ep_only"]),
+            ("Ops served by delegation", st["delegated_ops"]),
+            ("Declared fusable (compile) ops", st["fusable_ops"]),
+            ("Type constraints not in the schema", st["bad_type_constraints"]),
+            ("Registry problems (KernelRegistry.validate)", st["registry_problems"]),
+        ):
             if items:
                 out += ["", f"### {title} ({len(items)})", "", ", ".join(f"`{i}`" for i in items)]
         if st["reference_only"]:
-            out += ["", f"### Reference-only ops ({len(st['reference_only'])})", "",
-                    ", ".join(f"`{i.split('::', 1)[1] if i.startswith('ai.onnx::') else i}`" for i in st["reference_only"])]
+            out += [
+                "",
+                f"### Reference-only ops ({len(st['reference_only'])})",
+                "",
+                ", ".join(f"`{i.split('::', 1)[1] if i.startswith('ai.onnx::') else i}`" for i in st["reference_only"]),
+            ]
     rt = data["runtime"]
     if rt is not None:
         t = rt["totals"]
         f = rt["filters"]
-        out += ["", "## Runtime parity", "",
-                f"Reference EP (oracle): `{rt['reference_ep']}`. Cases: {t['total']} ({_counts(t) or 'none'}); "
-                f"pass rate {_pct(rt['pass_rate'])}.", "",
-                f"Selection: ops={f.get('ops') or 'all'}, filter=`{f.get('filter') or ''}`, expanded cases "
-                f"{'included' if f.get('include_expanded') else 'excluded'}, only EP ops: {f.get('only_ep_ops')}, "
-                f"max input elements: {f.get('max_elements') or 'no limit'}.", ""]
+        out += [
+            "",
+            "## Runtime parity",
+            "",
+            f"Reference EP (oracle): `{rt['reference_ep']}`. Cases: {t['total']} ({_counts(t) or 'none'}); "
+            f"pass rate {_pct(rt['pass_rate'])}.",
+            "",
+            f"Selection: ops={f.get('ops') or 'all'}, filter=`{f.get('filter') or ''}`, expanded cases "
+            f"{'included' if f.get('include_expanded') else 'excluded'}, only EP ops: {f.get('only_ep_ops')}, "
+            f"max input elements: {f.get('max_elements') or 'no limit'}.",
+            "",
+        ]
         seen = rt.get("observed_ops") or {}
-        out += [f"Op types that ran on the EP in at least one case ({len(seen)}, fused nodes included): "
-                + (", ".join(f"`{k}` ({v})" for k, v in seen.items()) or "none") + ".", "", "### By op family", ""]
-        out += _md_table(["family", "cases"] + list(STATUS_ORDER) + ["max abs err"],
-                         [[fam, g["cases"]] + [g["counts"][s] for s in STATUS_ORDER] + [_err(g["max_abs_err"])]
-                          for fam, g in rt["families"].items()])
+        out += [
+            f"Op types that ran on the EP in at least one case ({len(seen)}, fused nodes included): "
+            + (", ".join(f"`{k}` ({v})" for k, v in seen.items()) or "none")
+            + ".",
+            "",
+            "### By op family",
+            "",
+        ]
+        out += _md_table(
+            ["family", "cases"] + list(STATUS_ORDER) + ["max abs err"],
+            [
+                [fam, g["cases"]] + [g["counts"][s] for s in STATUS_ORDER] + [_err(g["max_abs_err"])]
+                for fam, g in rt["families"].items()
+            ],
+        )
         out += ["", "### By op", ""]
-        out += _md_table(["op", "family", "cases"] + list(STATUS_ORDER) + ["max abs err", "max rel err"],
-                         [[f"`{o['op_type']}`" if o["domain"] == "ai.onnx" else f"`{o['domain']}::{o['op_type']}`",
-                           o["family"], o["cases"]] + [o["counts"][s] for s in STATUS_ORDER]
-                          + [_err(o["max_abs_err"]), _err(o["max_rel_err"])] for o in rt["ops"]])
+        out += _md_table(
+            ["op", "family", "cases"] + list(STATUS_ORDER) + ["max abs err", "max rel err"],
+            [
+                [
+                    f"`{o['op_type']}`" if o["domain"] == "ai.onnx" else f"`{o['domain']}::{o['op_type']}`",
+                    o["family"],
+                    o["cases"],
+                ]
+                + [o["counts"][s] for s in STATUS_ORDER]
+                + [_err(o["max_abs_err"]), _err(o["max_rel_err"])]
+                for o in rt["ops"]
+            ],
+        )
         if rt["models"]:
             out += ["", "### Real models", ""]
-            out += _md_table(["model", "status", "nodes on EP", "max abs err", "max rel err", "reason"],
-                             [[m["name"], m["status"], f"{m['nodes_on_ep']}/{m['nodes_total']}", _err(m["max_abs_err"]),
-                               _err(m["max_rel_err"]), m["reason"]] for m in rt["models"]])
+            out += _md_table(
+                ["model", "status", "nodes on EP", "max abs err", "max rel err", "reason"],
+                [
+                    [
+                        m["name"],
+                        m["status"],
+                        f"{m['nodes_on_ep']}/{m['nodes_total']}",
+                        _err(m["max_abs_err"]),
+                        _err(m["max_rel_err"]),
+                        m["reason"],
+                    ]
+                    for m in rt["models"]
+                ],
+            )
         bad = [c for c in rt["cases"] if c["status"] in ("fail", "error")]
         if bad:
             out += ["", f"### Failures and errors ({len(bad)})", ""]
-            out += _md_table(["case", "op", "status", "defect", "reason"],
-                             [[c["name"], c["op_type"], c["status"],
-                               "yes" if c["status"] == "fail" or c["reference_status"] == "ok" else "no (reference fails too)",
-                               c["reason"][:300]] for c in bad[:300]])
+            out += _md_table(
+                ["case", "op", "status", "defect", "reason"],
+                [
+                    [
+                        c["name"],
+                        c["op_type"],
+                        c["status"],
+                        "yes" if c["status"] == "fail" or c["reference_status"] == "ok" else "no (reference fails too)",
+                        c["reason"][:300],
+                    ]
+                    for c in bad[:300]
+                ],
+            )
             if len(bad) > 300:
                 out += ["", f"{len(bad) - 300} more in the JSON report."]
         fb = [c for c in rt["cases"] if c["status"] == "fallback"]
@@ -192,17 +289,29 @@ def render_markdown(data: dict[str, Any]) -> str:
             per_op: dict[str, list[dict[str, Any]]] = {}
             for c in fb:
                 per_op.setdefault(c["op_type"], []).append(c)
-            out += ["", f"### Fallbacks ({len(fb)} cases, {len(per_op)} ops)", "",
-                    "A fallback is never a pass: these cases ran wholly (`full`) or partly (`partial`) on another EP. "
-                    "Every node that fell back is listed per case in the JSON report (`fallback_nodes`).", ""]
+            out += [
+                "",
+                f"### Fallbacks ({len(fb)} cases, {len(per_op)} ops)",
+                "",
+                "A fallback is never a pass: these cases ran wholly (`full`) or partly (`partial`) on another EP. "
+                "Every node that fell back is listed per case in the JSON report (`fallback_nodes`).",
+                "",
+            ]
             rows = []
             for op, cs in sorted(per_op.items()):
                 full = sum(1 for c in cs if c["nodes_on_ep"] == 0)
                 took = sorted({f"{n['op_type']} on {n['ep']}" for c in cs for n in c["fallback_nodes"]})
                 whys = _top_reasons(n.get("why", "") for c in cs for n in c["fallback_nodes"])
-                rows.append([f"`{op}`", len(cs), full, len(cs) - full,
-                             ", ".join(took[:8]) + (f" (+{len(took) - 8} more)" if len(took) > 8 else ""),
-                             "; ".join(whys)])
+                rows.append(
+                    [
+                        f"`{op}`",
+                        len(cs),
+                        full,
+                        len(cs) - full,
+                        ", ".join(took[:8]) + (f" (+{len(took) - 8} more)" if len(took) > 8 else ""),
+                        "; ".join(whys),
+                    ]
+                )
             out += _md_table(["op", "cases", "full", "partial", "nodes that fell back", "why (most frequent)"], rows)
         sk = [c for c in rt["cases"] + rt["models"] if c["status"] == "skipped"]
         if sk:
@@ -262,17 +371,24 @@ def _e(text: Any) -> str:
 
 
 def _legend(items: Sequence[tuple[str, str]]) -> str:
-    return '<div class="legend">' + "".join(f'<span><i style="background:{c}"></i>{_e(n)}</span>' for n, c in items) + "</div>"
+    return (
+        '<div class="legend">'
+        + "".join(f'<span><i style="background:{c}"></i>{_e(n)}</span>' for n, c in items)
+        + "</div>"
+    )
 
 
-def stacked_bars_svg(rows: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str], colors: dict[str, str],
-                     title: str) -> str:
+def stacked_bars_svg(
+    rows: Sequence[tuple[str, dict[str, int]]], keys: Sequence[str], colors: dict[str, str], title: str
+) -> str:
     """Horizontal stacked bars, one row per label, widths proportional to counts."""
     label_w, bar_w, row_h = 190, 560, 22
     height = 30 + row_h * len(rows)
     total_max = max([sum(c.get(k, 0) for k in keys) for _, c in rows] + [1])
-    parts = [f'<svg role="img" aria-label="{_e(title)}" width="{label_w + bar_w + 80}" height="{height}" '
-             f'viewBox="0 0 {label_w + bar_w + 80} {height}"><title>{_e(title)}</title>']
+    parts = [
+        f'<svg role="img" aria-label="{_e(title)}" width="{label_w + bar_w + 80}" height="{height}" '
+        f'viewBox="0 0 {label_w + bar_w + 80} {height}"><title>{_e(title)}</title>'
+    ]
     for i, (label, counts) in enumerate(rows):
         y = 10 + i * row_h
         parts.append(f'<text x="{label_w - 6}" y="{y + 14}" text-anchor="end">{_e(label)}</text>')
@@ -282,8 +398,10 @@ def stacked_bars_svg(rows: Sequence[tuple[str, dict[str, int]]], keys: Sequence[
             if not n:
                 continue
             w = bar_w * n / total_max
-            parts.append(f'<rect class="bar {k}" x="{x:.1f}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}" '
-                         f'fill="{colors[k]}"><title>{_e(label)}: {n} {k}</title></rect>')
+            parts.append(
+                f'<rect class="bar {k}" x="{x:.1f}" y="{y + 3}" width="{max(w, 1):.1f}" height="{row_h - 6}" '
+                f'fill="{colors[k]}"><title>{_e(label)}: {n} {k}</title></rect>'
+            )
             x += w
         parts.append(f'<text x="{x + 5:.1f}" y="{y + 14}">{sum(counts.get(k, 0) for k in keys)}</text>')
     parts.append("</svg>")
@@ -301,8 +419,10 @@ def log_error_svg(rows: Sequence[tuple[str, float, str]], title: str, lo_exp: in
         e = min(max(math.log10(v), lo_exp), hi_exp) if v > 0 else lo_exp
         return label_w + bar_w * (e - lo_exp) / span
 
-    parts = [f'<svg role="img" aria-label="{_e(title)}" width="{label_w + bar_w + 110}" height="{height}" '
-             f'viewBox="0 0 {label_w + bar_w + 110} {height}"><title>{_e(title)}</title>']
+    parts = [
+        f'<svg role="img" aria-label="{_e(title)}" width="{label_w + bar_w + 110}" height="{height}" '
+        f'viewBox="0 0 {label_w + bar_w + 110} {height}"><title>{_e(title)}</title>'
+    ]
     axis_y = 10 + row_h * len(rows)
     for e in range(lo_exp, hi_exp + 1, 2):
         x = label_w + bar_w * (e - lo_exp) / span
@@ -316,10 +436,14 @@ def log_error_svg(rows: Sequence[tuple[str, float, str]], title: str, lo_exp: in
         x_end = label_w + bar_w if special else xpos(value)
         color = STATUS_COLORS.get(status, "#4a77b4")
         text = "inf/nan" if special else ("exact" if value == 0 else f"{value:.2g}")
-        parts.append(f'<rect class="bar err {status}" x="{label_w}" y="{y + 3}" width="{max(x_end - label_w, 2):.1f}" '
-                     f'height="{row_h - 6}" fill="{color}"><title>{_e(label)}: {text}</title></rect>')
+        parts.append(
+            f'<rect class="bar err {status}" x="{label_w}" y="{y + 3}" width="{max(x_end - label_w, 2):.1f}" '
+            f'height="{row_h - 6}" fill="{color}"><title>{_e(label)}: {text}</title></rect>'
+        )
         parts.append(f'<text x="{max(x_end, label_w + 2) + 5:.1f}" y="{y + 12}">{text}</text>')
-    parts.append(f'<text x="{label_w + bar_w / 2:.1f}" y="{axis_y + 30}" text-anchor="middle">max abs error (log scale)</text>')
+    parts.append(
+        f'<text x="{label_w + bar_w / 2:.1f}" y="{axis_y + 30}" text-anchor="middle">max abs error (log scale)</text>'
+    )
     parts.append("</svg>")
     return "".join(parts)
 
@@ -354,39 +478,63 @@ def render_html(data: dict[str, Any]) -> str:
     ]
     if st is not None:
         cv = st["coverage_vs_onnx"]
-        body.append(f'<div class="card"><div class="v">{_e(_frac(cv["ops_latest"]))}</div><div class="k">ONNX ops at newest opset</div></div>')
-        body.append(f'<div class="card"><div class="v">{_e(_frac(st["coverage_vs_reference"]))}</div><div class="k">reference EP ops</div></div>')
+        body.append(
+            f'<div class="card"><div class="v">{_e(_frac(cv["ops_latest"]))}</div><div class="k">ONNX ops at newest opset</div></div>'
+        )
+        body.append(
+            f'<div class="card"><div class="v">{_e(_frac(st["coverage_vs_reference"]))}</div><div class="k">reference EP ops</div></div>'
+        )
     if rt is not None:
         t = rt["totals"]
-        body.append(f'<div class="card"><div class="v">{t["pass"]}/{t["ran"]}</div><div class="k">cases passed on the EP</div></div>')
+        body.append(
+            f'<div class="card"><div class="v">{t["pass"]}/{t["ran"]}</div><div class="k">cases passed on the EP</div></div>'
+        )
     body.append("</div>")
 
     # charts
     if rt is not None and rt["families"]:
         body.append("<h2>Results by op family</h2>")
         body.append(_legend([(k, STATUS_COLORS[k]) for k in STATUS_ORDER]))
-        body.append(stacked_bars_svg([(f, g["counts"]) for f, g in rt["families"].items()], STATUS_ORDER, STATUS_COLORS,
-                                     "pass / fail / error / fallback / skipped per op family"))
-        err_rows = [(o["op_type"], _num(o["max_abs_err"]), o["status"]) for o in rt["ops"] if o["max_abs_err"] is not None]
+        body.append(
+            stacked_bars_svg(
+                [(f, g["counts"]) for f, g in rt["families"].items()],
+                STATUS_ORDER,
+                STATUS_COLORS,
+                "pass / fail / error / fallback / skipped per op family",
+            )
+        )
+        err_rows = [
+            (o["op_type"], _num(o["max_abs_err"]), o["status"]) for o in rt["ops"] if o["max_abs_err"] is not None
+        ]
         err_rows.sort(key=lambda r: (-(r[1] if not math.isnan(r[1]) else math.inf), r[0]))
         if err_rows:
             shown = err_rows[:60]
             body.append(f"<h2>Max absolute error per op{' (worst 60)' if len(err_rows) > 60 else ''}</h2>")
-            body.append('<div class="sub">Against the expected outputs of the ONNX node tests, over the cases where '
-                        'at least one node ran on the EP (a full fallback measures another EP); bar colour is the '
-                        'op\'s status.</div>')
+            body.append(
+                '<div class="sub">Against the expected outputs of the ONNX node tests, over the cases where '
+                "at least one node ran on the EP (a full fallback measures another EP); bar colour is the "
+                "op's status.</div>"
+            )
             body.append(log_error_svg(shown, "max abs error per op, log scale"))
     if st is not None:
         colors = {"ok": "#2e8540", "partial": "#e5a000", "missing": "#d83933"}
         body.append("<h2>Static coverage by op family (newest opset)</h2>")
         body.append(_legend([(k, c) for k, c in colors.items()]))
-        body.append(stacked_bars_svg(_static_family_rows(st), ("ok", "partial", "missing"), colors,
-                                     "ONNX ops covered at their newest opset, per family"))
+        body.append(
+            stacked_bars_svg(
+                _static_family_rows(st),
+                ("ok", "partial", "missing"),
+                colors,
+                "ONNX ops covered at their newest opset, per family",
+            )
+        )
 
     # coverage table
     body.append("<h2>Coverage table</h2>")
-    body.append('<div class="sub">One row per op the EP declares or the tests ran. Static versions follow the ONNX '
-                'schema versions; runtime counts are node test cases.</div>')
+    body.append(
+        '<div class="sub">One row per op the EP declares or the tests ran. Static versions follow the ONNX '
+        "schema versions; runtime counts are node test cases.</div>"
+    )
     runtime_ops = {(o["domain"], o["op_type"]): o for o in rt["ops"]} if rt is not None else {}
     static_ops = {(o["domain"], o["op_type"]): o for o in st["ops"]} if st is not None else {}
     keys = sorted({k for k, o in static_ops.items() if o["ep"]["registered"]} | set(runtime_ops))
@@ -404,59 +552,92 @@ def render_html(data: dict[str, Any]) -> str:
             if so is not None and so["ep"]["registered"]:
                 segs = " ".join(
                     f'<span class="st {_e(x["status"] if x["status"] in ("ok", "partial", "missing") else "none")}" '
-                    f'title="{_e(x["via"])}">{_e(_seg_label(x))}</span>' for x in so["ep"]["segments"])
+                    f'title="{_e(x["via"])}">{_e(_seg_label(x))}</span>'
+                    for x in so["ep"]["segments"]
+                )
                 gaps = ", ".join(so["gaps_vs_reference"]) or "-"
             else:
                 segs, gaps = '<span class="muted">not declared</span>', "-"
             cells += [f"<td>{segs}</td>", f"<td>{_e(gaps)}</td>"]
         if rt is not None:
             if ro is not None:
-                cells += [f'<td><span class="st {_e(ro["status"])}">{_e(ro["status"])}</span></td>', f'<td class="n">{ro["cases"]}</td>']
+                cells += [
+                    f'<td><span class="st {_e(ro["status"])}">{_e(ro["status"])}</span></td>',
+                    f'<td class="n">{ro["cases"]}</td>',
+                ]
                 cells += [f'<td class="n">{ro["counts"][x]}</td>' for x in STATUS_ORDER]
-                cells += [f'<td class="n">{_e(_err(ro["max_abs_err"]))}</td>', f'<td class="n">{_e(_err(ro["max_rel_err"]))}</td>']
+                cells += [
+                    f'<td class="n">{_e(_err(ro["max_abs_err"]))}</td>',
+                    f'<td class="n">{_e(_err(ro["max_rel_err"]))}</td>',
+                ]
             else:
                 cells += ['<td class="muted">not run</td>'] + ["<td></td>"] * (len(STATUS_ORDER) + 3)
         rows_html.append("<tr>" + "".join(cells) + "</tr>")
-    body.append('<table id="coverage-table"><thead><tr>' + "".join(f"<th>{_e(h)}</th>" for h in head)
-                + "</tr></thead><tbody>" + ("".join(rows_html) or f'<tr><td colspan="{len(head)}">no ops</td></tr>')
-                + "</tbody></table>")
+    body.append(
+        '<table id="coverage-table"><thead><tr>'
+        + "".join(f"<th>{_e(h)}</th>" for h in head)
+        + "</tr></thead><tbody>"
+        + ("".join(rows_html) or f'<tr><td colspan="{len(head)}">no ops</td></tr>')
+        + "</tbody></table>"
+    )
 
     if rt is not None and rt.get("observed_ops"):
         seen = rt["observed_ops"]
-        body.append(f"<details><summary>Op types that ran on the EP ({len(seen)}, fused nodes included)</summary><p>"
-                    + ", ".join(f"<code>{_e(k)}</code> ({v})" for k, v in seen.items()) + "</p></details>")
+        body.append(
+            f"<details><summary>Op types that ran on the EP ({len(seen)}, fused nodes included)</summary><p>"
+            + ", ".join(f"<code>{_e(k)}</code> ({v})" for k, v in seen.items())
+            + "</p></details>"
+        )
     if st is not None:
-        for title, items in (("EP-only ops", st["ep_only"]), ("Delegated ops", st["delegated_ops"]),
-                             ("Declared fusable ops", st["fusable_ops"]), ("Reference-only ops", st["reference_only"]),
-                             ("Type constraints not in the schema", st["bad_type_constraints"]),
-                             ("Registry problems", st["registry_problems"])):
+        for title, items in (
+            ("EP-only ops", st["ep_only"]),
+            ("Delegated ops", st["delegated_ops"]),
+            ("Declared fusable ops", st["fusable_ops"]),
+            ("Reference-only ops", st["reference_only"]),
+            ("Type constraints not in the schema", st["bad_type_constraints"]),
+            ("Registry problems", st["registry_problems"]),
+        ):
             if items:
-                body.append(f"<details><summary>{_e(title)} ({len(items)})</summary><p>"
-                            + ", ".join(f"<code>{_e(i)}</code>" for i in items) + "</p></details>")
+                body.append(
+                    f"<details><summary>{_e(title)} ({len(items)})</summary><p>"
+                    + ", ".join(f"<code>{_e(i)}</code>" for i in items)
+                    + "</p></details>"
+                )
     if rt is not None:
         if rt["models"]:
-            body.append("<h2>Real models</h2><table><thead><tr><th>model</th><th>status</th><th>nodes on EP</th>"
-                        "<th>max abs err</th><th>max rel err</th><th>reason</th></tr></thead><tbody>")
+            body.append(
+                "<h2>Real models</h2><table><thead><tr><th>model</th><th>status</th><th>nodes on EP</th>"
+                "<th>max abs err</th><th>max rel err</th><th>reason</th></tr></thead><tbody>"
+            )
             for m in rt["models"]:
-                body.append(f'<tr><td>{_e(m["name"])}</td><td><span class="st {_e(m["status"])}">{_e(m["status"])}</span></td>'
-                            f'<td class="n">{m["nodes_on_ep"]}/{m["nodes_total"]}</td><td class="n">{_e(_err(m["max_abs_err"]))}</td>'
-                            f'<td class="n">{_e(_err(m["max_rel_err"]))}</td><td>{_e(m["reason"])}</td></tr>')
+                body.append(
+                    f'<tr><td>{_e(m["name"])}</td><td><span class="st {_e(m["status"])}">{_e(m["status"])}</span></td>'
+                    f'<td class="n">{m["nodes_on_ep"]}/{m["nodes_total"]}</td><td class="n">{_e(_err(m["max_abs_err"]))}</td>'
+                    f'<td class="n">{_e(_err(m["max_rel_err"]))}</td><td>{_e(m["reason"])}</td></tr>'
+                )
             body.append("</tbody></table>")
         bad = [c for c in rt["cases"] if c["status"] in ("fail", "error", "fallback")]
         if bad:
-            body.append(f"<h2>Cases that did not pass ({len(bad)})</h2><table><thead><tr><th>case</th><th>op</th>"
-                        "<th>status</th><th>reason</th></tr></thead><tbody>")
+            body.append(
+                f"<h2>Cases that did not pass ({len(bad)})</h2><table><thead><tr><th>case</th><th>op</th>"
+                "<th>status</th><th>reason</th></tr></thead><tbody>"
+            )
             for c in bad[:500]:
                 why = _top_reasons(n.get("why", "") for n in c["fallback_nodes"]) if c["status"] == "fallback" else []
                 reason = c["reason"][:400] + (f" - why: {'; '.join(why)}" if why else "")
-                body.append(f'<tr><td><code>{_e(c["name"])}</code></td><td>{_e(c["op_type"])}</td>'
-                            f'<td><span class="st {_e(c["status"])}">{_e(c["status"])}</span></td><td>{_e(reason)}</td></tr>')
+                body.append(
+                    f"<tr><td><code>{_e(c['name'])}</code></td><td>{_e(c['op_type'])}</td>"
+                    f'<td><span class="st {_e(c["status"])}">{_e(c["status"])}</span></td><td>{_e(reason)}</td></tr>'
+                )
             body.append("</tbody></table>")
             if len(bad) > 500:
                 body.append(f'<p class="muted">{len(bad) - 500} more in the JSON report.</p>')
-    return ("<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
-            f"<title>Parity report: {_e(ep['name'])}</title><style>{_CSS}</style></head><body>"
-            + "\n".join(body) + "</body></html>\n")
+    return (
+        '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
+        f"<title>Parity report: {_e(ep['name'])}</title><style>{_CSS}</style></head><body>"
+        + "\n".join(body)
+        + "</body></html>\n"
+    )
 
 
 def _seg_label(seg: dict[str, Any]) -> str:
@@ -466,7 +647,10 @@ def _seg_label(seg: dict[str, Any]) -> str:
 
 
 RENDERERS: dict[str, Callable[[dict[str, Any]], str]] = {
-    "text": render_text, "md": render_markdown, "json": render_json, "html": render_html,
+    "text": render_text,
+    "md": render_markdown,
+    "json": render_json,
+    "html": render_html,
 }
 
 

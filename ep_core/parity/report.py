@@ -47,8 +47,14 @@ class ParityReport:
 
 
 def _ep_json(desc: EpDescription) -> dict[str, Any]:
-    return {"name": desc.name, "version": desc.version, "vendor": desc.vendor, "devices": desc.devices,
-            "kind": desc.kind, "fusable_declared": desc.fusable_declared}
+    return {
+        "name": desc.name,
+        "version": desc.version,
+        "vendor": desc.vendor,
+        "devices": desc.devices,
+        "kind": desc.kind,
+        "fusable_declared": desc.fusable_declared,
+    }
 
 
 def _environment() -> dict[str, Any]:
@@ -144,9 +150,16 @@ def build_report(
                 f"the runtime selection is empty (ops={list(ops or [])}, filter={filter!r}, only_ep_ops={only_ep_ops}, "
                 f"models={list(models)}); widen the filter or name models"
             )
-        filters = {"ops": list(ops or []), "filter": filter, "include_expanded": include_expanded,
-                   "only_ep_ops": only_ep_ops, "max_elements": max_elements, "node_tests": node_tests,
-                   "models": list(models), "skip_models_reason": skip_models_reason}
+        filters = {
+            "ops": list(ops or []),
+            "filter": filter,
+            "include_expanded": include_expanded,
+            "only_ep_ops": only_ep_ops,
+            "max_elements": max_elements,
+            "node_tests": node_tests,
+            "models": list(models),
+            "skip_models_reason": skip_models_reason,
+        }
         data["runtime"] = runtime_report(ep, ref_name, cases, mcases, registry, progress, filters)
     data["summary"] = _summary(data)
     return ParityReport(data)
@@ -158,10 +171,22 @@ def _summary(data: dict[str, Any]) -> dict[str, Any]:
         score, basis = rt["pass_rate"], "runtime: percent of cases run that passed on the EP itself"
         defects = rt["defects"]
     else:
-        score, basis = st["coverage_vs_onnx"]["ops_latest"]["percent"], "static: percent of ONNX ops covered at their newest opset"
+        score, basis = (
+            st["coverage_vs_onnx"]["ops_latest"]["percent"],
+            "static: percent of ONNX ops covered at their newest opset",
+        )
         defects = 0
     return {"score": score, "score_basis": basis, "defects": defects}
 
 
-__all__ = ["build_report", "ParityReport", "ParityUsageError", "EpLoadFailure", "SCHEMA_VERSION",
-           "EXIT_OK", "EXIT_FAILED", "EXIT_USAGE", "EXIT_EP_LOAD"]
+__all__ = [
+    "build_report",
+    "ParityReport",
+    "ParityUsageError",
+    "EpLoadFailure",
+    "SCHEMA_VERSION",
+    "EXIT_OK",
+    "EXIT_FAILED",
+    "EXIT_USAGE",
+    "EXIT_EP_LOAD",
+]

@@ -31,8 +31,9 @@ from ep_core.plugins import PluginRegistry
 
 STATUSES = ("pass", "fail", "error", "fallback", "skipped")
 # Ops whose outputs are random: only shapes and dtypes can be compared.
-RANDOM_OPS = frozenset({"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform",
-                        "RandomUniformLike"})
+RANDOM_OPS = frozenset(
+    {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"}
+)
 _WORST = {"error": 4, "fail": 3, "fallback": 2, "pass": 1, "skipped": 0}
 
 
@@ -118,8 +119,11 @@ def execute(case: Case, provider: str, registry: PluginRegistry | None) -> RunRe
 def _compare(run: RunResult, expected: Sequence[Sequence[Any]], case: Case) -> Comparison:
     out = Comparison(True)
     for got, want in zip(run.outputs, expected, strict=False):
-        out = out.merge(compare_outputs(list(got), list(want), run.output_names, case.rtol, case.atol,
-                                        case.op_type not in RANDOM_OPS))
+        out = out.merge(
+            compare_outputs(
+                list(got), list(want), run.output_names, case.rtol, case.atol, case.op_type not in RANDOM_OPS
+            )
+        )
     return out
 
 
@@ -205,8 +209,10 @@ def judge_case(case: Case, ep_name: str, mine: RunResult | None, oracle: RunResu
     elif others:
         entry["status"] = "fallback"
         ops = sorted({o["op_type"] for o in others})
-        entry["reason"] = (f"partial fallback: {len(others)} of {len(mine.assignment)} nodes ran on "
-                           f"{', '.join(where)} ({', '.join(ops)})")
+        entry["reason"] = (
+            f"partial fallback: {len(others)} of {len(mine.assignment)} nodes ran on "
+            f"{', '.join(where)} ({', '.join(ops)})"
+        )
     else:
         entry["status"] = "pass"
         if case.op_type in RANDOM_OPS:
@@ -228,13 +234,24 @@ def _worse(a: float | str | None, b: float | str | None) -> float | str | None:
     return max(float(a), float(b))  # type: ignore[arg-type]
 
 
-def aggregate(cases: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], tuple[str, ...]]) -> dict[tuple[str, ...], dict[str, Any]]:
+def aggregate(
+    cases: Sequence[dict[str, Any]], key: Callable[[dict[str, Any]], tuple[str, ...]]
+) -> dict[tuple[str, ...], dict[str, Any]]:
     """Counts per status, worst status, and worst errors over the cases where the EP under test
     ran at least one node."""
     groups: dict[tuple[str, ...], dict[str, Any]] = {}
     for c in cases:
-        g = groups.setdefault(key(c), {"cases": 0, "counts": dict.fromkeys(STATUSES, 0), "status": "skipped",
-                                       "max_abs_err": None, "max_rel_err": None, "failed_cases": []})
+        g = groups.setdefault(
+            key(c),
+            {
+                "cases": 0,
+                "counts": dict.fromkeys(STATUSES, 0),
+                "status": "skipped",
+                "max_abs_err": None,
+                "max_rel_err": None,
+                "failed_cases": [],
+            },
+        )
         g["cases"] += 1
         g["counts"][c["status"]] += 1
         if _WORST[c["status"]] > _WORST[g["status"]]:
@@ -301,9 +318,16 @@ def runtime_report(
             {"domain": d, "op_type": o, "family": family_of(o, d), **g}
             for (d, o), g in sorted(ops.items(), key=lambda kv: (kv[0][0], kv[0][1]))
         ],
-        "families": {f: {"cases": g["cases"], "counts": g["counts"], "status": g["status"],
-                         "max_abs_err": g["max_abs_err"], "max_rel_err": g["max_rel_err"]}
-                     for (f,), g in sorted(fams.items())},
+        "families": {
+            f: {
+                "cases": g["cases"],
+                "counts": g["counts"],
+                "status": g["status"],
+                "max_abs_err": g["max_abs_err"],
+                "max_rel_err": g["max_rel_err"],
+            }
+            for (f,), g in sorted(fams.items())
+        },
         "cases": results,
         "models": models,
     }

@@ -93,13 +93,17 @@ def _segment_text(seg: dict[str, Any]) -> str:
     if seg["status"] in ("ok", "partial") and seg["via"] != "kernel":
         text += f" ({seg['via']})"
     if seg["missing_types"]:
-        miss = "; ".join(f"{c}: {', '.join(t.replace('tensor(', '').rstrip(')') for t in ts)}"
-                         for c, ts in seg["missing_types"].items())
+        miss = "; ".join(
+            f"{c}: {', '.join(t.replace('tensor(', '').rstrip(')') for t in ts)}"
+            for c, ts in seg["missing_types"].items()
+        )
         text += f" [missing types {miss}]"
     return text
 
 
-def _coverage_at(defs: Sequence[_Def], schema: SchemaVersion | None, opset: int) -> tuple[str, str, dict[str, list[str]]]:
+def _coverage_at(
+    defs: Sequence[_Def], schema: SchemaVersion | None, opset: int
+) -> tuple[str, str, dict[str, list[str]]]:
     """(status, via, missing types) of one opset."""
     covering = [d for d in defs if d.kdef.covers(opset)]
     if not covering:
@@ -127,8 +131,14 @@ def op_segments(defs: Sequence[_Def], versions: Sequence[SchemaVersion], max_ops
     """Coverage segments of one op for one EP, split at schema versions and coverage changes."""
     if not versions:  # not an ONNX op: the defs' own ranges are all there is
         return [
-            {"from": d.kdef.since_version, "to": d.kdef.end_version, "schema_since": None, "status": "ok",
-             "via": d.via, "missing_types": {}}
+            {
+                "from": d.kdef.since_version,
+                "to": d.kdef.end_version,
+                "schema_since": None,
+                "status": "ok",
+                "via": d.via,
+                "missing_types": {},
+            }
             for d in sorted(defs, key=lambda d: d.kdef.since_version)
         ]
     segments: list[dict[str, Any]] = []
@@ -147,8 +157,17 @@ def op_segments(defs: Sequence[_Def], versions: Sequence[SchemaVersion], max_ops
         if segments and segments[-1]["_key"] == key and segments[-1]["to"] == opset - 1:
             segments[-1]["to"] = opset
         else:
-            segments.append({"from": opset, "to": opset, "schema_since": schema.since, "status": status,
-                             "via": via, "missing_types": missing, "_key": key})
+            segments.append(
+                {
+                    "from": opset,
+                    "to": opset,
+                    "schema_since": schema.since,
+                    "status": status,
+                    "via": via,
+                    "missing_types": missing,
+                    "_key": key,
+                }
+            )
     for seg in segments:
         del seg["_key"]
     if segments and segments[-1]["to"] == max_opset:
@@ -197,7 +216,11 @@ def _defs_of(desc: EpDescription) -> dict[tuple[str, str], list[_Def]]:
 def _side(defs: Sequence[_Def], versions: Sequence[SchemaVersion], max_opset: int) -> dict[str, Any]:
     segs = op_segments(defs, versions, max_opset)
     live = [s for s in segs if s["status"] != "deprecated"]
-    latest = live[-1]["status"] if live and versions and live[-1]["to"] is None else ("ok" if not versions and defs else "missing")
+    latest = (
+        live[-1]["status"]
+        if live and versions and live[-1]["to"] is None
+        else ("ok" if not versions and defs else "missing")
+    )
     return {
         "segments": segs,
         "summary": ", ".join(_segment_text(s) for s in segs) if defs else "not registered",
@@ -235,18 +258,20 @@ def static_report(ep: EpDescription, reference: EpDescription) -> dict[str, Any]
         ep_side = _side(mine, versions, max_opset)
         ref_side = _side(theirs, versions, max_opset)
         gaps = _gaps_vs_reference(ep_side["segments"], ref_side["segments"], max_opset) if versions else []
-        ops.append({
-            "domain": domain,
-            "op_type": op,
-            "family": family_of(op, domain),
-            "in_onnx": bool(versions),
-            "deprecated": deprecated,
-            "schema_versions": [v.since for v in versions],
-            "ep": ep_side,
-            "reference": ref_side,
-            "gaps_vs_reference": gaps,
-            "bad_type_constraints": _bad_constraints(mine, versions, max_opset) if versions else [],
-        })
+        ops.append(
+            {
+                "domain": domain,
+                "op_type": op,
+                "family": family_of(op, domain),
+                "in_onnx": bool(versions),
+                "deprecated": deprecated,
+                "schema_versions": [v.since for v in versions],
+                "ep": ep_side,
+                "reference": ref_side,
+                "gaps_vs_reference": gaps,
+                "bad_type_constraints": _bad_constraints(mine, versions, max_opset) if versions else [],
+            }
+        )
         if versions and not deprecated:
             onnx_ops += 1
             d = per_domain.setdefault(domain, {"ops": 0, "covered_latest": 0})
@@ -265,8 +290,12 @@ def static_report(ep: EpDescription, reference: EpDescription) -> dict[str, Any]
             ref_ops += 1
             if mine:
                 ref_cov += 1
-    ep_only = [f"{o['domain']}::{o['op_type']}" for o in ops if o["ep"]["registered"] and not o["reference"]["registered"]]
-    ref_only = [f"{o['domain']}::{o['op_type']}" for o in ops if o["reference"]["registered"] and not o["ep"]["registered"]]
+    ep_only = [
+        f"{o['domain']}::{o['op_type']}" for o in ops if o["ep"]["registered"] and not o["reference"]["registered"]
+    ]
+    ref_only = [
+        f"{o['domain']}::{o['op_type']}" for o in ops if o["reference"]["registered"] and not o["ep"]["registered"]
+    ]
     problems = ep.kernel_registry.validate() if ep.kernel_registry is not None else []
     return {
         "ep_kind": ep.kind,
@@ -280,15 +309,24 @@ def static_report(ep: EpDescription, reference: EpDescription) -> dict[str, Any]
         },
         "coverage_vs_onnx": {
             "ops_latest": {"covered": onnx_latest, "total": onnx_ops, "percent": _pct(onnx_latest, onnx_ops)},
-            "op_versions": {"covered": onnx_versions_cov, "total": onnx_versions,
-                            "percent": _pct(onnx_versions_cov, onnx_versions)},
-            "per_domain": {d: {**v, "percent": _pct(v["covered_latest"], v["ops"])} for d, v in sorted(per_domain.items())},
+            "op_versions": {
+                "covered": onnx_versions_cov,
+                "total": onnx_versions,
+                "percent": _pct(onnx_versions_cov, onnx_versions),
+            },
+            "per_domain": {
+                d: {**v, "percent": _pct(v["covered_latest"], v["ops"])} for d, v in sorted(per_domain.items())
+            },
         },
         "coverage_vs_reference": {"covered": ref_cov, "total": ref_ops, "percent": _pct(ref_cov, ref_ops)},
         "ep_only": ep_only,
         "reference_only": ref_only,
-        "delegated_ops": [f"{o['domain']}::{o['op_type']}" for o in ops if o["ep"]["registered"] and o["ep"]["delegated"]],
-        "fusable_ops": sorted({f"{k.domain_key}::{k.op_type} {_range_text(k.since_version, k.end_version)}" for k in ep.fusable}),
+        "delegated_ops": [
+            f"{o['domain']}::{o['op_type']}" for o in ops if o["ep"]["registered"] and o["ep"]["delegated"]
+        ],
+        "fusable_ops": sorted(
+            {f"{k.domain_key}::{k.op_type} {_range_text(k.since_version, k.end_version)}" for k in ep.fusable}
+        ),
         "bad_type_constraints": [p for o in ops for p in o["bad_type_constraints"]],
         "registry_problems": problems,
         "ops": ops,

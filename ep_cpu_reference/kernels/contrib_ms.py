@@ -40,7 +40,10 @@ def _register_schemas() -> None:
             doc=doc,
             inputs=inputs,
             outputs=outputs,
-            type_constraints=[("T", _FLOAT_TYPES, "float tensors"), ("U", ["tensor(float)", "tensor(double)"], "stats")],
+            type_constraints=[
+                ("T", _FLOAT_TYPES, "float tensors"),
+                ("U", ["tensor(float)", "tensor(double)"], "stats"),
+            ],
             attributes=attrs,
         )
         defs.register_schema(s)
@@ -160,8 +163,11 @@ def _skip_norm(simplified: bool) -> Any:
                 bias = rest[1] if len(rest) > 1 else None
             odt = x.dtype
             if skip.shape[-1] != x.shape[-1] or gamma.shape[-1] != x.shape[-1]:
-                raise fail(node, f"input {list(x.shape)}, skip {list(skip.shape)} and gamma {list(gamma.shape)} "
-                                 "must share the hidden (last) size")
+                raise fail(
+                    node,
+                    f"input {list(x.shape)}, skip {list(skip.shape)} and gamma {list(gamma.shape)} "
+                    "must share the hidden (last) size",
+                )
             s = as_compute(x) + as_compute(skip)
             if bias is not None:
                 s = s + as_compute(bias)

@@ -59,9 +59,7 @@ def build_if(node: Any, ctx: Any) -> Callable[..., Any]:
     n_out = len(node.outputs)
     for label, branch in (("then_branch", then_b), ("else_branch", else_b)):
         if len(branch.output_names) != n_out:
-            raise ValueError(
-                f"{node.describe()}: {label} has {len(branch.output_names)} outputs, the node has {n_out}"
-            )
+            raise ValueError(f"{node.describe()}: {label} has {len(branch.output_names)} outputs, the node has {n_out}")
 
     def compute(*args: Any) -> list[Any]:
         explicit, outer = _split_args(node, args)
@@ -122,7 +120,8 @@ def _scan_loop(
     parts: list[list[Any]] = [[] for _ in range(n_scan_out)]
     for t in range(length):
         slices = [
-            np.take(x, length - 1 - t if d else t, axis=a) for x, a, d in zip(scan_inputs, in_axes, in_dirs, strict=False)
+            np.take(x, length - 1 - t if d else t, axis=a)
+            for x, a, d in zip(scan_inputs, in_axes, in_dirs, strict=False)
         ]
         res = body.run([*states, *slices], outer)
         states = list(res[:n_state])
@@ -156,7 +155,9 @@ def build_scan(node: Any, ctx: Any) -> Callable[..., Any]:
         explicit, outer = _split_args(node, args)
         states, scan_inputs = explicit[:n_state], [np.asarray(x) for x in explicit[n_state:]]
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes_attr, scan_inputs, strict=False)]
-        return _owned(_scan_loop(node, body, outer, states, scan_inputs, in_axes, in_dirs, out_axes, out_dirs, n_scan_out))
+        return _owned(
+            _scan_loop(node, body, outer, states, scan_inputs, in_axes, in_dirs, out_axes, out_dirs, n_scan_out)
+        )
 
     return compute
 
@@ -184,8 +185,16 @@ def build_scan8(node: Any, ctx: Any) -> Callable[..., Any]:
                 xs = [x[:n] for x in xs]
             per_batch.append(
                 _scan_loop(
-                    node, body, outer, [s[b] for s in states], xs,
-                    [0] * m, dirs, [0] * n_scan_out, [0] * n_scan_out, n_scan_out,
+                    node,
+                    body,
+                    outer,
+                    [s[b] for s in states],
+                    xs,
+                    [0] * m,
+                    dirs,
+                    [0] * n_scan_out,
+                    [0] * n_scan_out,
+                    n_scan_out,
                 )
             )
         return [np.stack([r[k] for r in per_batch], axis=0) for k in range(n_state + n_scan_out)]

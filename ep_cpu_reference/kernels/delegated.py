@@ -66,7 +66,9 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
         [_value_info(node, n) for n in dict.fromkeys(names)],
         [_value_info(node, o) if o else helper.make_value_info("", helper.TypeProto()) for o in outs if o],
     )
-    opsets = [helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in node.graph.opsets.items() if d != "ai.onnx"]
+    opsets = [
+        helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in node.graph.opsets.items() if d != "ai.onnx"
+    ]
     model = helper.make_model(graph, opset_imports=opsets)
     evaluator = ReferenceEvaluator(model)
     feed_names = list(node.inputs)
@@ -102,8 +104,11 @@ def _register_all() -> None:
         first = schemas[0]
         if all(s.deprecated for s in schemas):
             continue
-        native = [e.kernel_def.since_version for e in REGISTRY if e.kernel_def.op_type == op
-                  and e.kernel_def.domain_key == ("ai.onnx" if domain == "" else domain)]
+        native = [
+            e.kernel_def.since_version
+            for e in REGISTRY
+            if e.kernel_def.op_type == op and e.kernel_def.domain_key == ("ai.onnx" if domain == "" else domain)
+        ]
         end = None
         if native:
             if first.since_version >= min(native):

@@ -16,7 +16,11 @@ Fn = Callable[..., Any]
 
 
 def _as_type_of(r: Any, x: Any) -> Any:
-    return r.astype(x.dtype, copy=False) if isinstance(r, np.ndarray) and r.dtype != x.dtype else np.asarray(r, dtype=x.dtype)
+    return (
+        r.astype(x.dtype, copy=False)
+        if isinstance(r, np.ndarray) and r.dtype != x.dtype
+        else np.asarray(r, dtype=x.dtype)
+    )
 
 
 def _same_type(fn: Fn) -> Fn:
@@ -184,11 +188,15 @@ def _activation(
 _activation("LeakyRelu", 1, {"alpha": 0.01}, lambda x, alpha: np.where(x < 0, alpha * x, x))
 _activation("Elu", 1, {"alpha": 1.0}, lambda x, alpha: np.where(x < 0, alpha * np.expm1(x), x))
 _activation(
-    "Selu", 1, {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
+    "Selu",
+    1,
+    {"alpha": 1.67326319217681884765625, "gamma": 1.05070102214813232421875},
     lambda x, alpha, gamma: gamma * np.where(x <= 0, alpha * np.expm1(x), x),
 )
 _activation("Celu", 12, {"alpha": 1.0}, lambda x, alpha: np.maximum(0, x) + np.minimum(0, alpha * np.expm1(x / alpha)))
 _activation("ThresholdedRelu", 10, {"alpha": 1.0}, lambda x, alpha: np.where(x > alpha, x, 0))
+
+
 def _hard_sigmoid32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
     """max(0, min(1, alpha*x + beta)) in float32 with in-place ufuncs, as onnxruntime computes it."""
     t = np.multiply(x, alpha)
@@ -203,14 +211,19 @@ def _hard_swish32(x: np.ndarray) -> np.ndarray:
 
 
 _activation(
-    "HardSigmoid", 1, {"alpha": 0.2, "beta": 0.5}, lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1),
+    "HardSigmoid",
+    1,
+    {"alpha": 0.2, "beta": 0.5},
+    lambda x, alpha, beta: np.clip(alpha * x + beta, 0, 1),
     fast32=_hard_sigmoid32,
 )
 _activation("HardSwish", 14, {}, lambda x: x * np.clip(x / 6 + 0.5, 0, 1), fast32=_hard_swish32)
 
 
 _activation(
-    "Shrink", 9, {"lambd": 0.5, "bias": 0.0},
+    "Shrink",
+    9,
+    {"lambd": 0.5, "bias": 0.0},
     lambda x, lambd, bias: np.where(x < -lambd, x + bias, np.where(x > lambd, x - bias, 0)),
 )
 
@@ -319,7 +332,9 @@ def build_bitshift(node: Any, ctx: Any) -> Fn:
         wide = (bb < 0) | (bb >= bits)
         out = shift(a, np.where(wide, 0, bb).astype(a.dtype))
         # a right shift past the width leaves only the sign: -1 for negatives, 0 otherwise
-        fill = np.where(a < 0, -1, 0).astype(a.dtype) if direction == "RIGHT" and a.dtype.kind == "i" else a.dtype.type(0)
+        fill = (
+            np.where(a < 0, -1, 0).astype(a.dtype) if direction == "RIGHT" and a.dtype.kind == "i" else a.dtype.type(0)
+        )
         return (np.where(wide, fill, out).astype(a.dtype),)
 
     return compute
@@ -385,4 +400,3 @@ def build_clip(node: Any, ctx: Any) -> Fn:
         if all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in (lo, hi) if b is not None):
             return lambda x, *bounds: (np.clip(x, lo, hi),)
     return lambda x, lo=None, hi=None: (_clip(x, lo, hi),)
-

@@ -217,7 +217,11 @@ def build_multinomial(node: Any, ctx: Any) -> Fn:
         # inverse-CDF sampling, vectorised over the batch
         cdf = np.cumsum(p, axis=1)
         u = gen.uniform(0.0, 1.0, (x.shape[0], n)) * cdf[:, -1:]
-        idx = np.stack([np.searchsorted(cdf[b], u[b], side="right") for b in range(x.shape[0])]) if x.shape[0] else np.zeros((0, n))
+        idx = (
+            np.stack([np.searchsorted(cdf[b], u[b], side="right") for b in range(x.shape[0])])
+            if x.shape[0]
+            else np.zeros((0, n))
+        )
         return (np.minimum(idx, x.shape[1] - 1).astype(dtype),)
 
     return compute

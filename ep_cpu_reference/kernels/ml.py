@@ -104,7 +104,9 @@ def build_one_hot_encoder(node: Any, ctx: Any) -> Fn:
     """A trailing axis of len(categories), 1.0 where the input equals the category; unknown
     values are all-zero rows, or an error with zeros=0."""
     ints = node.attr("cats_int64s")
-    cats = np.array(ints if ints else [_text(s) for s in node.attr("cats_strings", [])], dtype=np.int64 if ints else object)
+    cats = np.array(
+        ints if ints else [_text(s) for s in node.attr("cats_strings", [])], dtype=np.int64 if ints else object
+    )
     zeros = int(node.attr("zeros", 1))
 
     def compute(x: Any) -> tuple[Any]:
@@ -190,7 +192,9 @@ def build_category_mapper(node: Any, ctx: Any) -> Fn:
 def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
     """A map as the 1-D vector over the vocabulary (absent keys are 0), typed as the node's
     output says (onnx.reference returns float64 for float maps, hence native)."""
-    vocab = [_text(s) for s in node.attr("string_vocabulary", [])] or [int(v) for v in node.attr("int64_vocabulary", [])]
+    vocab = [_text(s) for s in node.attr("string_vocabulary", [])] or [
+        int(v) for v in node.attr("int64_vocabulary", [])
+    ]
     where = {k: i for i, k in enumerate(vocab)}
     info = node.output_info(0)
     dtype = info.np_dtype if info is not None and info.np_dtype is not None else None
@@ -200,7 +204,11 @@ def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
             raise TypeError(f"{node.describe()}: input must be a map (dict), got {type(x).__name__}")
         values = list(x.values())
         out_type = dtype or (object if values and isinstance(values[0], str) else np.asarray(values).dtype)
-        out = np.zeros(len(vocab), dtype=out_type) if np.dtype(out_type).kind != "O" else np.full(len(vocab), "", dtype=object)
+        out = (
+            np.zeros(len(vocab), dtype=out_type)
+            if np.dtype(out_type).kind != "O"
+            else np.full(len(vocab), "", dtype=object)
+        )
         for k, v in x.items():
             if k not in where:
                 raise KeyError(f"{node.describe()}: key {k!r} is not in the vocabulary")
@@ -267,7 +275,9 @@ def build_linear_classifier(node: Any, ctx: Any) -> Fn:
     [1 - v, v] with v = s, or v = logistic(s) for LOGISTIC: onnxruntime's convention (the
     runtime that converted scikit-learn models are checked against)."""
     ints = node.attr("classlabels_ints")
-    labels = np.array(ints if ints else [_text(s) for s in node.attr("classlabels_strings", [])], dtype=np.int64 if ints else object)
+    labels = np.array(
+        ints if ints else [_text(s) for s in node.attr("classlabels_strings", [])], dtype=np.int64 if ints else object
+    )
     coef = np.array(node.attr("coefficients"), dtype=np.float64)
     icpt = np.array(node.attr("intercepts", []), dtype=np.float64)
     post = _text(node.attr("post_transform", "NONE"))

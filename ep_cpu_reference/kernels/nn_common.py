@@ -87,6 +87,7 @@ def fold_frozen(compute: Any, first_only: bool = False) -> Any:
         return out
 
     if first_only:
+
         def one(x: Any, *rest: Any) -> Any:
             last = memo[0]
             if last and x is last[0]:
@@ -197,15 +198,20 @@ def pool_geometry(
     return pb, pe, out
 
 
-def im2col_view(xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int],
-                out: Sequence[int]) -> np.ndarray:
+def im2col_view(
+    xp: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dilations: Sequence[int], out: Sequence[int]
+) -> np.ndarray:
     """A zero-copy (N, C, *kernel, *out) view of a C-contiguous padded input (built directly from
     strides: far cheaper per call than sliding_window_view, which matters for small convs)."""
     if not xp.flags.c_contiguous:
         xp = np.ascontiguousarray(xp)
     sp = xp.strides[2:]
     shape = xp.shape[:2] + tuple(kernel) + tuple(out)
-    strides = xp.strides[:2] + tuple(s * d for s, d in zip(sp, dilations, strict=False)) + tuple(s * t for s, t in zip(sp, strides, strict=False))
+    strides = (
+        xp.strides[:2]
+        + tuple(s * d for s, d in zip(sp, dilations, strict=False))
+        + tuple(s * t for s, t in zip(sp, strides, strict=False))
+    )
     return np.ndarray(shape, dtype=xp.dtype, buffer=xp, strides=strides)
 
 
@@ -223,6 +229,7 @@ def pad_spatial(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], value: floa
     xp = np.pad(x, widths, constant_values=value) if any(w != (0, 0) for w in widths) else x
     # negative pads crop
     crop = (slice(None), slice(None)) + tuple(
-        slice(-b if b < 0 else 0, xp.shape[2 + i] + e if e < 0 else None) for i, (b, e) in enumerate(zip(pb, pe, strict=False))
+        slice(-b if b < 0 else 0, xp.shape[2 + i] + e if e < 0 else None)
+        for i, (b, e) in enumerate(zip(pb, pe, strict=False))
     )
     return xp[crop] if any(b < 0 or e < 0 for b, e in zip(pb, pe, strict=False)) or nd == 0 else xp

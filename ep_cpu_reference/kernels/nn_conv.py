@@ -59,8 +59,13 @@ class _ConvGeom:
 
 
 def _trim_padding_taps(
-    spatial: Sequence[int], w: np.ndarray, kernel: Sequence[int], strides: Sequence[int], dil: Sequence[int],
-    pb: Sequence[int], out: Sequence[int],
+    spatial: Sequence[int],
+    w: np.ndarray,
+    kernel: Sequence[int],
+    strides: Sequence[int],
+    dil: Sequence[int],
+    pb: Sequence[int],
+    out: Sequence[int],
 ) -> tuple[np.ndarray, list[int], list[int], list[int]] | None:
     """(weights, kernel, pads begin, pads end) without the leading/trailing taps of each axis
     that multiply padding zeros only; None when every tap reads data somewhere. The output size is
@@ -75,8 +80,10 @@ def _trim_padding_taps(
         return None
     new_k = [hi - lo + 1 for lo, hi in ranges]
     new_pb = [b - lo * d_ for b, (lo, _), d_ in zip(pb, ranges, dil, strict=True)]
-    new_pe = [(o_n - 1) * s_ + (k - 1) * d_ + 1 - d_in - b
-              for o_n, s_, k, d_, d_in, b in zip(out, strides, new_k, dil, spatial, new_pb, strict=True)]
+    new_pe = [
+        (o_n - 1) * s_ + (k - 1) * d_ + 1 - d_in - b
+        for o_n, s_, k, d_, d_in, b in zip(out, strides, new_k, dil, spatial, new_pb, strict=True)
+    ]
     if min(new_pb + new_pe) < 0:
         return None
     sl = (slice(None), slice(None)) + tuple(slice(lo, hi + 1) for lo, hi in ranges)
@@ -122,8 +129,10 @@ def plan_conv(
     w = np.ascontiguousarray(w.astype(dt, copy=False))
     needs_pad = any(pb) or any(pe)
     if min(list(pb) + list(pe), default=0) < 0:
+
         def pad(x: np.ndarray) -> np.ndarray:  # negative pads crop: the general helper
             return np.ascontiguousarray(pad_spatial(x, pb, pe))
+
         pshape = (n, c) + tuple(d + b + e for d, b, e in zip(x_shape[2:], pb, pe, strict=True))
     elif needs_pad:
         pshape = (n, c) + tuple(d + b + e for d, b, e in zip(x_shape[2:], pb, pe, strict=True))
@@ -143,8 +152,11 @@ def plan_conv(
     for i in range(len(pshape) - 2, -1, -1):
         cstr[i] = cstr[i + 1] * pshape[i + 1]
     view_shape = (n, c, *kernel, *out)
-    view_strides = tuple(cstr[:2]) + tuple(cstr[2 + i] * dil[i] for i in range(nd)) + tuple(
-        cstr[2 + i] * strides[i] for i in range(nd))
+    view_strides = (
+        tuple(cstr[:2])
+        + tuple(cstr[2 + i] * dil[i] for i in range(nd))
+        + tuple(cstr[2 + i] * strides[i] for i in range(nd))
+    )
     taps = list(itertools.product(*[range(k) for k in kernel]))
 
     def im2col(xp: np.ndarray) -> np.ndarray:
@@ -172,8 +184,10 @@ def plan_conv(
         wt = w.reshape(group, mg, ksize)
         wtaps = [np.ascontiguousarray(wt[:, :, t]).reshape((1, group, mg) + (1,) * nd) for t in range(ksize)]
         sls = [
-            (slice(None), slice(None), None) + tuple(
-                slice(o * d, o * d + (q - 1) * s_ + 1, s_) for o, d, q, s_ in zip(offs, dil, out, strides, strict=True))
+            (slice(None), slice(None), None)
+            + tuple(
+                slice(o * d, o * d + (q - 1) * s_ + 1, s_) for o, d, q, s_ in zip(offs, dil, out, strides, strict=True)
+            )
             for offs in taps
         ]
         acc_shape = (n, group, mg, *out)
@@ -188,13 +202,20 @@ def plan_conv(
             return finish(acc.reshape(out_shape))
 
         return run
-    if group == 1 and ksize > 1 and c >= 32 and 4 * m <= c and all(s_ == 1 for s_ in strides) \
-            and min(list(pb) + list(pe), default=0) >= 0:
+    if (
+        group == 1
+        and ksize > 1
+        and c >= 32
+        and 4 * m <= c
+        and all(s_ == 1 for s_ in strides)
+        and min(list(pb) + list(pe), default=0) >= 0
+    ):
         wk = np.ascontiguousarray(np.moveaxis(w.reshape(m, c, ksize), 2, 0).reshape(ksize * m, c))
         zshape = (n, ksize, m, *pshape[2:])
         flat = (n, c, int(np.prod(pshape[2:])))
         sls = [
-            (slice(None), t, slice(None)) + tuple(slice(o * d, o * d + q) for o, d, q in zip(offs, dil, out, strict=True))
+            (slice(None), t, slice(None))
+            + tuple(slice(o * d, o * d + q) for o, d, q in zip(offs, dil, out, strict=True))
             for t, offs in enumerate(taps)
         ]
 
@@ -208,11 +229,14 @@ def plan_conv(
         return run
     wg = w.reshape(group, mg, cg * ksize)
     if ksize == 1 and all(s_ == 1 for s_ in strides) and not needs_pad:
+
         def cols_of(x: np.ndarray) -> np.ndarray:
             return x.reshape(n, group, cg, p)
     else:
+
         def cols_of(x: np.ndarray) -> np.ndarray:
             return im2col(pad(x)).reshape(n, group, cg * ksize, p)  # the one im2col copy
+
     if group == 1:
         w0 = wg[0]
 
@@ -264,8 +288,11 @@ def build_conv(node: Any, ctx: Any) -> Any:
             if x.ndim < 3:
                 raise fail(node, f"input rank {x.ndim}; Conv needs (N, C, spatial...)")
             if w.ndim != x.ndim or x.shape[1] != w.shape[1] * group or w.shape[0] % group:
-                raise fail(node, f"input {list(x.shape)} and weight {list(w.shape)} do not fit group={group} "
-                                 "(weight must be (M, C/group, k...), M divisible by group)")
+                raise fail(
+                    node,
+                    f"input {list(x.shape)} and weight {list(w.shape)} do not fit group={group} "
+                    "(weight must be (M, C/group, k...), M divisible by group)",
+                )
             kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
             cdt = compute_dtype(x.dtype)
             bias = None if b is None else b.astype(cdt).reshape(_bias_shape(len(out)))
@@ -286,8 +313,11 @@ def scatter_taps(
     n, c = cols.shape[:2]
     kernel = cols.shape[2 : 2 + nd]
     grid = cols.shape[2 + nd :]
-    if all(d == 1 for d in dil) and tuple(strides) == tuple(kernel) and \
-            tuple(full) == tuple(k * g for k, g in zip(kernel, grid, strict=True)):
+    if (
+        all(d == 1 for d in dil)
+        and tuple(strides) == tuple(kernel)
+        and tuple(full) == tuple(k * g for k, g in zip(kernel, grid, strict=True))
+    ):
         # stride == kernel (the 2x2/2 upsampling ConvTranspose): taps never overlap, so the
         # image is cols with each tap axis moved next to its grid axis: one transposing copy
         perm = (0, 1) + tuple(v for i in range(nd) for v in (2 + nd + i, 2 + i))
@@ -328,9 +358,15 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         dil = ints(node, "dilations", nd, 1)
         opad = ints(node, "output_padding", nd, 0)
         insp = list(x.shape[2:])
-        full = [s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, insp, opad, kernel, dil, strict=False)]
+        full = [
+            s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, insp, opad, kernel, dil, strict=False)
+        ]
         if auto_pad in ("SAME_UPPER", "SAME_LOWER") and not pads_attr:
-            outsp = [int(v) for v in out_shape_attr[-nd:]] if out_shape_attr else [i * s for i, s in zip(insp, strides, strict=False)]
+            outsp = (
+                [int(v) for v in out_shape_attr[-nd:]]
+                if out_shape_attr
+                else [i * s for i, s in zip(insp, strides, strict=False)]
+            )
             total = [f - o for f, o in zip(full, outsp, strict=False)]
             if auto_pad == "SAME_UPPER":
                 pb = [t // 2 for t in total]
@@ -351,9 +387,7 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         wt = prepared.get(key) if w_const is not None else None
         if wt is None:
             # (G, Mg*K, Cg)
-            wt = np.ascontiguousarray(
-                w.astype(xc.dtype, copy=False).reshape(group, cg, mg * ksize).transpose(0, 2, 1)
-            )
+            wt = np.ascontiguousarray(w.astype(xc.dtype, copy=False).reshape(group, cg, mg * ksize).transpose(0, 2, 1))
             if w_const is not None:
                 prepared[key] = wt
         p = int(np.prod(insp))
@@ -365,11 +399,20 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         dst_start = [max(-p_, 0) for p_ in pb]
         length = [max(0, min(f - s0, o - d0)) for f, s0, d0, o in zip(full, src_start, dst_start, outsp, strict=False)]
         if dst_start == [0] * nd and length == outsp:
-            y = np.ascontiguousarray(img[(slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length, strict=False))])
+            y = np.ascontiguousarray(
+                img[
+                    (slice(None), slice(None))
+                    + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length, strict=False))
+                ]
+            )
         else:  # output_shape asks for more than the full image (or pads are negative): zero-extend
             y = np.zeros((n, m, *outsp), dtype=img.dtype)
-            y[(slice(None), slice(None)) + tuple(slice(d0, d0 + ln) for d0, ln in zip(dst_start, length, strict=False))] = img[
-                (slice(None), slice(None)) + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length, strict=False))
+            y[
+                (slice(None), slice(None))
+                + tuple(slice(d0, d0 + ln) for d0, ln in zip(dst_start, length, strict=False))
+            ] = img[
+                (slice(None), slice(None))
+                + tuple(slice(s0, s0 + ln) for s0, ln in zip(src_start, length, strict=False))
             ]
         if b is not None:
             y = y + b.astype(y.dtype, copy=False).reshape(_bias_shape(nd))
@@ -522,9 +565,7 @@ def build_col2im(node: Any, ctx: Any) -> Any:
         strides = ints(node, "strides", nd, 1)
         dil = ints(node, "dilations", nd, 1)
         pads = node.attr("pads") or [0] * (2 * nd)
-        grid = [
-            (img[i] + pads[i] + pads[i + nd] - ((blk[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(nd)
-        ]
+        grid = [(img[i] + pads[i] + pads[i + nd] - ((blk[i] - 1) * dil[i] + 1)) // strides[i] + 1 for i in range(nd)]
         n = x.shape[0]
         ksize = int(np.prod(blk))
         if x.shape[1] % ksize or x.shape[2] != int(np.prod(grid)):

@@ -110,7 +110,9 @@ def build_gemm(node: Any, ctx: Any) -> Any:
                     c_cache[dt] = cc
         aa = ac.T if ta else ac
         if aa.ndim != 2 or bb.ndim != 2 or aa.shape[1] != bb.shape[0]:
-            raise fail(node, f"A {list(a.shape)} (transA={int(ta)}) and B {list(b.shape)} (transB={int(tb)}) do not multiply")
+            raise fail(
+                node, f"A {list(a.shape)} (transA={int(ta)}) and B {list(b.shape)} (transB={int(tb)}) do not multiply"
+            )
         y = aa @ bb
         if cc is not None:
             y += cc
@@ -181,8 +183,16 @@ def build_space_to_depth(node: Any, ctx: Any) -> Any:
 
 
 def _attention_bias(
-    q_len: int, kv_len: int, dt: np.dtype, mask: Any, is_causal: bool, past_len: int | None, nonpad: Any,
-    left: int, right: int, batch: int,
+    q_len: int,
+    kv_len: int,
+    dt: np.dtype,
+    mask: Any,
+    is_causal: bool,
+    past_len: int | None,
+    nonpad: Any,
+    left: int,
+    right: int,
+    batch: int,
 ) -> np.ndarray:
     """The additive (…, q, kv) bias: attn_mask (bool or float, padded to kv with -inf/False),
     causal and sliding-window limits aligned bottom-right, and the per-batch padding mask."""
@@ -191,8 +201,11 @@ def _attention_bias(
     if mask is not None:
         pad = kv_len - mask.shape[-1]
         if pad > 0:
-            mask = np.pad(mask, [(0, 0)] * (mask.ndim - 1) + [(0, pad)],
-                          constant_values=False if mask.dtype == np.bool_ else -np.inf)
+            mask = np.pad(
+                mask,
+                [(0, 0)] * (mask.ndim - 1) + [(0, pad)],
+                constant_values=False if mask.dtype == np.bool_ else -np.inf,
+            )
         if mask.dtype == np.bool_:
             mask = np.where(mask, dt.type(0), neg)
         bias = bias + mask.astype(dt)
@@ -258,8 +271,18 @@ def build_attention(node: Any, ctx: Any) -> Any:
         present_k = k if past_key is None else np.concatenate((past_key, k), axis=2)
         present_v = v if past_value is None else np.concatenate((past_value, v), axis=2)
         q_len, kv_len = q.shape[2], present_k.shape[2]
-        bias = _attention_bias(q_len, kv_len, dt, attn_mask, is_causal,
-                               None if past_key is None else past_key.shape[2], nonpad_kv_seqlen, left, right, b)
+        bias = _attention_bias(
+            q_len,
+            kv_len,
+            dt,
+            attn_mask,
+            is_causal,
+            None if past_key is None else past_key.shape[2],
+            nonpad_kv_seqlen,
+            left,
+            right,
+            b,
+        )
         kk, vv = present_k, present_v
         hq, hk = q.shape[1], kk.shape[1]
         if hq != hk:

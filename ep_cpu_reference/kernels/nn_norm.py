@@ -79,7 +79,10 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
                 if got is None or (x.dtype != np.float32 and x.dtype != np.float64):
                     return compute(x, *params)
                 if x.size <= 1 << 16 and len(full) < 8:
-                    got = full[x.shape] = (np.broadcast_to(got[0], x.shape).copy(), np.broadcast_to(got[1], x.shape).copy())
+                    got = full[x.shape] = (
+                        np.broadcast_to(got[0], x.shape).copy(),
+                        np.broadcast_to(got[1], x.shape).copy(),
+                    )
             y = x * got[0]
             y += got[1]
             return (y,)

@@ -53,7 +53,10 @@ class _PoolGeom:
                 self.node, insp, self.kernel, self.strides, self.dil, self.auto_pad, self.pads, self.ceil
             )
             # extra end padding so every (ceil-mode) window fits
-            need = [(o - 1) * s + (k - 1) * d + 1 for o, s, k, d in zip(out, self.strides, self.kernel, self.dil, strict=False)]
+            need = [
+                (o - 1) * s + (k - 1) * d + 1
+                for o, s, k, d in zip(out, self.strides, self.kernel, self.dil, strict=False)
+            ]
             pe_all = [max(e, n - i - b) for e, n, i, b in zip(pe, need, insp, pb, strict=False)]
             taps = _tap_slices(self.kernel, self.strides, self.dil, out)
             got = (insp, pb, pe, pe_all, out, taps)
@@ -204,8 +207,11 @@ def _gap(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
 
 REGISTRY.register("GlobalAveragePool", since=first_since("GlobalAveragePool"))(_global(_gap))
 REGISTRY.register("GlobalMaxPool", since=first_since("GlobalMaxPool"))(
-    _global(lambda x, axes: np.maximum.reduce(x.reshape(x.shape[0], x.shape[1], -1), axis=2).reshape(
-        x.shape[:2] + (1,) * (x.ndim - 2)))
+    _global(
+        lambda x, axes: np.maximum.reduce(x.reshape(x.shape[0], x.shape[1], -1), axis=2).reshape(
+            x.shape[:2] + (1,) * (x.ndim - 2)
+        )
+    )
 )
 
 

@@ -201,7 +201,9 @@ class _Resizer:
         r = x.ndim
         axes = [a + r if a < 0 else a for a in self.axes_attr] if self.axes_attr else list(range(r))
         roi_t = tuple(np.asarray(roi, dtype=np.float64).reshape(-1)) if roi is not None and np.size(roi) else None
-        sc_t = tuple(np.asarray(scales, dtype=np.float64).reshape(-1)) if scales is not None and np.size(scales) else None
+        sc_t = (
+            tuple(np.asarray(scales, dtype=np.float64).reshape(-1)) if scales is not None and np.size(scales) else None
+        )
         sz_t = tuple(int(v) for v in np.asarray(sizes).reshape(-1)) if sizes is not None and np.size(sizes) else None
         key = (x.shape, roi_t, sc_t, sz_t)
         got = self._plans.get(key)
@@ -220,7 +222,11 @@ class _Resizer:
                 if reps[axis] > 1:
                     y = np.repeat(y, reps[axis], axis=axis)
             return y
-        y = x.astype(np.float64) if self.mode != "nearest" and odt.kind != "f" else (x if self.mode == "nearest" else as_compute(x))
+        y = (
+            x.astype(np.float64)
+            if self.mode != "nearest" and odt.kind != "f"
+            else (x if self.mode == "nearest" else as_compute(x))
+        )
         for axis, plan in plans:
             y = _apply_axis(y, axis, plan, self.extrapolation_value)
         if y.dtype != odt:
@@ -271,7 +277,9 @@ class _Resizer:
                 out[a] = s
             if self.policy != "stretch":
                 if self.policy not in ("not_larger", "not_smaller"):
-                    raise fail(node, f"keep_aspect_ratio_policy={self.policy!r}; allowed stretch, not_larger, not_smaller")
+                    raise fail(
+                        node, f"keep_aspect_ratio_policy={self.policy!r}; allowed stretch, not_larger, not_smaller"
+                    )
                 vals = [full_scales[a] for a in axes]
                 s = min(vals) if self.policy == "not_larger" else max(vals)
                 for a in axes:
@@ -296,8 +304,16 @@ class _Resizer:
                 (
                     a,
                     _plan_axis(
-                        shape[a], out[a], full_scales[a], self.mode, self.coord, self.nearest, self.cubic_a,
-                        self.exclude_outside, self.antialias, roi_a,
+                        shape[a],
+                        out[a],
+                        full_scales[a],
+                        self.mode,
+                        self.coord,
+                        self.nearest,
+                        self.cubic_a,
+                        self.exclude_outside,
+                        self.antialias,
+                        roi_a,
                     ),
                 )
             )

@@ -200,7 +200,9 @@ def _outputs(spec: _RnnSpec, odt: np.dtype, y: np.ndarray, finals: list[np.ndarr
     if spec.layout == 1:
         y = y.transpose(2, 0, 1, 3)
         finals = [f.transpose(1, 0, 2) for f in finals]
-    outs = [np.ascontiguousarray(y).astype(odt, copy=False)] + [np.ascontiguousarray(f).astype(odt, copy=False) for f in finals]
+    outs = [np.ascontiguousarray(y).astype(odt, copy=False)] + [
+        np.ascontiguousarray(f).astype(odt, copy=False) for f in finals
+    ]
     return tuple(outs[:n_out]) + (None,) * max(0, n_out - len(outs))
 
 
@@ -278,8 +280,13 @@ def build_lstm(node: Any, ctx: Any) -> Any:
     # bookkeeping of the general driver (per-direction buffers, masks, copies) left out
     names = [a.lower() for a in (node.attr("activations") or ["Sigmoid", "Tanh", "Tanh"])]
     simple = (
-        spec.direction == "forward" and spec.layout == 0 and spec.clip is None and not input_forget
-        and names == ["sigmoid", "tanh", "tanh"] and not node.attr("activation_alpha") and not node.attr("activation_beta")
+        spec.direction == "forward"
+        and spec.layout == 0
+        and spec.clip is None
+        and not input_forget
+        and names == ["sigmoid", "tanh", "tanh"]
+        and not node.attr("activation_alpha")
+        and not node.attr("activation_beta")
     )
 
     def forward(x, w, r, b, h0, c0):  # type: ignore[no-untyped-def]

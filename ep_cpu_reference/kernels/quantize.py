@@ -73,7 +73,9 @@ def _quantize_builder(node: Any, ctx: Any) -> Fn:
     def compute(x: Any, scale: Any, zp: Any = None) -> tuple[Any]:
         target = _elem(zp.dtype) if zp is not None else (out_dtype or TensorProto.UINT8)
         if zp is not None and out_dtype and out_dtype != target:
-            raise ValueError(f"{node.describe()}: output_dtype {out_dtype} disagrees with the zero point's type {target}")
+            raise ValueError(
+                f"{node.describe()}: output_dtype {out_dtype} disagrees with the zero point's type {target}"
+            )
         s = expand_param(node, scale, x.shape, axis, block)
         if precision:
             p = helper.tensor_dtype_to_np_dtype(precision)

@@ -45,7 +45,9 @@ _REDUCERS: dict[str, Callable[[np.ndarray, Any, bool], Any]] = {
     "ReduceMax": lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x)),
     "ReduceMin": lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x)),
     "ReduceL1": lambda x, a, k: np.sum(np.abs(x), axis=a, keepdims=k),
-    "ReduceL2": lambda x, a, k: np.sqrt(np.sum(np.square(x.astype(np.float64) if x.dtype.kind in "iu" else x), axis=a, keepdims=k)),
+    "ReduceL2": lambda x, a, k: np.sqrt(
+        np.sum(np.square(x.astype(np.float64) if x.dtype.kind in "iu" else x), axis=a, keepdims=k)
+    ),
     "ReduceSumSquare": lambda x, a, k: np.sum(np.square(x), axis=a, keepdims=k),
     "ReduceLogSum": lambda x, a, k: np.log(np.sum(x, axis=a, keepdims=k)),
     "ReduceLogSumExp": lambda x, a, k: _logsumexp(x, a, k),

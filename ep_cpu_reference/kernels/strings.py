@@ -138,7 +138,11 @@ def build_tfidf_vectorizer(node: Any, ctx: Any) -> Fn:
     def compute(x: Any) -> tuple[Any]:
         rows = x.reshape(1, -1) if x.ndim == 1 else x
         conv = int if pool_ints else str
-        counts = np.stack([count_row([conv(v) for v in r]) for r in rows]) if rows.size else np.zeros((rows.shape[0], width), np.float32)
+        counts = (
+            np.stack([count_row([conv(v) for v in r]) for r in rows])
+            if rows.size
+            else np.zeros((rows.shape[0], width), np.float32)
+        )
         if mode == "IDF":
             counts = (counts > 0).astype(np.float32) * w
         elif mode == "TFIDF":

@@ -422,7 +422,9 @@ def build_split(node: Any, ctx: Any) -> Fn:
     return compute
 
 
-def _slice(node: Any, x: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None) -> Any:
+def _slice(
+    node: Any, x: Any, starts: list[int], ends: list[int], axes: list[int] | None, steps: list[int] | None
+) -> Any:
     index = [slice(None)] * x.ndim
     axes = axes if axes else list(range(len(starts)))
     steps = steps if steps else [1] * len(starts)
@@ -490,7 +492,8 @@ def build_slice(node: Any, ctx: Any) -> Fn:
             if len(plans) > 64:  # values that change every run: keep the memo small
                 plans.clear()
             index = plans[key] = _slice(
-                node, _Index(x.shape), ints(starts), ints(ends), ints(axes) or None, ints(steps) or None)
+                node, _Index(x.shape), ints(starts), ints(ends), ints(axes) or None, ints(steps) or None
+            )
         return (x[index],)
 
     return compute
@@ -546,7 +549,8 @@ def _pad_apply(x: Any, crop: Any, width: list[tuple[int, int]], mode: str, value
     if mode == "constant":
         out = np.full(
             tuple(d + b + e for d, (b, e) in zip(x.shape, width, strict=True)),
-            value if value is not None else 0, dtype=x.dtype,
+            value if value is not None else 0,
+            dtype=x.dtype,
         )
         out[tuple(slice(b, b + d) for d, (b, _) in zip(x.shape, width, strict=True))] = x
         return out
@@ -586,8 +590,11 @@ def build_pad(node: Any, ctx: Any) -> Fn:
     plans: dict[Any, Any] = {}  # (shape, pads, axes) -> (crop, width)
 
     def compute(x: Any, pads: Any, value: Any = None, axes: Any = None) -> tuple[Any]:
-        key = (x.shape, tuple(pads.tolist()) if isinstance(pads, np.ndarray) else tuple(ints(pads)),
-               None if axes is None else tuple(ints(axes)))
+        key = (
+            x.shape,
+            tuple(pads.tolist()) if isinstance(pads, np.ndarray) else tuple(ints(pads)),
+            None if axes is None else tuple(ints(axes)),
+        )
         plan = plans.get(key)
         if plan is None:
             if len(plans) > 64:  # pads computed from data could vary without bound
@@ -755,7 +762,9 @@ def build_cumsum(node: Any, ctx: Any) -> Fn:
         y = np.flip(x, a) if reverse else x
         s = np.cumsum(y, axis=a, dtype=x.dtype)
         if exclusive:
-            s = np.concatenate([np.zeros_like(np.take(s, [0], axis=a)), np.take(s, np.arange(s.shape[a] - 1), axis=a)], axis=a)
+            s = np.concatenate(
+                [np.zeros_like(np.take(s, [0], axis=a)), np.take(s, np.arange(s.shape[a] - 1), axis=a)], axis=a
+            )
         return ((np.flip(s, a) if reverse else s).astype(x.dtype),)
 
     return compute
@@ -857,7 +866,6 @@ def build_reverse_sequence(node: Any, ctx: Any) -> Fn:
         return (out,)
 
     return compute
-
 
 
 @REGISTRY.register("CenterCropPad", since=18, host_inputs=(1,))

@@ -45,7 +45,9 @@ def _to2d(v: list[int], one: int) -> list[int]:
     return v if len(v) == 2 else [one] + v
 
 
-def conv_geometry(node: Any, in_sp: list[int], k: list[int], strides: list[int], dil: list[int], transposed: bool = False) -> tuple[list[int], list[int]]:
+def conv_geometry(
+    node: Any, in_sp: list[int], k: list[int], strides: list[int], dil: list[int], transposed: bool = False
+) -> tuple[list[int], list[int]]:
     """(pads_begin, pads_end) honouring auto_pad for forward convolution and pooling."""
     n = len(in_sp)
     auto = node.attr("auto_pad", "NOTSET")
@@ -121,7 +123,9 @@ def build_conv(node: Any, ctx: Any) -> Any:
         N, C, H, W = _as4d(xs)
         M, cg, KH, KW = _as4d(ws)
         if cg * group != C:
-            raise InvalidArgument(f"{node.describe()}: weight {list(ws)} with group={group} does not fit input {list(xs)}")
+            raise InvalidArgument(
+                f"{node.describe()}: weight {list(ws)} with group={group} does not fit input {list(xs)}"
+            )
         k = [KH, KW][-nsp:] if nsp == 2 else [KW]
         strides = _ints(node, "strides", nsp, 1)
         dil = _ints(node, "dilations", nsp, 1)
@@ -141,13 +145,68 @@ def build_conv(node: Any, ctx: Any) -> Any:
         if group == 1 and CK >= IM2COL_MIN_K:
             L = OH * OW
             col = rt.empty((N, CK, L), x.dtype)
-            rt.launch1d(im2col, N * CK * L, flat(x), flat(col), C, H, W, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, np.dtype(x.dtype).type(0))
+            rt.launch1d(
+                im2col,
+                N * CK * L,
+                flat(x),
+                flat(col),
+                C,
+                H,
+                W,
+                KH,
+                KW,
+                OH,
+                OW,
+                sh,
+                sw,
+                ph,
+                pw,
+                dh,
+                dw,
+                np.dtype(x.dtype).type(0),
+            )
             bias_st = (1, 0)
-            gemm(rt, w, col, out, M, L, CK, (CK, 1), (L, 1), ((N,), (0,), (CK * L,), (M * L,)),
-                 bias=b, bias_strides=bias_st, beta=1.0)
+            gemm(
+                rt,
+                w,
+                col,
+                out,
+                M,
+                L,
+                CK,
+                (CK, 1),
+                (L, 1),
+                ((N,), (0,), (CK * L,), (M * L,)),
+                bias=b,
+                bias_strides=bias_st,
+                beta=1.0,
+            )
         else:
-            rt.launch1d(conv_direct, total, flat(x), flat(w), flat(b) if b is not None else flat(w), flat(out),
-                        C, H, W, M, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, group, b is not None, np.dtype(x.dtype).type(0))
+            rt.launch1d(
+                conv_direct,
+                total,
+                flat(x),
+                flat(w),
+                flat(b) if b is not None else flat(w),
+                flat(out),
+                C,
+                H,
+                W,
+                M,
+                KH,
+                KW,
+                OH,
+                OW,
+                sh,
+                sw,
+                ph,
+                pw,
+                dh,
+                dw,
+                group,
+                b is not None,
+                np.dtype(x.dtype).type(0),
+            )
         return (out,)
 
     return compute
@@ -202,7 +261,11 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         auto = node.attr("auto_pad", "NOTSET")
         pb, pe = pads[:nsp], pads[nsp:]
         if out_shape_attr is not None or auto in ("SAME_UPPER", "SAME_LOWER"):
-            target = [int(v) for v in out_shape_attr][-nsp:] if out_shape_attr is not None else [in_sp[i] * strides[i] for i in range(nsp)]
+            target = (
+                [int(v) for v in out_shape_attr][-nsp:]
+                if out_shape_attr is not None
+                else [in_sp[i] * strides[i] for i in range(nsp)]
+            )
             pb, pe = [], []
             for i in range(nsp):
                 # an output larger than the natural one is padded at the end (as ORT and
@@ -222,8 +285,31 @@ def build_conv_transpose(node: Any, ctx: Any) -> Any:
         out = rt.empty((N, M, *out_sp), x.dtype)
         total = prod(out.shape)
         if total:
-            rt.launch1d(conv_transpose_direct, total, flat(x), flat(w), flat(b) if b is not None else flat(w), flat(out),
-                        C, H, W, M, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, group, b is not None, np.dtype(x.dtype).type(0))
+            rt.launch1d(
+                conv_transpose_direct,
+                total,
+                flat(x),
+                flat(w),
+                flat(b) if b is not None else flat(w),
+                flat(out),
+                C,
+                H,
+                W,
+                M,
+                KH,
+                KW,
+                OH,
+                OW,
+                sh,
+                sw,
+                ph,
+                pw,
+                dh,
+                dw,
+                group,
+                b is not None,
+                np.dtype(x.dtype).type(0),
+            )
         return (out,)
 
     return compute
@@ -290,7 +376,29 @@ def _pool_builder(is_max: bool) -> Any:
             out = rt.empty((N, C, *out_sp), x.dtype)
             total = prod(out.shape)
             if total:
-                rt.launch1d(pool2d, total, flat(x), flat(out), H, W, KH, KW, OH, OW, sh, sw, ph, pw, phe, pwe, dh, dw, is_max, count_pad, np.dtype(x.dtype).type(0))
+                rt.launch1d(
+                    pool2d,
+                    total,
+                    flat(x),
+                    flat(out),
+                    H,
+                    W,
+                    KH,
+                    KW,
+                    OH,
+                    OW,
+                    sh,
+                    sw,
+                    ph,
+                    pw,
+                    phe,
+                    pwe,
+                    dh,
+                    dw,
+                    is_max,
+                    count_pad,
+                    np.dtype(x.dtype).type(0),
+                )
             return (out,)
 
         return compute
@@ -326,7 +434,19 @@ def build_batchnorm(node: Any, ctx: Any) -> Any:
         out = rt.empty(shape, x.dtype)
         n = prod(shape)
         if n:
-            rt.launch1d(batchnorm_kernel, n, flat(x), flat(out), flat(scale), flat(bias), flat(mean), flat(var), eps, shape[1], prod(shape[2:]))
+            rt.launch1d(
+                batchnorm_kernel,
+                n,
+                flat(x),
+                flat(out),
+                flat(scale),
+                flat(bias),
+                flat(mean),
+                flat(var),
+                eps,
+                shape[1],
+                prod(shape[2:]),
+            )
         return (out,)
 
     return compute

@@ -49,14 +49,18 @@ def build_concat(node: Any, ctx: Any) -> Any:
         for x in xs:
             n = prod(x.shape)
             if n:
-                rt.launch1d(strided_scatter, n, flat(out), flat(x), tuple(int(s) for s in x.shape), ost, off * ost[axis])
+                rt.launch1d(
+                    strided_scatter, n, flat(out), flat(x), tuple(int(s) for s in x.shape), ost, off * ost[axis]
+                )
             off += int(x.shape[axis])
         return (out,)
 
     return compute
 
 
-def slice_plan(shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps: Any) -> tuple[tuple[int, ...], tuple[int, ...], int]:
+def slice_plan(
+    shape: tuple[int, ...], starts: Any, ends: Any, axes: Any, steps: Any
+) -> tuple[tuple[int, ...], tuple[int, ...], int]:
     """(out shape, element strides, base offset) of an ONNX Slice on a C-contiguous array."""
     nd = len(shape)
     starts = [int(v) for v in np.asarray(starts).reshape(-1)]
@@ -114,7 +118,16 @@ def build_gather(node: Any, ctx: Any) -> Any:
         out = rt.empty(out_shape, data.dtype)
         n = prod(out_shape)
         if n:
-            rt.launch1d(gather_kernel, n, flat(out), flat(data), flat(idx), shape[axis], prod(shape[axis + 1 :]), max(prod(ishape), 1))
+            rt.launch1d(
+                gather_kernel,
+                n,
+                flat(out),
+                flat(data),
+                flat(idx),
+                shape[axis],
+                prod(shape[axis + 1 :]),
+                max(prod(ishape), 1),
+            )
         return (out,)
 
     return compute

@@ -118,7 +118,9 @@ for _op in UNARY_FLOAT:
     _since = {"Gelu": 20, "HardSwish": 14, "Erf": 9, "Softplus": 1, "Sin": 7, "Cos": 7}.get(_op, 6)
     register_versions(_op, _since, {"T": FLOAT_T})(build_plain)
 for _op in UNARY_NUMERIC:
-    register_versions(_op, 6 if _op != "Identity" else 1, {"T": NUM_T if _op != "Identity" else ALL_T, "V": ALL_T})(build_plain)
+    register_versions(_op, 6 if _op != "Identity" else 1, {"T": NUM_T if _op != "Identity" else ALL_T, "V": ALL_T})(
+        build_plain
+    )
 for _op in BINARY_NUMERIC:
     register_versions(_op, 7, {"T": NUM_T})(build_plain)
 for _op in VARIADIC_NUMERIC:

@@ -30,7 +30,29 @@ def _make_kernel(dtype: np.dtype) -> Any:
     zero = dtype.type(0)
 
     @cuda.jit
-    def matmul_tiled(a, b, c, M, N, K, a_rs, a_cs, b_rs, b_cs, bshape, a_bst, b_bst, c_bst, n_batch, alpha, bias, bias_rs, bias_cs, beta, has_bias):
+    def matmul_tiled(
+        a,
+        b,
+        c,
+        M,
+        N,
+        K,
+        a_rs,
+        a_cs,
+        b_rs,
+        b_cs,
+        bshape,
+        a_bst,
+        b_bst,
+        c_bst,
+        n_batch,
+        alpha,
+        bias,
+        bias_rs,
+        bias_cs,
+        beta,
+        has_bias,
+    ):
         sa = cuda.shared.array((BK, BM), nbt)
         sb = cuda.shared.array((BK, BN), nbt)
         acc = cuda.local.array((TM, TN), nbt)
@@ -131,10 +153,31 @@ def gemm(
     kern = kernel_for(dt)
     tiles = n_batch * ((M + BM - 1) // BM) * ((N + BN - 1) // BN)
     blocks = 1 if SIM else max(1, min(tiles, MAX_BLOCKS))
-    rt.launch(kern, blocks, (TX, TY),
-        flat(a), flat(b), flat(out), M, N, K, a_strides[0], a_strides[1], b_strides[0], b_strides[1],
-        bshape, a_bst, b_bst, c_bst, n_batch, dt.type(alpha), flat(bias) if bias is not None else flat(out),
-        bias_strides[0], bias_strides[1], dt.type(beta), bias is not None,
+    rt.launch(
+        kern,
+        blocks,
+        (TX, TY),
+        flat(a),
+        flat(b),
+        flat(out),
+        M,
+        N,
+        K,
+        a_strides[0],
+        a_strides[1],
+        b_strides[0],
+        b_strides[1],
+        bshape,
+        a_bst,
+        b_bst,
+        c_bst,
+        n_batch,
+        dt.type(alpha),
+        flat(bias) if bias is not None else flat(out),
+        bias_strides[0],
+        bias_strides[1],
+        dt.type(beta),
+        bias is not None,
     )
 
 

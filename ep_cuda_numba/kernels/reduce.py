@@ -235,7 +235,12 @@ def build_reduce(node: Any, ctx: Any) -> Any:
 
 
 for _op in _REDUCE:
-    register_versions(_op, 1, {"T": NUM_T if _op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean") else FLOAT_T}, host_inputs=(1,))(build_reduce)
+    register_versions(
+        _op,
+        1,
+        {"T": NUM_T if _op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean") else FLOAT_T},
+        host_inputs=(1,),
+    )(build_reduce)
 
 
 def _softmax_builder(log: bool) -> Any:
@@ -284,7 +289,22 @@ def build_layernorm(node: Any, ctx: Any) -> Any:
         mean = rt.empty(stat_shape, x.dtype)
         rstd = rt.empty(stat_shape, x.dtype)
         if rows and R:
-            rt.launch_blocks(layernorm_rows, rows, THREADS, flat(x), flat(scale_f), flat(bias_f), flat(out), flat(mean), flat(rstd), rows, R, eps, bias is not None, want_stats)
+            rt.launch_blocks(
+                layernorm_rows,
+                rows,
+                THREADS,
+                flat(x),
+                flat(scale_f),
+                flat(bias_f),
+                flat(out),
+                flat(mean),
+                flat(rstd),
+                rows,
+                R,
+                eps,
+                bias is not None,
+                want_stats,
+            )
         return (out, mean, rstd)
 
     return compute

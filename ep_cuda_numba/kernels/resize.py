@@ -14,7 +14,14 @@ from ep_core.errors import InvalidArgument
 from ep_cuda_numba.launch import Runtime, flat, prod
 from ep_cuda_numba.registry import FLOAT_T, rank_of, register_versions, support_check
 
-COORD_MODES = {"half_pixel": 0, "pytorch_half_pixel": 1, "align_corners": 2, "asymmetric": 3, "tf_half_pixel_for_nn": 4, "half_pixel_symmetric": 5}
+COORD_MODES = {
+    "half_pixel": 0,
+    "pytorch_half_pixel": 1,
+    "align_corners": 2,
+    "asymmetric": 3,
+    "tf_half_pixel_for_nn": 4,
+    "half_pixel_symmetric": 5,
+}
 NEAREST_MODES = {"round_prefer_floor": 0, "round_prefer_ceil": 1, "floor": 2, "ceil": 3}
 
 
@@ -26,7 +33,11 @@ def _resize_ok(node: Any) -> str | None:
     ct = node.attr("coordinate_transformation_mode", "half_pixel")
     if ct not in COORD_MODES:
         return f"Resize coordinate_transformation_mode {ct!r} (supported: {list(COORD_MODES)})"
-    if node.attr("antialias", 0) or node.attr("axes") is not None or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch":
+    if (
+        node.attr("antialias", 0)
+        or node.attr("axes") is not None
+        or node.attr("keep_aspect_ratio_policy", "stretch") != "stretch"
+    ):
         return "Resize with antialias, axes or keep_aspect_ratio_policy"
     r = rank_of(node)
     if r is not None and r not in (3, 4):
@@ -113,7 +124,9 @@ def build_resize(node: Any, ctx: Any) -> Any:
         else:
             raise InvalidArgument(f"{node.describe()}: give scales or sizes")
         if len(out_shape) != nd or any(out_shape[d] != shape[d] for d in range(nd - 2 if nd == 4 else nd - 1)):
-            raise InvalidArgument(f"{node.describe()}: only the last {2 if nd == 4 else 1} axes may be resized ({list(shape)} -> {list(out_shape)})")
+            raise InvalidArgument(
+                f"{node.describe()}: only the last {2 if nd == 4 else 1} axes may be resized ({list(shape)} -> {list(out_shape)})"
+            )
         H, W = (shape[-2], shape[-1]) if nd == 4 else (1, shape[-1])
         OH, OW = (out_shape[-2], out_shape[-1]) if nd == 4 else (1, out_shape[-1])
         sh, sw = (sc[-2], sc[-1]) if nd == 4 else (1.0, sc[-1])

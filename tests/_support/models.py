@@ -8,8 +8,14 @@ import onnx
 from onnx import TensorProto, helper
 
 
-def make_model(nodes: Sequence[onnx.NodeProto], inputs: Sequence[tuple[str, int, list]], outputs: Sequence[tuple[str, int, list | None]],
-               initializers: Sequence[onnx.TensorProto] = (), opset: int = 21, extra_opsets: Sequence[tuple[str, int]] = ()) -> onnx.ModelProto:
+def make_model(
+    nodes: Sequence[onnx.NodeProto],
+    inputs: Sequence[tuple[str, int, list]],
+    outputs: Sequence[tuple[str, int, list | None]],
+    initializers: Sequence[onnx.TensorProto] = (),
+    opset: int = 21,
+    extra_opsets: Sequence[tuple[str, int]] = (),
+) -> onnx.ModelProto:
     graph = helper.make_graph(
         list(nodes),
         "test_graph",
@@ -31,4 +37,6 @@ def add_mul_chain(n: int = 6, shape: list | None = None) -> onnx.ModelProto:
         out = "out" if i == n - 1 else f"t{i}"
         nodes.append(helper.make_node(op, [prev, "y"], [out], name=f"{op.lower()}_{i}"))
         prev = out
-    return make_model(nodes, [("x", TensorProto.FLOAT, shape), ("y", TensorProto.FLOAT, shape)], [("out", TensorProto.FLOAT, shape)])
+    return make_model(
+        nodes, [("x", TensorProto.FLOAT, shape), ("y", TensorProto.FLOAT, shape)], [("out", TensorProto.FLOAT, shape)]
+    )

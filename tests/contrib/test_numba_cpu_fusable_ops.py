@@ -45,10 +45,15 @@ def test_parity_static_mode_shows_the_fusable_ops():
 def test_nodes_older_than_the_declared_opset_are_not_fused():
     # Add before opset 7 had legacy broadcasting: outside the declared range, left to other EPs
     def model(opset):
-        g = helper.make_graph([helper.make_node("Add", ["x", "x"], ["a"], name="Add"),
-                               helper.make_node("Relu", ["a"], ["y"], name="Relu")], "g",
-                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+        g = helper.make_graph(
+            [
+                helper.make_node("Add", ["x", "x"], ["a"], name="Add"),
+                helper.make_node("Relu", ["a"], ["y"], name="Relu"),
+            ],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+        )
         return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8).SerializeToString()
 
     x = np.arange(6, dtype=np.float32).reshape(2, 3) - 3

@@ -17,9 +17,13 @@ F = TensorProto.FLOAT
 
 
 def _model(nodes, inputs, outputs, inits=(), opset=17):
-    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
-                          [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
-                          [numpy_helper.from_array(v, k) for k, v in inits])
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in inputs],
+        [helper.make_tensor_value_info(n, t, s) for n, t, s in outputs],
+        [numpy_helper.from_array(v, k) for k, v in inits],
+    )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=8)
 
 
@@ -47,19 +51,38 @@ def test_elementwise_chain_with_broadcasting_and_smaller_exported_values():
         helper.make_node("Sigmoid", ["b"], ["c"], name="sig"),
         helper.make_node("Mul", ["c", "two"], ["y"], name="scale"),
     ]
-    m = _model(nodes, [("x", F, [2, 4, 5]), ("s", F, [1, 4, 1]), ("t", F, [4, 1])],
-               [("y", F, [2, 4, 5]), ("st", F, [1, 4, 1])], [("two", np.array(2.0, np.float32))])
-    feed = {"x": rng.standard_normal((2, 4, 5), np.float32), "s": rng.standard_normal((1, 4, 1), np.float32),
-            "t": rng.standard_normal((4, 1), np.float32)}
+    m = _model(
+        nodes,
+        [("x", F, [2, 4, 5]), ("s", F, [1, 4, 1]), ("t", F, [4, 1])],
+        [("y", F, [2, 4, 5]), ("st", F, [1, 4, 1])],
+        [("two", np.array(2.0, np.float32))],
+    )
+    feed = {
+        "x": rng.standard_normal((2, 4, 5), np.float32),
+        "s": rng.standard_normal((1, 4, 1), np.float32),
+        "t": rng.standard_normal((4, 1), np.float32),
+    }
     sess = _check(m, feed, fused_at_least=5)
     assert len({a["fused_node"] for a in sess.get_node_assignment().values()}) == 1
 
 
-@pytest.mark.parametrize("op,attrs,extra", [
-    ("Relu", {}, []), ("LeakyRelu", {"alpha": 0.2}, []), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, []),
-    ("HardSwish", {}, []), ("Exp", {}, []), ("Sqrt", {}, []), ("Reciprocal", {}, []), ("Erf", {}, []),
-    ("Clip", {}, ["lo", "hi"]), ("Neg", {}, []), ("Abs", {}, []), ("Softplus", {}, []),
-])
+@pytest.mark.parametrize(
+    "op,attrs,extra",
+    [
+        ("Relu", {}, []),
+        ("LeakyRelu", {"alpha": 0.2}, []),
+        ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}, []),
+        ("HardSwish", {}, []),
+        ("Exp", {}, []),
+        ("Sqrt", {}, []),
+        ("Reciprocal", {}, []),
+        ("Erf", {}, []),
+        ("Clip", {}, ["lo", "hi"]),
+        ("Neg", {}, []),
+        ("Abs", {}, []),
+        ("Softplus", {}, []),
+    ],
+)
 def test_unary_ops(op, attrs, extra):
     x = np.abs(rng.standard_normal((3, 7), np.float32)) + (0.1 if op in ("Sqrt", "Reciprocal") else -0.5)
     nodes = [helper.make_node(op, ["x"] + extra, ["u"], **attrs), helper.make_node("Add", ["u", "x"], ["y"])]
@@ -74,49 +97,76 @@ def test_compare_where_cast_and_double():
         helper.make_node("Cast", ["w"], ["y"], to=TensorProto.DOUBLE),
         helper.make_node("Max", ["y", "y2"], ["z"]),
     ]
-    m = _model(nodes, [("a", F, [4, 3]), ("b", F, [4, 3]), ("y2", TensorProto.DOUBLE, [3])],
-               [("z", TensorProto.DOUBLE, [4, 3])])
-    _check(m, {"a": rng.standard_normal((4, 3), np.float32), "b": rng.standard_normal((4, 3), np.float32),
-               "y2": rng.standard_normal(3)}, fused_at_least=4)
+    m = _model(
+        nodes,
+        [("a", F, [4, 3]), ("b", F, [4, 3]), ("y2", TensorProto.DOUBLE, [3])],
+        [("z", TensorProto.DOUBLE, [4, 3])],
+    )
+    _check(
+        m,
+        {
+            "a": rng.standard_normal((4, 3), np.float32),
+            "b": rng.standard_normal((4, 3), np.float32),
+            "y2": rng.standard_normal(3),
+        },
+        fused_at_least=4,
+    )
 
 
-@pytest.mark.parametrize("shape,w_shape,attrs", [
-    ((1, 3, 9, 11), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
-    ((2, 4, 9, 10), (6, 2, 3, 3), {"group": 2, "strides": [2, 2]}),
-    ((1, 8, 10, 10), (8, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2]}),
-    ((1, 8, 12, 12), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
-    ((1, 5, 7, 7), (3, 5, 1, 1), {}),
-    ((1, 3, 12, 12), (2, 3, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
-    ((1, 3, 11, 12), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
-    ((1, 3, 11, 12), (2, 3, 4, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
-    ((2, 3, 20), (4, 3, 5), {"strides": [2], "pads": [2, 1]}),
-    # few output channels (4*M <= C): one GEMM of all taps, then shifted adds
-    ((1, 32, 9, 10), (8, 32, 3, 3), {"pads": [1, 0, 2, 1]}),
-    ((2, 32, 11, 9), (8, 32, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
-    # depthwise kernels with the geometry compiled in: dilation, asymmetric pads, stride 2 and 3
-    ((1, 6, 11, 9), (6, 1, 3, 3), {"group": 6, "dilations": [2, 1], "pads": [0, 1, 2, 1]}),
-    ((2, 5, 13, 14), (5, 1, 5, 3), {"group": 5, "strides": [2, 3], "pads": [2, 0, 1, 1]}),
-    ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
-])
+@pytest.mark.parametrize(
+    "shape,w_shape,attrs",
+    [
+        ((1, 3, 9, 11), (4, 3, 3, 3), {"pads": [1, 1, 1, 1]}),
+        ((2, 4, 9, 10), (6, 2, 3, 3), {"group": 2, "strides": [2, 2]}),
+        ((1, 8, 10, 10), (8, 1, 5, 5), {"group": 8, "pads": [2, 2, 2, 2]}),
+        ((1, 8, 12, 12), (8, 1, 3, 3), {"group": 8, "strides": [2, 2], "pads": [1, 1, 1, 1]}),
+        ((1, 5, 7, 7), (3, 5, 1, 1), {}),
+        ((1, 3, 12, 12), (2, 3, 3, 3), {"dilations": [2, 2], "pads": [2, 2, 2, 2]}),
+        ((1, 3, 11, 12), (2, 3, 3, 3), {"strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+        ((1, 3, 11, 12), (2, 3, 4, 4), {"strides": [2, 2], "auto_pad": "SAME_LOWER"}),
+        ((2, 3, 20), (4, 3, 5), {"strides": [2], "pads": [2, 1]}),
+        # few output channels (4*M <= C): one GEMM of all taps, then shifted adds
+        ((1, 32, 9, 10), (8, 32, 3, 3), {"pads": [1, 0, 2, 1]}),
+        ((2, 32, 11, 9), (8, 32, 3, 3), {"dilations": [2, 1], "pads": [2, 1, 2, 1]}),
+        # depthwise kernels with the geometry compiled in: dilation, asymmetric pads, stride 2 and 3
+        ((1, 6, 11, 9), (6, 1, 3, 3), {"group": 6, "dilations": [2, 1], "pads": [0, 1, 2, 1]}),
+        ((2, 5, 13, 14), (5, 1, 5, 3), {"group": 5, "strides": [2, 3], "pads": [2, 0, 1, 1]}),
+        ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+    ],
+)
 def test_conv_with_bias_batchnorm_and_hardswish_tail(shape, w_shape, attrs):
     m_out = w_shape[0]
-    inits = [("w", rng.standard_normal(w_shape, np.float32)), ("bias", rng.standard_normal(m_out, np.float32)),
-             ("sc", rng.uniform(0.5, 1.5, m_out).astype(np.float32)), ("bb", rng.standard_normal(m_out, np.float32)),
-             ("mu", rng.standard_normal(m_out, np.float32)), ("var", rng.uniform(0.5, 1.5, m_out).astype(np.float32))]
-    nodes = [helper.make_node("Conv", ["x", "w", "bias"], ["c"], **attrs),
-             helper.make_node("BatchNormalization", ["c", "sc", "bb", "mu", "var"], ["bn"], epsilon=1e-3),
-             helper.make_node("HardSwish", ["bn"], ["y"])]
+    inits = [
+        ("w", rng.standard_normal(w_shape, np.float32)),
+        ("bias", rng.standard_normal(m_out, np.float32)),
+        ("sc", rng.uniform(0.5, 1.5, m_out).astype(np.float32)),
+        ("bb", rng.standard_normal(m_out, np.float32)),
+        ("mu", rng.standard_normal(m_out, np.float32)),
+        ("var", rng.uniform(0.5, 1.5, m_out).astype(np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "bias"], ["c"], **attrs),
+        helper.make_node("BatchNormalization", ["c", "sc", "bb", "mu", "var"], ["bn"], epsilon=1e-3),
+        helper.make_node("HardSwish", ["bn"], ["y"]),
+    ]
     m = _model(nodes, [("x", F, list(shape))], [("y", F, [None] * len(shape))], inits)
     _check(m, {"x": rng.standard_normal(shape, np.float32)}, fused_at_least=3, rtol=1e-4, atol=1e-4)
 
 
 def test_matmul_and_gemm_tails():
-    inits = [("w", rng.standard_normal((6, 5), np.float32)), ("b", rng.standard_normal(5, np.float32)),
-             ("g", rng.standard_normal((4, 5), np.float32)), ("c", rng.standard_normal(4, np.float32))]
-    nodes = [helper.make_node("MatMul", ["x", "w"], ["m"]), helper.make_node("Add", ["m", "b"], ["mb"]),
-             helper.make_node("Tanh", ["mb"], ["t"]),
-             helper.make_node("Gemm", ["t", "g", "c"], ["gm"], transB=1, alpha=0.5, beta=2.0),
-             helper.make_node("Relu", ["gm"], ["y"])]
+    inits = [
+        ("w", rng.standard_normal((6, 5), np.float32)),
+        ("b", rng.standard_normal(5, np.float32)),
+        ("g", rng.standard_normal((4, 5), np.float32)),
+        ("c", rng.standard_normal(4, np.float32)),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("Add", ["m", "b"], ["mb"]),
+        helper.make_node("Tanh", ["mb"], ["t"]),
+        helper.make_node("Gemm", ["t", "g", "c"], ["gm"], transB=1, alpha=0.5, beta=2.0),
+        helper.make_node("Relu", ["gm"], ["y"]),
+    ]
     m = _model(nodes, [("x", F, [3, 6])], [("y", F, [3, 4])], inits)
     sess = _check(m, {"x": rng.standard_normal((3, 6), np.float32)}, fused_at_least=5, rtol=1e-5, atol=1e-5)
     assert len({a["fused_node"] for a in sess.get_node_assignment().values()}) == 1
@@ -124,9 +174,11 @@ def test_matmul_and_gemm_tails():
 
 def test_groups_stay_convex_around_a_node_the_ep_does_not_take():
     # a -> Transpose (not fused) -> c, and a -> c directly: fusing a and c together would be non-convex
-    nodes = [helper.make_node("Relu", ["x"], ["a"], name="a"),
-             helper.make_node("Transpose", ["a"], ["t"], name="t", perm=[1, 0]),
-             helper.make_node("Add", ["a", "t"], ["y"], name="c")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["a"], name="a"),
+        helper.make_node("Transpose", ["a"], ["t"], name="t", perm=[1, 0]),
+        helper.make_node("Add", ["a", "t"], ["y"], name="c"),
+    ]
     m = _model(nodes, [("x", F, [3, 3])], [("y", F, [3, 3])])
     sess = _check(m, {"x": rng.standard_normal((3, 3), np.float32)}, fused_at_least=2)
     a = sess.get_node_assignment()
@@ -162,56 +214,95 @@ def test_parallel_kernels_compile_and_match():
 
 def test_float32_tanh_and_sigmoid_over_their_whole_range():
     # the float32 kernels use a vectorisable rational tanh (sigmoid through it), not libm's
-    x = np.concatenate([np.linspace(-30, 30, 60001, dtype=np.float32),
-                        np.array([0.0, -0.0, 1e-30, -1e-8, np.inf, -np.inf], np.float32)]).reshape(1, -1)
-    nodes = [helper.make_node("Tanh", ["x"], ["t"]), helper.make_node("Sigmoid", ["x"], ["s"]),
-             helper.make_node("Mul", ["t", "s"], ["y"])]
-    m = _model(nodes, [("x", F, list(x.shape))], [("t", F, list(x.shape)), ("s", F, list(x.shape)),
-                                                   ("y", F, list(x.shape))])
+    x = np.concatenate(
+        [
+            np.linspace(-30, 30, 60001, dtype=np.float32),
+            np.array([0.0, -0.0, 1e-30, -1e-8, np.inf, -np.inf], np.float32),
+        ]
+    ).reshape(1, -1)
+    nodes = [
+        helper.make_node("Tanh", ["x"], ["t"]),
+        helper.make_node("Sigmoid", ["x"], ["s"]),
+        helper.make_node("Mul", ["t", "s"], ["y"]),
+    ]
+    m = _model(
+        nodes, [("x", F, list(x.shape))], [("t", F, list(x.shape)), ("s", F, list(x.shape)), ("y", F, list(x.shape))]
+    )
     t, sg, _ = InferenceSession(m.SerializeToString(), providers=[NUMBA]).run(None, {"x": x})
     x64 = x.astype(np.float64)
     np.testing.assert_allclose(t, np.tanh(x64), rtol=0, atol=5e-7)
     np.testing.assert_allclose(sg, 1 / (1 + np.exp(-x64)), rtol=0, atol=5e-7)
     assert t[0, -2] == 1 and t[0, -1] == -1 and sg[0, -2] == 1 and sg[0, -1] == 0
-    nan = InferenceSession(m.SerializeToString(), providers=[NUMBA]).run(None, {"x": np.full((1, x.shape[1]), np.nan,
-                                                                                             np.float32)})
+    nan = InferenceSession(m.SerializeToString(), providers=[NUMBA]).run(
+        None, {"x": np.full((1, x.shape[1]), np.nan, np.float32)}
+    )
     assert np.isnan(nan[0]).all() and np.isnan(nan[1]).all()
 
 
-@pytest.mark.parametrize("x_shape,b_shape,feed_b", [
-    ([2, 6, 5, 7], [1, 6, 1, 1], (1, 6, 1, 1)),  # per-channel bias: index arithmetic, no modulo per element
-    ([2, 6, 5, 7], [6, 1, 7], (6, 1, 7)),  # broadcast in the middle
-    ([4, 5], ["m", 5], (1, 5)),  # static pattern says full, the run broadcasts: the general kernel serves it
-    ([4, 5], [1], (1,)),
-    (["n", 3, 4], [3, 4], (3, 4)),
-])
+@pytest.mark.parametrize(
+    "x_shape,b_shape,feed_b",
+    [
+        ([2, 6, 5, 7], [1, 6, 1, 1], (1, 6, 1, 1)),  # per-channel bias: index arithmetic, no modulo per element
+        ([2, 6, 5, 7], [6, 1, 7], (6, 1, 7)),  # broadcast in the middle
+        ([4, 5], ["m", 5], (1, 5)),  # static pattern says full, the run broadcasts: the general kernel serves it
+        ([4, 5], [1], (1,)),
+        (["n", 3, 4], [3, 4], (3, 4)),
+    ],
+)
 def test_broadcast_patterns_specialised_and_general(x_shape, b_shape, feed_b):
-    nodes = [helper.make_node("Add", ["x", "b"], ["a"]), helper.make_node("Tanh", ["a"], ["t"]),
-             helper.make_node("Mul", ["t", "a"], ["y"])]
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["a"]),
+        helper.make_node("Tanh", ["a"], ["t"]),
+        helper.make_node("Mul", ["t", "a"], ["y"]),
+    ]
     m = _model(nodes, [("x", F, x_shape), ("b", F, b_shape)], [("y", F, [None] * len(x_shape))])
     xs = tuple(d if isinstance(d, int) else 2 for d in x_shape)
-    _check(m, {"x": rng.standard_normal(xs, np.float32), "b": rng.standard_normal(feed_b, np.float32)},
-           fused_at_least=3, rtol=1e-5, atol=1e-6)
+    _check(
+        m,
+        {"x": rng.standard_normal(xs, np.float32), "b": rng.standard_normal(feed_b, np.float32)},
+        fused_at_least=3,
+        rtol=1e-5,
+        atol=1e-6,
+    )
 
 
 def test_values_of_different_shapes_sharing_a_scalar_are_not_one_kernel():
     # q*s and k*s both read the scalar s computed in the group: one kernel over both shapes cannot
     # exist (the shapes do not broadcast together)
-    nodes = [helper.make_node("Sqrt", ["c"], ["s"]), helper.make_node("Mul", ["q", "s"], ["a"]),
-             helper.make_node("Mul", ["k", "s"], ["b"]), helper.make_node("Relu", ["a"], ["y1"]),
-             helper.make_node("Relu", ["b"], ["y2"])]
-    m = _model(nodes, [("q", F, [2, 3, 4]), ("k", F, [2, 4, 5]), ("c", F, [])], [("y1", F, [2, 3, 4]),
-                                                                                ("y2", F, [2, 4, 5])])
-    _check(m, {"q": rng.standard_normal((2, 3, 4), np.float32), "k": rng.standard_normal((2, 4, 5), np.float32),
-               "c": np.array(2.5, np.float32)}, fused_at_least=5)
+    nodes = [
+        helper.make_node("Sqrt", ["c"], ["s"]),
+        helper.make_node("Mul", ["q", "s"], ["a"]),
+        helper.make_node("Mul", ["k", "s"], ["b"]),
+        helper.make_node("Relu", ["a"], ["y1"]),
+        helper.make_node("Relu", ["b"], ["y2"]),
+    ]
+    m = _model(
+        nodes, [("q", F, [2, 3, 4]), ("k", F, [2, 4, 5]), ("c", F, [])], [("y1", F, [2, 3, 4]), ("y2", F, [2, 4, 5])]
+    )
+    _check(
+        m,
+        {
+            "q": rng.standard_normal((2, 3, 4), np.float32),
+            "k": rng.standard_normal((2, 4, 5), np.float32),
+            "c": np.array(2.5, np.float32),
+        },
+        fused_at_least=5,
+    )
 
 
 def test_buffers_kept_between_runs_never_reach_the_caller():
     # conv -> relu -> conv -> tanh: the internal values live in buffers reused by the next run;
     # what a run returned must not change when the session runs again
-    inits = [("w1", rng.standard_normal((8, 3, 3, 3), np.float32)), ("w2", rng.standard_normal((4, 8, 1, 1), np.float32))]
-    nodes = [helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]), helper.make_node("Relu", ["c1"], ["r"]),
-             helper.make_node("Conv", ["r", "w2"], ["c2"]), helper.make_node("Tanh", ["c2"], ["y"])]
+    inits = [
+        ("w1", rng.standard_normal((8, 3, 3, 3), np.float32)),
+        ("w2", rng.standard_normal((4, 8, 1, 1), np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1"], ["c1"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c1"], ["r"]),
+        helper.make_node("Conv", ["r", "w2"], ["c2"]),
+        helper.make_node("Tanh", ["c2"], ["y"]),
+    ]
     m = _model(nodes, [("x", F, [1, 3, 8, 8])], [("y", F, [1, 4, 8, 8]), ("r", F, [1, 8, 8, 8])], inits)
     sess = InferenceSession(m.SerializeToString(), providers=[NUMBA])
     ref = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
@@ -230,12 +321,19 @@ def test_buffers_kept_between_runs_never_reach_the_caller():
 def test_two_groups_never_feed_each_other():
     # A = {ax, aw} and B = {bu, bz, by} are each convex, but A -> Transpose -> B (by) and B (bz) -> A
     # (aw) would make the fused nodes a cycle; aw must not join A
-    nodes = [helper.make_node("Relu", ["x"], ["ax"], name="ax"), helper.make_node("Relu", ["y"], ["bu"], name="bu"),
-             helper.make_node("Neg", ["bu"], ["bz"], name="bz"), helper.make_node("Add", ["ax", "bz"], ["aw"], name="aw"),
-             helper.make_node("Transpose", ["ax"], ["t"], name="t", perm=[1, 0]),
-             helper.make_node("Add", ["t", "bu"], ["by"], name="by")]
+    nodes = [
+        helper.make_node("Relu", ["x"], ["ax"], name="ax"),
+        helper.make_node("Relu", ["y"], ["bu"], name="bu"),
+        helper.make_node("Neg", ["bu"], ["bz"], name="bz"),
+        helper.make_node("Add", ["ax", "bz"], ["aw"], name="aw"),
+        helper.make_node("Transpose", ["ax"], ["t"], name="t", perm=[1, 0]),
+        helper.make_node("Add", ["t", "bu"], ["by"], name="by"),
+    ]
     m = _model(nodes, [("x", F, [3, 3]), ("y", F, [3, 3])], [("aw", F, [3, 3]), ("by", F, [3, 3])])
-    sess = _check(m, {"x": rng.standard_normal((3, 3), np.float32), "y": rng.standard_normal((3, 3), np.float32)},
-                  fused_at_least=4)
+    sess = _check(
+        m,
+        {"x": rng.standard_normal((3, 3), np.float32), "y": rng.standard_normal((3, 3), np.float32)},
+        fused_at_least=4,
+    )
     a = sess.get_node_assignment()
     assert a["aw"]["fused_node"] != a["ax"]["fused_node"] or a["by"]["fused_node"] != a["bu"]["fused_node"]

@@ -31,8 +31,9 @@ CHECK = textwrap.dedent("""
 
 
 def _pip(*args: str) -> None:
-    proc = subprocess.run([sys.executable, "-m", "pip", "--disable-pip-version-check", *args],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [sys.executable, "-m", "pip", "--disable-pip-version-check", *args], capture_output=True, text=True
+    )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
 
 
@@ -61,15 +62,30 @@ def test_editable_install(tmp_path):
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     py = str(venv / "bin" / "python")
-    child_site = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                                     capture_output=True, text=True, check=True).stdout.strip())
+    child_site = Path(
+        subprocess.run(
+            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
     # the child venv sees this venv's packages (ep-core, numba) after its own
     (child_site / "zz_parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
     # compat mode: a .pth path entry that precedes zz_parent.pth, so the source tree wins over a
     # non-editable copy in the parent venv (the Makefile installs one); the default finder would
     # sit behind the parent's site-packages
-    _pip("--python", py, "install", "--no-deps", "--no-build-isolation", "-e", str(PKG),
-         "--config-settings", "editable_mode=compat")
+    _pip(
+        "--python",
+        py,
+        "install",
+        "--no-deps",
+        "--no-build-isolation",
+        "-e",
+        str(PKG),
+        "--config-settings",
+        "editable_mode=compat",
+    )
     info = _check(py, child_site)
     assert info["name"] == "NumbaCpuExecutionProvider"
     assert '"editable": true' in info["direct_url"]

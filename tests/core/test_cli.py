@@ -15,7 +15,9 @@ from ep_core.cli import main
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_")}
-    return subprocess.run([sys.executable, "-m", "ep_core.cli", *args], capture_output=True, text=True, env=env, cwd=cwd)
+    return subprocess.run(
+        [sys.executable, "-m", "ep_core.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
+    )
 
 
 def test_devices_lists_the_host_cpu_with_the_reference_ep() -> None:
@@ -32,7 +34,15 @@ def test_devices_lists_the_host_cpu_with_the_reference_ep() -> None:
 def test_run_prints_what_ran_where(tmp_path: Path) -> None:
     model = tmp_path / "chain.onnx"
     model.write_bytes(add_mul_chain(4).SerializeToString())
-    proc = _cli("run", str(model), "--providers", "CpuReferenceExecutionProvider", "--show-assignment", "--profile", cwd=tmp_path)
+    proc = _cli(
+        "run",
+        str(model),
+        "--providers",
+        "CpuReferenceExecutionProvider",
+        "--show-assignment",
+        "--profile",
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
     assert "providers  CpuReferenceExecutionProvider (priority order)" in out

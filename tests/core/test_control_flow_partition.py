@@ -26,10 +26,14 @@ def _if_model():
         helper.make_node("Add", ["x", "w"], ["t1"], name="then_add"),
         helper.make_node("Mul", ["t1", "w"], ["then_out"], name="then_mul"),
     ]
-    then_g = helper.make_graph(then_nodes, "then_branch", [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [3])])
+    then_g = helper.make_graph(
+        then_nodes, "then_branch", [], [helper.make_tensor_value_info("then_out", TensorProto.FLOAT, [3])]
+    )
     else_g = helper.make_graph(
         [helper.make_node("Relu", ["x"], ["else_out"], name="else_relu")],
-        "else_branch", [], [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [3])],
+        "else_branch",
+        [],
+        [helper.make_tensor_value_info("else_out", TensorProto.FLOAT, [3])],
     )
     nodes = [
         helper.make_node("Neg", ["x0"], ["x"], name="neg"),
@@ -69,17 +73,25 @@ def test_loop_body_reads_outer_scope_and_carries_state() -> None:
             helper.make_node("Identity", ["cond_in"], ["cond_out"]),
         ],
         "body",
-        [helper.make_tensor_value_info("i", TensorProto.INT64, []),
-         helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2])],
-        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2])],
+        [
+            helper.make_tensor_value_info("i", TensorProto.INT64, []),
+            helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_in", TensorProto.FLOAT, [2]),
+        ],
+        [
+            helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("acc_out", TensorProto.FLOAT, [2]),
+        ],
     )
     node = helper.make_node("Loop", ["n", "", "acc0"], ["acc"], name="loop", body=body)
     model = make_model(
         [node],
-        [("n", TensorProto.INT64, []), ("acc0", TensorProto.FLOAT, [2]), ("v", TensorProto.FLOAT, [2]),
-         ("step", TensorProto.FLOAT, [2])],
+        [
+            ("n", TensorProto.INT64, []),
+            ("acc0", TensorProto.FLOAT, [2]),
+            ("v", TensorProto.FLOAT, [2]),
+            ("step", TensorProto.FLOAT, [2]),
+        ],
         [("acc", TensorProto.FLOAT, [2])],
     )
     sess = ep_core.InferenceSession(model)

@@ -77,7 +77,9 @@ def test_trace_shows_nodes_copies_phases_and_ep_profiler_events(device_ep, tmp_p
     assert len(copies) == 8 and all("->" in e["args"]["detail"] for e in copies)
     nodes = [e for e in events if e["cat"] == "Node"]
     assert {(e["name"], e["args"]["provider"]) for e in nodes} == {
-        ("mul_dev_1", NAME), ("relu_cpu", "CpuReferenceExecutionProvider"), ("mul_dev_2", NAME)
+        ("mul_dev_1", NAME),
+        ("relu_cpu", "CpuReferenceExecutionProvider"),
+        ("mul_dev_2", NAME),
     }
     assert any(e["name"] == "fake_npu_queue" and e["cat"] == NAME for e in events)
 
@@ -99,7 +101,9 @@ def test_io_binding_keeps_outputs_on_the_device(device_ep):
     new = device_ep.transfer.copies[copies_before:]
     assert new[:2] == [("FakeNpu:NPU:0", "Cpu:CPU:0"), ("Cpu:CPU:0", "FakeNpu:NPU:0")]
     assert device_ep.last_ep.syncs >= 1
-    with pytest.raises(ep_core.errors.InvalidArgument, match="no execution provider of this session owns device 'gpu:3'"):
+    with pytest.raises(
+        ep_core.errors.InvalidArgument, match="no execution provider of this session owns device 'gpu:3'"
+    ):
         binding.bind_output("out", "gpu:3")
 
 

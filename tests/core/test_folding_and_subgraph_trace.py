@@ -13,14 +13,19 @@ import ep_core
 
 def _model():
     nodes = [
-        helper.make_node("Constant", [], ["c"], name="const", value=numpy_helper.from_array(np.array([1.0, 2.0], np.float32))),
+        helper.make_node(
+            "Constant", [], ["c"], name="const", value=numpy_helper.from_array(np.array([1.0, 2.0], np.float32))
+        ),
         helper.make_node("Mul", ["c", "c"], ["c2"], name="square_const"),  # all inputs constant: folded
         helper.make_node("Add", ["x", "c2"], ["y"], name="add_input"),  # reads an input: runs
         helper.make_node("RandomUniformLike", ["c"], ["r"], name="random", seed=1.0),  # random: never folded
         helper.make_node("Identity", ["c2"], ["k"], name="const_out"),
     ]
-    return make_model(nodes, [("x", TensorProto.FLOAT, [2])],
-                      [("y", TensorProto.FLOAT, [2]), ("r", TensorProto.FLOAT, [2]), ("k", TensorProto.FLOAT, [2])])
+    return make_model(
+        nodes,
+        [("x", TensorProto.FLOAT, [2])],
+        [("y", TensorProto.FLOAT, [2]), ("r", TensorProto.FLOAT, [2]), ("k", TensorProto.FLOAT, [2])],
+    )
 
 
 def test_constant_subgraphs_fold_once_and_outputs_stay_private() -> None:
@@ -38,12 +43,23 @@ def test_constant_subgraphs_fold_once_and_outputs_stay_private() -> None:
 
 
 def test_trace_includes_nodes_inside_if_branches(tmp_path) -> None:
-    then_g = helper.make_graph([helper.make_node("Neg", ["x"], ["t"], name="then_neg")], "then", [],
-                               [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])])
-    else_g = helper.make_graph([helper.make_node("Abs", ["x"], ["e"], name="else_abs")], "else", [],
-                               [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])])
-    model = make_model([helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
-                       [("x", TensorProto.FLOAT, [2]), ("cond", TensorProto.BOOL, [])], [("y", TensorProto.FLOAT, [2])])
+    then_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["t"], name="then_neg")],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [2])],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Abs", ["x"], ["e"], name="else_abs")],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [2])],
+    )
+    model = make_model(
+        [helper.make_node("If", ["cond"], ["y"], name="if", then_branch=then_g, else_branch=else_g)],
+        [("x", TensorProto.FLOAT, [2]), ("cond", TensorProto.BOOL, [])],
+        [("y", TensorProto.FLOAT, [2])],
+    )
     opts = ep_core.SessionOptions(enable_profiling=True, profile_file_prefix=str(tmp_path / "p"))
     sess = ep_core.InferenceSession(model, opts)
     sess.run(None, {"x": np.ones(2, np.float32), "cond": np.array(True)})

@@ -25,8 +25,9 @@ def _cnn():
         helper.make_node("MaxPool", ["c2"], ["p"], name="pool", kernel_shape=[2, 2], strides=[2, 2]),
         helper.make_node("GlobalAveragePool", ["p"], ["y"], name="gap"),
     ]
-    return make_model(nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 8])], [("y", TensorProto.FLOAT, [1, 4, 1, 1])],
-                      [w1, b1, w2])
+    return make_model(
+        nodes, [("x", TensorProto.FLOAT, [1, 3, 8, 8])], [("y", TensorProto.FLOAT, [1, 4, 1, 1])], [w1, b1, w2]
+    )
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ import pytest
 
 pytestmark = pytest.mark.xdist_group("plugin_packages")
 
-GOOD = '''
+GOOD = """
 import numpy as np
 from ep_core.ep_base import HostEpFactory, RegistryEp
 from ep_core.kernels import KernelRegistry, FLOATS
@@ -33,13 +33,13 @@ class GoodFactory(HostEpFactory):
         return RegistryEp(self.ep_name, REGISTRY)
 
 factory = GoodFactory()
-'''
+"""
 
-BROKEN = '''
+BROKEN = """
 raise RuntimeError("this plugin is broken on purpose")
-'''
+"""
 
-TYPO = '''
+TYPO = """
 from ep_core.ep_base import HostEpFactory
 
 class TypoFactory(HostEpFactory):
@@ -50,9 +50,9 @@ class TypoFactory(HostEpFactory):
         return []
 
 factory = TypoFactory()
-'''
+"""
 
-BAD_ARG = '''
+BAD_ARG = """
 from ep_core.ep_base import HostEpFactory
 
 class BadArgFactory(HostEpFactory):
@@ -61,7 +61,7 @@ class BadArgFactory(HostEpFactory):
         return None
 
 factory = BadArgFactory()
-'''
+"""
 
 PACKAGES = {
     # distribution: (module, source, entry-point name)
@@ -105,8 +105,18 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     src = tmp_path_factory.mktemp("src")
     target = tmp_path_factory.mktemp("site")
     paths = [str(_write_package(src, d, *spec)) for d, spec in PACKAGES.items()]
-    cmd = [sys.executable, "-m", "pip", "install", "--quiet", "--no-deps", "--no-build-isolation",
-           "--target", str(target), *paths]
+    cmd = [
+        sys.executable,
+        "-m",
+        "pip",
+        "install",
+        "--quiet",
+        "--no-deps",
+        "--no-build-isolation",
+        "--target",
+        str(target),
+        *paths,
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     assert len(list(target.glob("*.dist-info"))) == len(PACKAGES)
@@ -125,7 +135,9 @@ def _python(site: Path, code: str, **env: str) -> subprocess.CompletedProcess[st
 
 
 def _cli(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "ep_core.cli", *args], capture_output=True, text=True, env=_env(site, **env))
+    return subprocess.run(
+        [sys.executable, "-m", "ep_core.cli", *args], capture_output=True, text=True, env=_env(site, **env)
+    )
 
 
 def test_cli_lists_good_and_reports_each_broken_plugin(site: Path) -> None:

@@ -88,8 +88,20 @@ def test_cli_run_with_config(tmp_path: Path, model_path: Path) -> None:
     cfg.write_text(json.dumps({"providers": [{"name": "CpuReferenceExecutionProvider"}]}))
     env = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_")}
     proc = subprocess.run(
-        [sys.executable, "-m", "ep_core.cli", "run", str(model_path), "--config", str(cfg), "--json", "--show-assignment"],
-        capture_output=True, text=True, env=env,
+        [
+            sys.executable,
+            "-m",
+            "ep_core.cli",
+            "run",
+            str(model_path),
+            "--config",
+            str(cfg),
+            "--json",
+            "--show-assignment",
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
     )
     assert proc.returncode == 0, proc.stderr
     out = json.loads(proc.stdout)
@@ -99,8 +111,12 @@ def test_cli_run_with_config(tmp_path: Path, model_path: Path) -> None:
 
     bad = tmp_path / "bad.toml"
     bad.write_text('[[providers]]\nname = "NoSuchExecutionProvider"\n')
-    proc = subprocess.run([sys.executable, "-m", "ep_core.cli", "run", str(model_path), "--config", str(bad)],
-                          capture_output=True, text=True, env=env)
+    proc = subprocess.run(
+        [sys.executable, "-m", "ep_core.cli", "run", str(model_path), "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        env=env,
+    )
     assert proc.returncode == 1
     assert "unknown execution provider 'NoSuchExecutionProvider'" in proc.stderr and "ep-core providers" in proc.stderr
 
@@ -139,7 +155,9 @@ def test_wrong_type_names_value(tmp_path: Path, model_path: Path) -> None:
 
 def test_bad_config_entry_value_names_allowed(tmp_path: Path, model_path: Path) -> None:
     cfg = _write(tmp_path, "c.toml", '[config_entries]\n"ep.context_embed_mode" = "2"\n')
-    with pytest.raises(ConfigError, match=r"config_entries.ep.context_embed_mode.*'2' is not allowed; use one of \['0', '1'\]"):
+    with pytest.raises(
+        ConfigError, match=r"config_entries.ep.context_embed_mode.*'2' is not allowed; use one of \['0', '1'\]"
+    ):
         ep_core.InferenceSession(str(model_path), config=cfg)
     cfg = _write(tmp_path, "d.toml", '[config_entries]\n"ep.context_enabel" = "1"\n')
     with pytest.raises(ConfigError, match="unknown session config entry 'ep.context_enabel'"):
@@ -192,7 +210,9 @@ def test_ep_devices_and_policies(eps, model_path: Path) -> None:
         opts.set_provider_selection_policy("FASTEST")
 
     opts = ep_core.SessionOptions()
-    opts.set_provider_selection_policy_delegate(lambda eps, model_md, runtime_md, max_n: [d for d in eps if d.ep_name == FUSING])
+    opts.set_provider_selection_policy_delegate(
+        lambda eps, model_md, runtime_md, max_n: [d for d in eps if d.ep_name == FUSING]
+    )
     assert ep_core.InferenceSession(str(model_path), opts).get_providers() == [FUSING, "CpuReferenceExecutionProvider"]
 
 

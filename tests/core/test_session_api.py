@@ -47,7 +47,10 @@ def test_inputs_outputs_and_metadata() -> None:
         ({"x": np.ones((1, 4), np.float32), "z": np.ones(1)}, "unknown input 'z'; the model's inputs are ['x']"),
         ({"x": np.ones((1, 4), np.float64)}, "input 'x' has dtype float64, expected float32 (tensor(float))"),
         ({"x": np.ones((4,), np.float32)}, "input 'x' has rank 1 (shape [4]), expected rank 2 (shape [batch, 4])"),
-        ({"x": np.ones((2, 5), np.float32)}, "input 'x' has dim 5 on axis 1 (shape [2, 5]), expected 4 (shape [batch, 4])"),
+        (
+            {"x": np.ones((2, 5), np.float32)},
+            "input 'x' has dim 5 on axis 1 (shape [2, 5]), expected 4 (shape [batch, 4])",
+        ),
         ({"x": [[1.0, 2.0, 3.0, 4.0]]}, "input 'x' must be a numpy.ndarray, got list"),
     ],
 )
@@ -69,8 +72,14 @@ def _save_external(tmp_path: Path) -> Path:
     model = _matmul_model()
     path = tmp_path / "model" / "mm.onnx"
     path.parent.mkdir()
-    onnx.save_model(model, str(path), save_as_external_data=True, all_tensors_to_one_file=True,
-                    location="mm.weights", size_threshold=0)
+    onnx.save_model(
+        model,
+        str(path),
+        save_as_external_data=True,
+        all_tensors_to_one_file=True,
+        location="mm.weights",
+        size_threshold=0,
+    )
     assert (path.parent / "mm.weights").is_file()
     return path
 
@@ -124,13 +133,28 @@ def test_hookspecs_are_documented_and_versioned() -> None:
         fn = getattr(hookspecs, name)
         assert fn.__doc__ and len(fn.__doc__) > 20, f"{name} needs a docstring"
         assert hookspecs.HOOK_API_VERSIONS[name] <= hookspecs.API_VERSION
-    for required in ("ep_factory_get_supported_devices", "ep_factory_create_ep", "ep_get_capability", "ep_compile",
-                     "ep_factory_create_data_transfer", "ep_factory_create_sync_stream_for_device", "ep_sync",
-                     "ep_on_run_start", "ep_on_run_end", "ep_factory_validate_compiled_model_compatibility",
-                     "ep_get_compiled_model_compatibility_info", "ep_create_profiler", "ep_get_ep_context_nodes",
-                     "ep_get_preferred_data_layout", "ep_should_convert_data_layout_for_op",
-                     "ep_factory_get_hardware_device_incompatibility_details", "ep_factory_get_custom_op_domains",
-                     "ep_factory_is_stream_aware", "ep_factory_release_allocator", "ep_factory_release_ep"):
+    for required in (
+        "ep_factory_get_supported_devices",
+        "ep_factory_create_ep",
+        "ep_get_capability",
+        "ep_compile",
+        "ep_factory_create_data_transfer",
+        "ep_factory_create_sync_stream_for_device",
+        "ep_sync",
+        "ep_on_run_start",
+        "ep_on_run_end",
+        "ep_factory_validate_compiled_model_compatibility",
+        "ep_get_compiled_model_compatibility_info",
+        "ep_create_profiler",
+        "ep_get_ep_context_nodes",
+        "ep_get_preferred_data_layout",
+        "ep_should_convert_data_layout_for_op",
+        "ep_factory_get_hardware_device_incompatibility_details",
+        "ep_factory_get_custom_op_domains",
+        "ep_factory_is_stream_aware",
+        "ep_factory_release_allocator",
+        "ep_factory_release_ep",
+    ):
         assert required in specs
 
 

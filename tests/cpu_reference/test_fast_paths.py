@@ -86,16 +86,26 @@ def test_constant_chain_in_if_branch() -> None:
         helper.make_node("Cast", ["wd"], ["wf"], to=TensorProto.FLOAT),
         helper.make_node("Add", ["x", "wf"], ["y"]),
     ]
-    inits = [numpy_helper.from_array(v, n) for n, v in
-             (("w", w), ("s1", _i64(0)), ("e1", _i64(1)), ("s2", _i64(2)), ("e2", _i64(4)), ("a", _i64(0)))]
+    inits = [
+        numpy_helper.from_array(v, n)
+        for n, v in (("w", w), ("s1", _i64(0)), ("e1", _i64(1)), ("s2", _i64(2)), ("e2", _i64(4)), ("a", _i64(0)))
+    ]
     branch = helper.make_graph(nodes, "b", [], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 3, 6])])
-    other = helper.make_graph([helper.make_node("Identity", ["x"], ["z"])], "o", [],
-                              [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 6])])
+    other = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["z"])],
+        "o",
+        [],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, [1, 3, 6])],
+    )
     g = helper.make_graph(
-        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=other)], "g",
-        [helper.make_tensor_value_info("c", TensorProto.BOOL, []),
-         helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 6])], initializer=inits,
+        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=other)],
+        "g",
+        [
+            helper.make_tensor_value_info("c", TensorProto.BOOL, []),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 6]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, [1, 3, 6])],
+        initializer=inits,
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     s = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
@@ -140,7 +150,9 @@ def test_reshape_constant_shape(shape) -> None:
         np.testing.assert_array_equal(a[0], b[0])
 
 
-@pytest.mark.parametrize("axis,indices", [(0, np.array(1)), (1, np.array(-1)), (1, np.array([[0, -2], [1, 1]])), (-1, np.array([2, 0]))])
+@pytest.mark.parametrize(
+    "axis,indices", [(0, np.array(1)), (1, np.array(-1)), (1, np.array([[0, -2], [1, 1]])), (-1, np.array([2, 0]))]
+)
 def test_gather_constant_indices(axis, indices) -> None:
     node = helper.make_node("Gather", ["x", "i"], ["y"], axis=axis)
     for _, a, b in _both(node, {"i": indices.astype(np.int64)}, [(3, 4, 5), (4, 3, 3)]):
@@ -164,7 +176,9 @@ def test_float32_activations_match_float64() -> None:
     rounding, including the saturated ends and NaN."""
     import ep_core
 
-    x = np.concatenate([RNG.standard_normal(1000) * 6, [-1e4, -100.0, -88.5, 0.0, 40.0, 1e4, np.nan]]).astype(np.float32)
+    x = np.concatenate([RNG.standard_normal(1000) * 6, [-1e4, -100.0, -88.5, 0.0, 40.0, 1e4, np.nan]]).astype(
+        np.float32
+    )
     xd = x.astype(np.float64)
     with np.errstate(over="ignore"):
         sig = 1 / (1 + np.exp(-xd))
@@ -176,13 +190,18 @@ def test_float32_activations_match_float64() -> None:
     for op, ref in want.items():
         attrs = {"alpha": 0.3, "beta": 0.4} if op == "HardSigmoid" else {}
         node = helper.make_node(op, ["x"], ["y"], **attrs)
-        g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])])
+        g = helper.make_graph(
+            [node],
+            "g",
+            [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+            [helper.make_tensor_value_info("y", TensorProto.FLOAT, [None])],
+        )
         model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
         with warnings.catch_warnings():
             warnings.simplefilter("error")  # no overflow warnings from the float32 path
             (y,) = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"]).run(
-                None, {"x": x})
+                None, {"x": x}
+            )
         assert y.dtype == np.float32
         # alpha*x + beta rounds to float32 before the clip: near 0 that is an absolute error of
         # up to half a float32 ULP of beta (HardSwish: times |x| <= 3), as onnxruntime's float32
@@ -195,8 +214,12 @@ def test_cast_plain_types_share_when_equal() -> None:
     import ep_core
 
     node = helper.make_node("Cast", ["x"], ["y"], to=TensorProto.INT64)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
-                          [helper.make_tensor_value_info("y", TensorProto.INT64, [None])])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None])],
+        [helper.make_tensor_value_info("y", TensorProto.INT64, [None])],
+    )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)])
     s = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
     x = np.array([1.7, -2.5, 3.0], np.float32)
@@ -212,18 +235,23 @@ def test_pad_matches_numpy(mode, pads) -> None:
 
     node = helper.make_node("Pad", ["x", "p", "v"], ["y"], mode=mode)
     g = helper.make_graph(
-        [node], "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None]),
-         helper.make_tensor_value_info("p", TensorProto.INT64, [4]),
-         helper.make_tensor_value_info("v", TensorProto.FLOAT, [])],
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None]),
+            helper.make_tensor_value_info("p", TensorProto.INT64, [4]),
+            helper.make_tensor_value_info("v", TensorProto.FLOAT, []),
+        ],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
     )
-    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString(),
-                                 providers=["CpuReferenceExecutionProvider"])
+    s = ep_core.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 19)]).SerializeToString(),
+        providers=["CpuReferenceExecutionProvider"],
+    )
     for shape in [(3, 5), (3, 6), (3, 5)]:
         x = RNG.standard_normal(shape).astype(np.float32)
         b0, b1, e0, e1 = pads
-        crop = x[max(-b0, 0): shape[0] - max(-e0, 0), max(-b1, 0): shape[1] - max(-e1, 0)]
+        crop = x[max(-b0, 0) : shape[0] - max(-e0, 0), max(-b1, 0) : shape[1] - max(-e1, 0)]
         width = [(max(b0, 0), max(e0, 0)), (max(b1, 0), max(e1, 0))]
         kw = {"constant_values": 1.5} if mode == "constant" else {}
         want = np.pad(crop, width, mode=mode, **kw)
@@ -246,9 +274,17 @@ def _vs_onnxruntime(node, inputs: dict[str, np.ndarray], const: dict[str, np.nda
 
     import ep_core
 
-    vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()]
-    g = helper.make_graph([node], "g", vis, [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
-                          initializer=[numpy_helper.from_array(v, k) for k, v in const.items()])
+    vis = [
+        helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+        for k, v in inputs.items()
+    ]
+    g = helper.make_graph(
+        [node],
+        "g",
+        vis,
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        initializer=[numpy_helper.from_array(v, k) for k, v in const.items()],
+    )
     data = helper.make_model(g, opset_imports=[helper.make_opsetid("", opset)], ir_version=9).SerializeToString()
     (got,) = ep_core.InferenceSession(data, providers=["CpuReferenceExecutionProvider"]).run(None, inputs)
     (want,) = ort.InferenceSession(data, providers=["CPUExecutionProvider"]).run(None, inputs)
@@ -269,8 +305,14 @@ def test_conv_transpose_stride_equals_kernel(kernel, group) -> None:
 def test_resize_integer_nearest(scales) -> None:
     """Integer nearest upsampling by repeats, against onnxruntime."""
     x = RNG.standard_normal((1, 3, 5, 6)).astype(np.float32)
-    node = helper.make_node("Resize", ["x", "", "s"], ["y"], mode="nearest",
-                            coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+    node = helper.make_node(
+        "Resize",
+        ["x", "", "s"],
+        ["y"],
+        mode="nearest",
+        coordinate_transformation_mode="asymmetric",
+        nearest_mode="floor",
+    )
     _vs_onnxruntime(node, {"x": x}, {"s": np.array(scales, np.float32)})
 
 
@@ -294,8 +336,10 @@ def test_lstm_forward_path_matches_general_driver(with_state, with_bias) -> None
 
     t, bsz, i, h = 5, 3, 4, 6
     feeds = {"x": RNG.standard_normal((t, bsz, i)).astype(np.float32)}
-    inits = {"w": RNG.standard_normal((1, 4 * h, i)).astype(np.float32),
-             "r": RNG.standard_normal((1, 4 * h, h)).astype(np.float32)}
+    inits = {
+        "w": RNG.standard_normal((1, 4 * h, i)).astype(np.float32),
+        "r": RNG.standard_normal((1, 4 * h, h)).astype(np.float32),
+    }
     if with_bias:
         inits["b"] = RNG.standard_normal((1, 8 * h)).astype(np.float32)
     if with_state:
@@ -303,15 +347,27 @@ def test_lstm_forward_path_matches_general_driver(with_state, with_bias) -> None
         feeds["c0"] = RNG.standard_normal((1, bsz, h)).astype(np.float32)
 
     def run(lens: bool) -> list:
-        names = ["x", "w", "r", "b" if with_bias else "", "lens" if lens else "",
-                 "h0" if with_state else "", "c0" if with_state else ""]
+        names = [
+            "x",
+            "w",
+            "r",
+            "b" if with_bias else "",
+            "lens" if lens else "",
+            "h0" if with_state else "",
+            "c0" if with_state else "",
+        ]
         while not names[-1]:
             names.pop()
         node = helper.make_node("LSTM", names, ["y", "yh", "yc"], hidden_size=h)
         f = dict(feeds, **({"lens": np.full(bsz, t, np.int32)} if lens else {}))
-        vis = [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in f.items()]
+        vis = [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            for k, v in f.items()
+        ]
         outs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in ("y", "yh", "yc")]
-        g = helper.make_graph([node], "g", vis, outs, initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()])
+        g = helper.make_graph(
+            [node], "g", vis, outs, initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()]
+        )
         data = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)]).SerializeToString()
         return ep_core.InferenceSession(data, providers=["CpuReferenceExecutionProvider"]).run(None, f)
 
@@ -336,10 +392,16 @@ def test_split_num_outputs_uneven() -> None:
     import ep_core
 
     node = helper.make_node("Split", ["x"], ["a", "b", "c"], axis=1, num_outputs=3)
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])],
-                          [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abc"])
-    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
-                                 providers=["CpuReferenceExecutionProvider"])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [None, None])],
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "abc"],
+    )
+    s = ep_core.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+        providers=["CpuReferenceExecutionProvider"],
+    )
     for width in (7, 9, 7):
         x = RNG.standard_normal((2, width)).astype(np.float32)
         got = s.run(None, {"x": x})
@@ -355,15 +417,20 @@ def test_runtime_params_change_between_runs() -> None:
 
     nodes = [helper.make_node("Slice", ["x", "s", "e"], ["y"]), helper.make_node("Reshape", ["y", "shape"], ["z"])]
     g = helper.make_graph(
-        nodes, "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [12]),
-         helper.make_tensor_value_info("s", TensorProto.INT64, [1]),
-         helper.make_tensor_value_info("e", TensorProto.INT64, [1]),
-         helper.make_tensor_value_info("shape", TensorProto.INT64, [2])],
+        nodes,
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [12]),
+            helper.make_tensor_value_info("s", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("e", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("shape", TensorProto.INT64, [2]),
+        ],
         [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
     )
-    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
-                                 providers=["CpuReferenceExecutionProvider"])
+    s = ep_core.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+        providers=["CpuReferenceExecutionProvider"],
+    )
     x = np.arange(12, dtype=np.float32)
     for start, end, shape in [(0, 6, (2, 3)), (6, 12, (2, 3)), (6, 12, (3, 2)), (2, 8, (-1, 1)), (0, 6, (2, 3))]:
         (z,) = s.run(None, {"x": x, "s": _i64(start), "e": _i64(end), "shape": _i64(*shape)})
@@ -394,16 +461,26 @@ def test_if_output_computed_from_constants_is_writable() -> None:
 
     w = RNG.standard_normal((4, 3)).astype(np.float32)
     branch = helper.make_graph(
-        [helper.make_node("Slice", ["w", "s", "e"], ["y"])], "b", [],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])])
+        [helper.make_node("Slice", ["w", "s", "e"], ["y"])],
+        "b",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])],
+    )
     g = helper.make_graph(
-        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)], "g",
+        [helper.make_node("If", ["c"], ["out"], then_branch=branch, else_branch=branch)],
+        "g",
         [helper.make_tensor_value_info("c", TensorProto.BOOL, [])],
         [helper.make_tensor_value_info("out", TensorProto.FLOAT, [2, 3])],
-        initializer=[numpy_helper.from_array(w, "w"), numpy_helper.from_array(_i64(1), "s"), numpy_helper.from_array(_i64(3), "e")],
+        initializer=[
+            numpy_helper.from_array(w, "w"),
+            numpy_helper.from_array(_i64(1), "s"),
+            numpy_helper.from_array(_i64(3), "e"),
+        ],
     )
-    s = ep_core.InferenceSession(helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
-                                 providers=["CpuReferenceExecutionProvider"])
+    s = ep_core.InferenceSession(
+        helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString(),
+        providers=["CpuReferenceExecutionProvider"],
+    )
     for _ in range(2):
         (y,) = s.run(None, {"c": np.array(True)})
         np.testing.assert_array_equal(y, w[1:3])

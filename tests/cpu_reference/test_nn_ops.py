@@ -13,13 +13,49 @@ from onnx import TensorProto, helper
 from ep_cpu_reference import conformance
 
 NN_OPS = {
-    "Conv", "ConvTranspose", "ConvInteger", "QLinearConv", "MaxPool", "AveragePool", "GlobalAveragePool",
-    "GlobalMaxPool", "LpPool", "GlobalLpPool", "MaxUnpool", "MaxRoiPool", "RoiAlign", "BatchNormalization",
-    "InstanceNormalization", "LayerNormalization", "GroupNormalization", "RMSNormalization", "LpNormalization",
-    "LRN", "MeanVarianceNormalization", "LSTM", "GRU", "RNN", "Resize", "Upsample", "Softmax", "LogSoftmax",
-    "Hardmax", "MatMul", "MatMulInteger", "QLinearMatMul", "Gemm", "Einsum", "DepthToSpace", "SpaceToDepth",
-    "Col2Im", "GridSample", "DeformConv", "Attention",
+    "Conv",
+    "ConvTranspose",
+    "ConvInteger",
+    "QLinearConv",
+    "MaxPool",
+    "AveragePool",
+    "GlobalAveragePool",
+    "GlobalMaxPool",
+    "LpPool",
+    "GlobalLpPool",
+    "MaxUnpool",
+    "MaxRoiPool",
+    "RoiAlign",
+    "BatchNormalization",
+    "InstanceNormalization",
+    "LayerNormalization",
+    "GroupNormalization",
+    "RMSNormalization",
+    "LpNormalization",
+    "LRN",
+    "MeanVarianceNormalization",
+    "LSTM",
+    "GRU",
+    "RNN",
+    "Resize",
+    "Upsample",
+    "Softmax",
+    "LogSoftmax",
+    "Hardmax",
+    "MatMul",
+    "MatMulInteger",
+    "QLinearMatMul",
+    "Gemm",
+    "Einsum",
+    "DepthToSpace",
+    "SpaceToDepth",
+    "Col2Im",
+    "GridSample",
+    "DeformConv",
+    "Attention",
 }
+
+
 def _nn_cases() -> list:
     out = []
     for case in conformance.collect():
@@ -56,8 +92,9 @@ def test_batchnorm9_is_inference_mode() -> None:
     m, v = np.array([0.5, -1.0, 2.0], np.float32), np.array([1.5, 0.25, 4.0], np.float32)
     node = helper.make_node("BatchNormalization", ["x", "s", "b", "m", "v"], ["y"], momentum=0.9, epsilon=1e-5)
     g = helper.make_graph(
-        [node], "bn", [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 4, 4] if n == "x" else [3])
-                       for n in "xsbmv"],
+        [node],
+        "bn",
+        [helper.make_tensor_value_info(n, TensorProto.FLOAT, [2, 3, 4, 4] if n == "x" else [3]) for n in "xsbmv"],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4, 4])],
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 9)])
@@ -71,8 +108,12 @@ def test_batchnorm9_is_inference_mode() -> None:
 def test_softmax_before_13_coerces_to_2d(op: str) -> None:
     x = np.random.default_rng(2).standard_normal((2, 3, 4)).astype(np.float32)
     node = helper.make_node(op, ["x"], ["y"], axis=1)
-    g = helper.make_graph([node], "sm", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])])
+    g = helper.make_graph(
+        [node],
+        "sm",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3, 4])],
+    )
     (y,) = _run(helper.make_model(g, opset_imports=[helper.make_opsetid("", 11)]), {"x": x})
     flat = x.reshape(2, 12)
     if op == "Softmax":
@@ -90,12 +131,22 @@ def test_softmax_before_13_coerces_to_2d(op: str) -> None:
 def _ms_model(op: str, inputs: dict, n_out: int = 1, **attrs):
     node = helper.make_node(op, list(inputs), [f"y{i}" for i in range(n_out)], domain="com.microsoft", **attrs)
     g = helper.make_graph(
-        [node], op,
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [f"d{j}" for j in range(next(iter(inputs.values())).ndim)])
-         for i in range(n_out)],
+        [node],
+        op,
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [
+            helper.make_tensor_value_info(
+                f"y{i}", TensorProto.FLOAT, [f"d{j}" for j in range(next(iter(inputs.values())).ndim)]
+            )
+            for i in range(n_out)
+        ],
     )
-    return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    return helper.make_model(
+        g, ir_version=10, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
 
 
 _R = np.random.default_rng(3)
@@ -107,8 +158,12 @@ CONTRIB = [
     ("BiasGelu", {"a": _X, "b": _H(16)}, 1, {}),
     ("QuickGelu", {"x": _X}, 1, {"alpha": 1.5}),
     ("BiasAdd", {"x": _H(2, 4, 8), "bias": _H(8), "skip": _H(2, 4, 8)}, 1, {}),
-    ("SkipLayerNormalization", {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16), "beta": _H(16), "bias": _H(16)}, 4,
-     {"epsilon": 1e-5}),
+    (
+        "SkipLayerNormalization",
+        {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16), "beta": _H(16), "bias": _H(16)},
+        4,
+        {"epsilon": 1e-5},
+    ),
     ("SkipSimplifiedLayerNormalization", {"x": _X, "skip": _H(2, 5, 16), "gamma": _H(16)}, 1, {"epsilon": 1e-6}),
     ("SkipSimplifiedLayerNormalization", {"x": _X * 1e-5, "skip": _H(2, 5, 16) * 1e-5, "gamma": _H(16)}, 1, {}),
     ("SkipLayerNormalization", {"x": _X * 1e-5, "skip": _H(2, 5, 16) * 1e-5, "gamma": _H(16)}, 1, {}),
@@ -159,10 +214,16 @@ def _single(op, inputs: dict, inits: dict, n_out: int, opset: int = 17, ranks=No
 
     node = helper.make_node(op, list(inputs) + list(inits), [f"y{i}" for i in range(n_out)], **attrs)
     g = helper.make_graph(
-        [node], op,
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [f"d{j}" for j in range(rank)])
-         for i, rank in enumerate(ranks or [next(iter(inputs.values())).ndim] * n_out)],
+        [node],
+        op,
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [
+            helper.make_tensor_value_info(f"y{i}", TensorProto.FLOAT, [f"d{j}" for j in range(rank)])
+            for i, rank in enumerate(ranks or [next(iter(inputs.values())).ndim] * n_out)
+        ],
         initializer=[numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     return helper.make_model(g, ir_version=10, opset_imports=[helper.make_opsetid("", opset)])
@@ -170,16 +231,16 @@ def _single(op, inputs: dict, inits: dict, n_out: int, opset: int = 17, ranks=No
 
 _CONV_CASES = [
     # (x shape, w shape, attrs): each hits one code path of conv_core
-    ((1, 64, 12, 10), (8, 64, 3, 3), {"pads": [1, 1, 1, 1]}),                    # shift-add GEMM
+    ((1, 64, 12, 10), (8, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # shift-add GEMM
     ((1, 64, 12, 10), (8, 64, 3, 3), {"dilations": [2, 1], "pads": [2, 0, 1, 1]}),
     ((1, 64, 12, 10), (8, 64, 4, 4), {"auto_pad": "SAME_LOWER"}),
     ((2, 16, 9, 11), (32, 16, 3, 3), {"strides": [2, 1], "pads": [0, 1, 2, 1]}),  # im2col
-    ((1, 24, 10, 10), (24, 1, 5, 5), {"group": 24, "pads": [2, 2, 2, 2]}),        # small depthwise
-    ((1, 8, 90, 90), (16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),          # depthwise, multiplier 2
-    ((1, 12, 7, 7), (6, 4, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER"}),         # grouped
-    ((2, 16, 5, 5), (8, 16, 1, 1), {}),                                            # 1x1
-    ((1, 4, 50), (6, 4, 5), {"strides": [3], "pads": [2, 1]}),                     # 1-D
-    ((1, 3, 6, 7, 5), (4, 3, 3, 2, 2), {"pads": [1, 0, 1, 1, 1, 0]}),             # 3-D
+    ((1, 24, 10, 10), (24, 1, 5, 5), {"group": 24, "pads": [2, 2, 2, 2]}),  # small depthwise
+    ((1, 8, 90, 90), (16, 1, 3, 3), {"group": 8, "pads": [1, 1, 1, 1]}),  # depthwise, multiplier 2
+    ((1, 12, 7, 7), (6, 4, 3, 3), {"group": 3, "auto_pad": "SAME_UPPER"}),  # grouped
+    ((2, 16, 5, 5), (8, 16, 1, 1), {}),  # 1x1
+    ((1, 4, 50), (6, 4, 5), {"strides": [3], "pads": [2, 1]}),  # 1-D
+    ((1, 3, 6, 7, 5), (4, 3, 3, 2, 2), {"pads": [1, 0, 1, 1, 1, 0]}),  # 3-D
 ]
 
 
@@ -191,25 +252,34 @@ def test_conv_paths_match_onnxruntime(xs, ws, attrs) -> None:
     _ort_compare(_single("Conv", {"x": x}, inits, 1, **attrs), {"x": x})
 
 
-@pytest.mark.parametrize("attrs", [
-    {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
-    {"group": 2, "strides": [2, 1], "dilations": [1, 2]},
-    {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2, 2], "pads": [1, 1, 1, 1], "output_padding": [1, 1]},
+        {"group": 2, "strides": [2, 1], "dilations": [1, 2]},
+        {"strides": [2, 2], "auto_pad": "SAME_UPPER"},
+    ],
+)
 def test_conv_transpose_matches_onnxruntime(attrs) -> None:
     r = np.random.default_rng(6)
     x = r.standard_normal((1, 4, 5, 6)).astype(np.float32)
-    inits = {"w": r.standard_normal((4, 3, 3, 3)).astype(np.float32), "b": r.standard_normal(3 * attrs.get("group", 1)).astype(np.float32)}
+    inits = {
+        "w": r.standard_normal((4, 3, 3, 3)).astype(np.float32),
+        "b": r.standard_normal(3 * attrs.get("group", 1)).astype(np.float32),
+    }
     _ort_compare(_single("ConvTranspose", {"x": x}, inits, 1, **attrs), {"x": x})
 
 
-@pytest.mark.parametrize("op,gates,attrs", [
-    ("LSTM", 4, {"direction": "bidirectional"}),
-    ("LSTM", 4, {"direction": "reverse", "clip": 0.7, "input_forget": 1}),
-    ("GRU", 3, {"direction": "bidirectional", "linear_before_reset": 1}),
-    ("GRU", 3, {"direction": "reverse"}),
-    ("RNN", 1, {"direction": "bidirectional", "activations": ["Relu", "Tanh"]}),
-])
+@pytest.mark.parametrize(
+    "op,gates,attrs",
+    [
+        ("LSTM", 4, {"direction": "bidirectional"}),
+        ("LSTM", 4, {"direction": "reverse", "clip": 0.7, "input_forget": 1}),
+        ("GRU", 3, {"direction": "bidirectional", "linear_before_reset": 1}),
+        ("GRU", 3, {"direction": "reverse"}),
+        ("RNN", 1, {"direction": "bidirectional", "activations": ["Relu", "Tanh"]}),
+    ],
+)
 def test_recurrent_matches_onnxruntime(op, gates, attrs) -> None:
     """All directions with per-batch sequence lengths and initial states (reverse within each length)."""
     r = np.random.default_rng(7)
@@ -232,17 +302,23 @@ def test_recurrent_matches_onnxruntime(op, gates, attrs) -> None:
     _ort_compare(model, feed)
 
 
-@pytest.mark.parametrize("attrs,scales", [
-    ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, [1, 1, 2, 3]),
-    # (scales chosen without exact .5 ties: onnxruntime maps coordinates in float32, the ONNX
-    # reference, and we, in float64, so a tie can round differently)
-    ({"mode": "nearest", "nearest_mode": "round_prefer_ceil"}, [1, 1, 0.6, 1.6]),
-    ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 1.5, 0.5]),
-    ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 2.0, 2.0]),
-    ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.35]),
-    ({"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel", "exclude_outside": 1}, [1, 1, 1.7, 0.8]),
-    ({"mode": "cubic", "antialias": 1, "cubic_coeff_a": -0.5}, [1, 1, 0.4, 0.6]),
-])
+@pytest.mark.parametrize(
+    "attrs,scales",
+    [
+        ({"mode": "nearest", "coordinate_transformation_mode": "asymmetric", "nearest_mode": "floor"}, [1, 1, 2, 3]),
+        # (scales chosen without exact .5 ties: onnxruntime maps coordinates in float32, the ONNX
+        # reference, and we, in float64, so a tie can round differently)
+        ({"mode": "nearest", "nearest_mode": "round_prefer_ceil"}, [1, 1, 0.6, 1.6]),
+        ({"mode": "linear", "coordinate_transformation_mode": "half_pixel"}, [1, 1, 1.5, 0.5]),
+        ({"mode": "linear", "coordinate_transformation_mode": "align_corners"}, [1, 1, 2.0, 2.0]),
+        ({"mode": "linear", "antialias": 1}, [1, 1, 0.5, 0.35]),
+        (
+            {"mode": "cubic", "coordinate_transformation_mode": "pytorch_half_pixel", "exclude_outside": 1},
+            [1, 1, 1.7, 0.8],
+        ),
+        ({"mode": "cubic", "antialias": 1, "cubic_coeff_a": -0.5}, [1, 1, 0.4, 0.6]),
+    ],
+)
 def test_resize_matches_onnxruntime(attrs, scales) -> None:
     r = np.random.default_rng(8)
     x = r.standard_normal((1, 2, 9, 11)).astype(np.float32)
@@ -250,15 +326,20 @@ def test_resize_matches_onnxruntime(attrs, scales) -> None:
     _ort_compare(_single("Resize", {"x": x}, inits, 1, opset=18, **attrs), {"x": x}, rtol=1e-4, atol=1e-4)
 
 
-@pytest.mark.parametrize("op,attrs", [
-    ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
-    ("MaxPool", {"kernel_shape": [2, 3], "dilations": [2, 1], "pads": [1, 1, 0, 1]}),
-    ("MaxPool", {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER", "storage_order": 1}),
-    ("AveragePool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1,
-                     "count_include_pad": 1}),
-    ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 1, 0]}),
-    ("LpPool", {"kernel_shape": [3, 3], "p": 3, "pads": [1, 1, 1, 1]}),
-])
+@pytest.mark.parametrize(
+    "op,attrs",
+    [
+        ("MaxPool", {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1}),
+        ("MaxPool", {"kernel_shape": [2, 3], "dilations": [2, 1], "pads": [1, 1, 0, 1]}),
+        ("MaxPool", {"kernel_shape": [2, 3], "strides": [2, 2], "auto_pad": "SAME_LOWER", "storage_order": 1}),
+        (
+            "AveragePool",
+            {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1, "count_include_pad": 1},
+        ),
+        ("AveragePool", {"kernel_shape": [3, 2], "strides": [2, 1], "pads": [0, 1, 1, 0]}),
+        ("LpPool", {"kernel_shape": [3, 3], "p": 3, "pads": [1, 1, 1, 1]}),
+    ],
+)
 def test_pools_match_onnxruntime(op, attrs) -> None:
     r = np.random.default_rng(9)
     x = r.standard_normal((2, 3, 10, 9)).astype(np.float32)

@@ -98,7 +98,11 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
     f3 = [_t("x", T.FLOAT, [3, 3])]
 
     cases["scaler"] = (
-        _model(oh.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0, 0.0, -1.0], scale=[2.0, 0.5, 1.0]), f3, [_t("y", T.FLOAT, [3, 3])]),
+        _model(
+            oh.make_node("Scaler", ["x"], ["y"], domain=ML, offset=[1.0, 0.0, -1.0], scale=[2.0, 0.5, 1.0]),
+            f3,
+            [_t("y", T.FLOAT, [3, 3])],
+        ),
         {"x": x},
         [((x - np.float32([1, 0, -1])) * np.float32([2, 0.5, 1])).astype(np.float32)],
     )
@@ -117,39 +121,75 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
         )
     xn = np.array([[1.0, np.nan], [np.nan, 4.0]], dtype=np.float32)
     cases["imputer_nan_per_feature"] = (
-        _model(oh.make_node("Imputer", ["x"], ["y"], domain=ML, imputed_value_floats=[7.0, 8.0], replaced_value_float=float("nan")),
-               [_t("x", T.FLOAT, [2, 2])], [_t("y", T.FLOAT, [2, 2])]),
+        _model(
+            oh.make_node(
+                "Imputer", ["x"], ["y"], domain=ML, imputed_value_floats=[7.0, 8.0], replaced_value_float=float("nan")
+            ),
+            [_t("x", T.FLOAT, [2, 2])],
+            [_t("y", T.FLOAT, [2, 2])],
+        ),
         {"x": xn},
         [np.array([[1.0, 8.0], [7.0, 4.0]], dtype=np.float32)],
     )
     w = np.array([[0.5, -1.0, 2.0], [1.0, 1.0, 1.0]], dtype=np.float32)
     cases["linear_regressor_2_targets"] = (
-        _model(oh.make_node("LinearRegressor", ["x"], ["y"], domain=ML, coefficients=w.ravel().tolist(), intercepts=[1.0, -1.0], targets=2),
-               f3, [_t("y", T.FLOAT, [3, 2])]),
+        _model(
+            oh.make_node(
+                "LinearRegressor",
+                ["x"],
+                ["y"],
+                domain=ML,
+                coefficients=w.ravel().tolist(),
+                intercepts=[1.0, -1.0],
+                targets=2,
+            ),
+            f3,
+            [_t("y", T.FLOAT, [3, 2])],
+        ),
         {"x": x},
         [(x @ w.T + np.float32([1.0, -1.0])).astype(np.float32)],
     )
     cases["one_hot_encoder_ints"] = (
-        _model(oh.make_node("OneHotEncoder", ["x"], ["y"], domain=ML, cats_int64s=[1, 3, 5]),
-               [_t("x", T.INT64, [4])], [_t("y", T.FLOAT, [4, 3])]),
+        _model(
+            oh.make_node("OneHotEncoder", ["x"], ["y"], domain=ML, cats_int64s=[1, 3, 5]),
+            [_t("x", T.INT64, [4])],
+            [_t("y", T.FLOAT, [4, 3])],
+        ),
         {"x": np.array([5, 1, 2, 3], dtype=np.int64)},
         [np.array([[0, 0, 1], [1, 0, 0], [0, 0, 0], [0, 1, 0]], dtype=np.float32)],
     )
     cases["feature_vectorizer"] = (
-        _model(oh.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain=ML, inputdimensions=[2, 3]),
-               [_t("a", T.INT64, [2, 2]), _t("b", T.FLOAT, [2, 2])], [_t("y", T.FLOAT, [2, 5])]),
+        _model(
+            oh.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain=ML, inputdimensions=[2, 3]),
+            [_t("a", T.INT64, [2, 2]), _t("b", T.FLOAT, [2, 2])],
+            [_t("y", T.FLOAT, [2, 5])],
+        ),
         {"a": np.array([[1, 2], [3, 4]], dtype=np.int64), "b": np.array([[0.5, 1.5], [2.5, 3.5]], dtype=np.float32)},
         [np.array([[1, 2, 0.5, 1.5, 0], [3, 4, 2.5, 3.5, 0]], dtype=np.float32)],
     )
     cases["category_mapper_str_to_int"] = (
-        _model(oh.make_node("CategoryMapper", ["x"], ["y"], domain=ML, cats_strings=["a", "b"], cats_int64s=[10, 20], default_int64=-7),
-               [_t("x", T.STRING, [3])], [_t("y", T.INT64, [3])]),
+        _model(
+            oh.make_node(
+                "CategoryMapper",
+                ["x"],
+                ["y"],
+                domain=ML,
+                cats_strings=["a", "b"],
+                cats_int64s=[10, 20],
+                default_int64=-7,
+            ),
+            [_t("x", T.STRING, [3])],
+            [_t("y", T.INT64, [3])],
+        ),
         {"x": np.array(["b", "z", "a"], dtype=object)},
         [np.array([20, -7, 10], dtype=np.int64)],
     )
     cases["category_mapper_int_to_str"] = (
-        _model(oh.make_node("CategoryMapper", ["x"], ["y"], domain=ML, cats_strings=["a", "b"], cats_int64s=[10, 20]),
-               [_t("x", T.INT64, [3])], [_t("y", T.STRING, [3])]),
+        _model(
+            oh.make_node("CategoryMapper", ["x"], ["y"], domain=ML, cats_strings=["a", "b"], cats_int64s=[10, 20]),
+            [_t("x", T.INT64, [3])],
+            [_t("y", T.STRING, [3])],
+        ),
         {"x": np.array([20, 5, 10], dtype=np.int64)},
         [np.array(["b", "_Unused", "a"], dtype=object)],
     )
@@ -158,65 +198,130 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
     bc = np.float32([0.0, 0.5, -0.5])
     scores = x @ wc.T + bc
     cases["linear_classifier_3_classes"] = (
-        _model(oh.make_node("LinearClassifier", ["x"], ["label", "scores"], domain=ML, coefficients=wc.ravel().tolist(),
-                            intercepts=bc.tolist(), classlabels_ints=[7, 8, 9]),
-               f3, [_t("label", T.INT64, [3]), _t("scores", T.FLOAT, [3, 3])]),
+        _model(
+            oh.make_node(
+                "LinearClassifier",
+                ["x"],
+                ["label", "scores"],
+                domain=ML,
+                coefficients=wc.ravel().tolist(),
+                intercepts=bc.tolist(),
+                classlabels_ints=[7, 8, 9],
+            ),
+            f3,
+            [_t("label", T.INT64, [3]), _t("scores", T.FLOAT, [3, 3])],
+        ),
         {"x": x},
         [np.array([7, 8, 9], dtype=np.int64)[scores.argmax(axis=1)], scores.astype(np.float32)],
     )
     sv = np.array([[1.0, 0.0, 0.0], [0.0, 1.0, 1.0]], dtype=np.float32)
     coef = np.float32([2.0, -1.0])
     cases["svm_regressor_linear_kernel"] = (
-        _model(oh.make_node("SVMRegressor", ["x"], ["y"], domain=ML, kernel_type="LINEAR", support_vectors=sv.ravel().tolist(),
-                            coefficients=coef.tolist(), rho=[0.25], n_supports=2),
-               f3, [_t("y", T.FLOAT, [3, 1])]),
+        _model(
+            oh.make_node(
+                "SVMRegressor",
+                ["x"],
+                ["y"],
+                domain=ML,
+                kernel_type="LINEAR",
+                support_vectors=sv.ravel().tolist(),
+                coefficients=coef.tolist(),
+                rho=[0.25],
+                n_supports=2,
+            ),
+            f3,
+            [_t("y", T.FLOAT, [3, 1])],
+        ),
         {"x": x},
         [((x @ sv.T) @ coef + np.float32(0.25)).reshape(3, 1).astype(np.float32)],
     )
     # one tree: x0 <= 0.5 ? leaf 1 : leaf 2
     tree = dict(
-        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0],
-        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        nodes_treeids=[0, 0, 0],
+        nodes_nodeids=[0, 1, 2],
+        nodes_featureids=[0, 0, 0],
+        nodes_values=[0.5, 0.0, 0.0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+        nodes_truenodeids=[1, 0, 0],
+        nodes_falsenodeids=[2, 0, 0],
     )
     xt = np.array([[0.0, 9.0], [1.0, -9.0], [0.5, 0.0]], dtype=np.float32)
     cases["tree_ensemble_regressor_one_split"] = (
-        _model(oh.make_node("TreeEnsembleRegressor", ["x"], ["y"], domain=ML, n_targets=1, target_treeids=[0, 0],
-                            target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[1.5, -2.0], **tree),
-               [_t("x", T.FLOAT, [3, 2])], [_t("y", T.FLOAT, [3, 1])]),
+        _model(
+            oh.make_node(
+                "TreeEnsembleRegressor",
+                ["x"],
+                ["y"],
+                domain=ML,
+                n_targets=1,
+                target_treeids=[0, 0],
+                target_nodeids=[1, 2],
+                target_ids=[0, 0],
+                target_weights=[1.5, -2.0],
+                **tree,
+            ),
+            [_t("x", T.FLOAT, [3, 2])],
+            [_t("y", T.FLOAT, [3, 1])],
+        ),
         {"x": xt},
         [np.array([[1.5], [-2.0], [1.5]], dtype=np.float32)],
     )
     cases["tree_ensemble_classifier_3_classes"] = (
-        _model(oh.make_node("TreeEnsembleClassifier", ["x"], ["label", "probs"], domain=ML, class_treeids=[0, 0],
-                            class_nodeids=[1, 2], class_ids=[0, 2], class_weights=[1.0, 1.0], classlabels_int64s=[10, 20, 30], **tree),
-               [_t("x", T.FLOAT, [3, 2])], [_t("label", T.INT64, [3]), _t("probs", T.FLOAT, [3, 3])]),
+        _model(
+            oh.make_node(
+                "TreeEnsembleClassifier",
+                ["x"],
+                ["label", "probs"],
+                domain=ML,
+                class_treeids=[0, 0],
+                class_nodeids=[1, 2],
+                class_ids=[0, 2],
+                class_weights=[1.0, 1.0],
+                classlabels_int64s=[10, 20, 30],
+                **tree,
+            ),
+            [_t("x", T.FLOAT, [3, 2])],
+            [_t("label", T.INT64, [3]), _t("probs", T.FLOAT, [3, 3])],
+        ),
         {"x": xt},
         [np.array([10, 30, 10], dtype=np.int64), np.array([[1, 0, 0], [0, 0, 1], [1, 0, 0]], dtype=np.float32)],
     )
     map_type = oh.make_map_type_proto(T.STRING, oh.make_tensor_type_proto(T.FLOAT, []))
     cases["dict_vectorizer_strings"] = (
-        _model(oh.make_node("DictVectorizer", ["x"], ["y"], domain=ML, string_vocabulary=["a", "b", "c"]),
-               [oh.make_value_info("x", map_type)], [_t("y", T.FLOAT, [3])]),
+        _model(
+            oh.make_node("DictVectorizer", ["x"], ["y"], domain=ML, string_vocabulary=["a", "b", "c"]),
+            [oh.make_value_info("x", map_type)],
+            [_t("y", T.FLOAT, [3])],
+        ),
         {"x": {"a": 1.0, "c": 3.0}},
         [np.array([1.0, 0.0, 3.0], dtype=np.float32)],
     )
     seq_of_maps = oh.make_sequence_type_proto(oh.make_map_type_proto(T.INT64, oh.make_tensor_type_proto(T.FLOAT, [])))
     cases["zipmap_int_labels"] = (
-        _model(oh.make_node("ZipMap", ["x"], ["y"], domain=ML, classlabels_int64s=[3, 4]),
-               [_t("x", T.FLOAT, [2, 2])], [oh.make_value_info("y", seq_of_maps)]),
+        _model(
+            oh.make_node("ZipMap", ["x"], ["y"], domain=ML, classlabels_int64s=[3, 4]),
+            [_t("x", T.FLOAT, [2, 2])],
+            [oh.make_value_info("y", seq_of_maps)],
+        ),
         {"x": np.array([[0.25, 0.75], [1.0, 0.0]], dtype=np.float32)},
         [[{3: 0.25, 4: 0.75}, {3: 1.0, 4: 0.0}]],
     )
     int_map = oh.make_map_type_proto(T.INT64, oh.make_tensor_type_proto(T.FLOAT, []))
     cases["cast_map_dense_to_float"] = (
-        _model(oh.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to="TO_FLOAT", map_form="DENSE"),
-               [oh.make_value_info("x", int_map)], [_t("y", T.FLOAT, [1, 3])]),
+        _model(
+            oh.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to="TO_FLOAT", map_form="DENSE"),
+            [oh.make_value_info("x", int_map)],
+            [_t("y", T.FLOAT, [1, 3])],
+        ),
         {"x": {5: 0.5, 1: 1.5, 3: 3.5}},
         [np.array([[1.5, 3.5, 0.5]], dtype=np.float32)],
     )
     cases["cast_map_sparse_to_int64"] = (
-        _model(oh.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to="TO_INT64", map_form="SPARSE", max_map=5),
-               [oh.make_value_info("x", int_map)], [_t("y", T.INT64, [1, 5])]),
+        _model(
+            oh.make_node("CastMap", ["x"], ["y"], domain=ML, cast_to="TO_INT64", map_form="SPARSE", max_map=5),
+            [oh.make_value_info("x", int_map)],
+            [_t("y", T.INT64, [1, 5])],
+        ),
         {"x": {4: 2.0, 1: 7.0}},
         [np.array([[0, 7, 0, 0, 2]], dtype=np.int64)],
     )
@@ -229,29 +334,52 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
     # legacy opsets the node suite no longer exports
     xi = np.arange(6, dtype=np.float32).reshape(2, 3)
     cases["cast_opset1_string_to"] = (
-        _model(oh.make_node("Cast", ["x"], ["y"], to="INT32"), [_t("x", T.FLOAT, [2, 3])], [_t("y", T.INT32, [2, 3])], opset=1),
+        _model(
+            oh.make_node("Cast", ["x"], ["y"], to="INT32"),
+            [_t("x", T.FLOAT, [2, 3])],
+            [_t("y", T.INT32, [2, 3])],
+            opset=1,
+        ),
         {"x": xi + 0.25},
         [xi.astype(np.int32)],
     )
     cases["concat_opset1_default_axis"] = (
-        _model(oh.make_node("Concat", ["a", "b"], ["y"]), [_t("a", T.FLOAT, [2, 3]), _t("b", T.FLOAT, [2, 3])], [_t("y", T.FLOAT, [2, 6])], opset=1),
+        _model(
+            oh.make_node("Concat", ["a", "b"], ["y"]),
+            [_t("a", T.FLOAT, [2, 3]), _t("b", T.FLOAT, [2, 3])],
+            [_t("y", T.FLOAT, [2, 6])],
+            opset=1,
+        ),
         {"a": xi, "b": -xi},
         [np.concatenate([xi, -xi], axis=1)],
     )
     cases["pad_opset1_paddings"] = (
-        _model(oh.make_node("Pad", ["x"], ["y"], paddings=[0, 1, 0, 2], value=9.0), [_t("x", T.FLOAT, [2, 3])], [_t("y", T.FLOAT, [2, 6])], opset=1),
+        _model(
+            oh.make_node("Pad", ["x"], ["y"], paddings=[0, 1, 0, 2], value=9.0),
+            [_t("x", T.FLOAT, [2, 3])],
+            [_t("y", T.FLOAT, [2, 6])],
+            opset=1,
+        ),
         {"x": xi},
         [np.array([[9, 0, 1, 2, 9, 9], [9, 3, 4, 5, 9, 9]], dtype=np.float32)],
     )
     cases["tile_opset1_axis_input"] = (
-        _model(oh.make_node("Tile", ["x", "tiles", "axis"], ["y"]),
-               [_t("x", T.FLOAT, [2, 3]), _t("tiles", T.INT64, []), _t("axis", T.INT64, [])], [_t("y", T.FLOAT, [4, 3])], opset=1),
+        _model(
+            oh.make_node("Tile", ["x", "tiles", "axis"], ["y"]),
+            [_t("x", T.FLOAT, [2, 3]), _t("tiles", T.INT64, []), _t("axis", T.INT64, [])],
+            [_t("y", T.FLOAT, [4, 3])],
+            opset=1,
+        ),
         {"x": xi, "tiles": np.array(2, dtype=np.int64), "axis": np.array(0, dtype=np.int64)},
         [np.concatenate([xi, xi], axis=0)],
     )
     cases["add_opset6_broadcast_axis"] = (
-        _model(oh.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=0), [_t("a", T.FLOAT, [2, 3]), _t("b", T.FLOAT, [2])],
-               [_t("y", T.FLOAT, [2, 3])], opset=6),
+        _model(
+            oh.make_node("Add", ["a", "b"], ["y"], broadcast=1, axis=0),
+            [_t("a", T.FLOAT, [2, 3]), _t("b", T.FLOAT, [2])],
+            [_t("y", T.FLOAT, [2, 3])],
+            opset=6,
+        ),
         {"a": xi, "b": np.float32([10, 20])},
         [xi + np.float32([[10], [20]])],
     )
@@ -277,11 +405,21 @@ def test_random_ops_are_seeded_and_in_range() -> None:
     """What the excluded Bernoulli cases cannot check: seeded draws repeat, unseeded ones vary,
     values lie in range and p = 0 / p = 1 are exact."""
     p = np.array([0.0, 1.0, 0.0, 1.0] * 50, dtype=np.float32)
-    model = _model(oh.make_node("Bernoulli", ["p"], ["y"], seed=3.0), [_t("p", T.FLOAT, [200])], [_t("y", T.FLOAT, [200])], opset=15)
+    model = _model(
+        oh.make_node("Bernoulli", ["p"], ["y"], seed=3.0),
+        [_t("p", T.FLOAT, [200])],
+        [_t("y", T.FLOAT, [200])],
+        opset=15,
+    )
     (y,) = _run_model(model, {"p": p})
     np.testing.assert_array_equal(y, p)
     half = np.full(4000, 0.5, dtype=np.float32)
-    model = _model(oh.make_node("Bernoulli", ["p"], ["y"], seed=1.0), [_t("p", T.FLOAT, [4000])], [_t("y", T.FLOAT, [4000])], opset=15)
+    model = _model(
+        oh.make_node("Bernoulli", ["p"], ["y"], seed=1.0),
+        [_t("p", T.FLOAT, [4000])],
+        [_t("y", T.FLOAT, [4000])],
+        opset=15,
+    )
     a, b = _run_model(model, {"p": half})[0], _run_model(model, {"p": half})[0]
     np.testing.assert_array_equal(a, b)
     assert set(np.unique(a)) <= {0.0, 1.0} and 0.45 < a.mean() < 0.55
@@ -336,7 +474,12 @@ def _png_bytes(img: np.ndarray, filters: list[int]) -> bytes:
         return struct.pack(">I", len(body)) + kind + body + struct.pack(">I", zlib.crc32(kind + body))
 
     ihdr = struct.pack(">IIBBBBB", w, h, 8, 2, 0, 0, 0)
-    return b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", ihdr) + chunk(b"IDAT", zlib.compress(b"".join(lines))) + chunk(b"IEND", b"")
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", ihdr)
+        + chunk(b"IDAT", zlib.compress(b"".join(lines)))
+        + chunk(b"IEND", b"")
+    )
 
 
 def test_image_decoder_png_filters_pixel_formats_and_missing_codec() -> None:
@@ -367,28 +510,50 @@ def test_image_decoder_png_filters_pixel_formats_and_missing_codec() -> None:
 # oracle is onnxruntime (a dev dependency), run on the same model.
 SVM_CONFIGS = {
     "svm_classifier_linear_3_classes": dict(
-        kernel_type="LINEAR", kernel_params=[0.0, 0.0, 0.0], coefficients=[1.0, 0, 0, 0, 1, 0, 0, 0, 1],
-        rho=[0.0, 0.5, -0.5], classlabels_ints=[7, 8, 9],
+        kernel_type="LINEAR",
+        kernel_params=[0.0, 0.0, 0.0],
+        coefficients=[1.0, 0, 0, 0, 1, 0, 0, 0, 1],
+        rho=[0.0, 0.5, -0.5],
+        classlabels_ints=[7, 8, 9],
     ),
     "svm_classifier_rbf_3_classes": dict(
-        kernel_type="RBF", kernel_params=[0.5, 0.0, 0.0], support_vectors=[1.0, 0, 0, 0, 1, 0, 0, 0, 1],
-        vectors_per_class=[1, 1, 1], coefficients=[1.0, -1, 0.5, -0.5, 1, -1], rho=[0.1, -0.2, 0.3],
+        kernel_type="RBF",
+        kernel_params=[0.5, 0.0, 0.0],
+        support_vectors=[1.0, 0, 0, 0, 1, 0, 0, 0, 1],
+        vectors_per_class=[1, 1, 1],
+        coefficients=[1.0, -1, 0.5, -0.5, 1, -1],
+        rho=[0.1, -0.2, 0.3],
         classlabels_ints=[7, 8, 9],
     ),
     "svm_classifier_linear_kernel_2_classes": dict(
-        kernel_type="LINEAR", kernel_params=[0.0, 0.0, 0.0], support_vectors=[1.0, 0, 0, 0, 1, 1],
-        vectors_per_class=[1, 1], coefficients=[0.7, -0.3], rho=[0.2], classlabels_ints=[0, 1],
+        kernel_type="LINEAR",
+        kernel_params=[0.0, 0.0, 0.0],
+        support_vectors=[1.0, 0, 0, 0, 1, 1],
+        vectors_per_class=[1, 1],
+        coefficients=[0.7, -0.3],
+        rho=[0.2],
+        classlabels_ints=[0, 1],
     ),
     "svm_classifier_poly_2_classes_string_labels": dict(
-        kernel_type="POLY", kernel_params=[0.3, 1.0, 2.0], support_vectors=[1.0, 0, 0, 0, 1, 1, 1, 1, 0],
-        vectors_per_class=[2, 1], coefficients=[0.7, -0.3, 0.4], rho=[0.2], classlabels_strings=["no", "yes"],
+        kernel_type="POLY",
+        kernel_params=[0.3, 1.0, 2.0],
+        support_vectors=[1.0, 0, 0, 0, 1, 1, 1, 1, 0],
+        vectors_per_class=[2, 1],
+        coefficients=[0.7, -0.3, 0.4],
+        rho=[0.2],
+        classlabels_strings=["no", "yes"],
     ),
 }
 
 
 _TREE = dict(
-    nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[0, 0, 0], nodes_values=[0.5, 0.0, 0.0],
-    nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+    nodes_treeids=[0, 0, 0],
+    nodes_nodeids=[0, 1, 2],
+    nodes_featureids=[0, 0, 0],
+    nodes_values=[0.5, 0.0, 0.0],
+    nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"],
+    nodes_truenodeids=[1, 0, 0],
+    nodes_falsenodeids=[2, 0, 0],
 )
 # (op, attributes): classifier configurations checked against onnxruntime
 ORT_CLASSIFIERS: dict[str, tuple[str, dict]] = {
@@ -403,23 +568,50 @@ ORT_CLASSIFIERS: dict[str, tuple[str, dict]] = {
     **{
         f"linear_classifier_3_classes_{post.lower()}": (
             "LinearClassifier",
-            dict(coefficients=[1.0, 0, 0, 0, 1, 0, 0, 0, 1], intercepts=[0, 0.5, -0.5], classlabels_strings=["a", "b", "c"], post_transform=post),
+            dict(
+                coefficients=[1.0, 0, 0, 0, 1, 0, 0, 0, 1],
+                intercepts=[0, 0.5, -0.5],
+                classlabels_strings=["a", "b", "c"],
+                post_transform=post,
+            ),
         )
         for post in ("NONE", "LOGISTIC", "SOFTMAX", "SOFTMAX_ZERO")
     },
     "tree_ensemble_classifier_3_classes_strings": (
         "TreeEnsembleClassifier",
-        dict(class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[0, 2], class_weights=[1.0, 1.0], classlabels_strings=["x", "y", "z"], **_TREE),
+        dict(
+            class_treeids=[0, 0],
+            class_nodeids=[1, 2],
+            class_ids=[0, 2],
+            class_weights=[1.0, 1.0],
+            classlabels_strings=["x", "y", "z"],
+            **_TREE,
+        ),
     ),
     "tree_ensemble_classifier_binary": (
         "TreeEnsembleClassifier",
-        dict(class_treeids=[0, 0], class_nodeids=[1, 2], class_ids=[1, 1], class_weights=[0.3, 0.8], classlabels_int64s=[0, 1], **_TREE),
+        dict(
+            class_treeids=[0, 0],
+            class_nodeids=[1, 2],
+            class_ids=[1, 1],
+            class_weights=[0.3, 0.8],
+            classlabels_int64s=[0, 1],
+            **_TREE,
+        ),
     ),
     "svm_classifier_rbf_3_classes_probabilities": (
         "SVMClassifier",
-        dict(kernel_type="RBF", kernel_params=[0.5, 0, 0], support_vectors=[1.0, 0, 0, 0, 1, 0, 0, 0, 1], vectors_per_class=[1, 1, 1],
-             coefficients=[1.0, -1, 0.5, -0.5, 1, -1], rho=[0.1, -0.2, 0.3], prob_a=[-1.0, -2, -0.5], prob_b=[0.1, 0, -0.1],
-             classlabels_ints=[7, 8, 9]),
+        dict(
+            kernel_type="RBF",
+            kernel_params=[0.5, 0, 0],
+            support_vectors=[1.0, 0, 0, 0, 1, 0, 0, 0, 1],
+            vectors_per_class=[1, 1, 1],
+            coefficients=[1.0, -1, 0.5, -0.5, 1, -1],
+            rho=[0.1, -0.2, 0.3],
+            prob_a=[-1.0, -2, -0.5],
+            prob_b=[0.1, 0, -0.1],
+            classlabels_ints=[7, 8, 9],
+        ),
     ),
 }
 # where the delegated onnx.reference kernel and onnxruntime disagree (known, not fixed here)
@@ -432,7 +624,9 @@ ORT_KNOWN_MISMATCH = {
 @pytest.mark.parametrize(
     "name",
     [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=ORT_KNOWN_MISMATCH[n])) if n in ORT_KNOWN_MISMATCH else n
+        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=ORT_KNOWN_MISMATCH[n]))
+        if n in ORT_KNOWN_MISMATCH
+        else n
         for n in sorted(ORT_CLASSIFIERS)
     ],
 )

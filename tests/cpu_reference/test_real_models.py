@@ -79,7 +79,18 @@ def test_real_model_uses_native_kernels_for_nn_ops() -> None:
     from ep_cpu_reference.registry import registry
 
     reg = registry()
-    for op in ("Conv", "ConvTranspose", "BatchNormalization", "Resize", "LSTM", "GlobalAveragePool",
-               "GlobalMaxPool", "MaxPool", "MatMul", "Gemm", "Softmax"):
+    for op in (
+        "Conv",
+        "ConvTranspose",
+        "BatchNormalization",
+        "Resize",
+        "LSTM",
+        "GlobalAveragePool",
+        "GlobalMaxPool",
+        "MaxPool",
+        "MatMul",
+        "Gemm",
+        "Softmax",
+    ):
         entries = [e for e in reg if e.kernel_def.op_type == op and e.kernel_def.domain_key == "ai.onnx"]
         assert entries and not any(e.kernel_def.delegated for e in entries), op

@@ -49,7 +49,9 @@ def test_lookup_picks_newest_version_not_above_opset() -> None:
         kd = found.entry.kernel_def
         assert kd.covers(opset) and kd.since_version == want_since
         assert not kd.delegated
-        newer = [e.kernel_def.since_version for e in reg if e.kernel_def.op_type == "Clip" and e.kernel_def.covers(opset)]
+        newer = [
+            e.kernel_def.since_version for e in reg if e.kernel_def.op_type == "Clip" and e.kernel_def.covers(opset)
+        ]
         assert kd.since_version == max(newer)
 
 
@@ -106,7 +108,9 @@ def test_every_delegated_op_is_proven_by_tests() -> None:
     used: set[tuple[str, str, int]] = set()
     for case in conformance.collect():
         if conformance.exclusion_reason(case.name) is None:
-            opsets = {("ai.onnx" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in case.model.opset_import}
+            opsets = {
+                ("ai.onnx" if o.domain in ("", "ai.onnx") else o.domain): o.version for o in case.model.opset_import
+            }
             _ops_in(case.model.graph, opsets, used)
     unproven = []
     for d in registry().kernel_defs():

@@ -80,7 +80,10 @@ class Builder:
         outs = [f"out{i}" for i in range(len(out_types))]
         node = helper.make_node(self.op, inputs, outs, name=f"{self.op}_node", **attrs)
         graph = helper.make_graph(
-            [node], "case", self.inputs, [helper.make_tensor_value_info(o, _tp(t), None) for o, t in zip(outs, out_types, strict=False)],
+            [node],
+            "case",
+            self.inputs,
+            [helper.make_tensor_value_info(o, _tp(t), None) for o, t in zip(outs, out_types, strict=False)],
             initializer=self.inits,
         )
         return helper.make_model(graph, opset_imports=[helper.make_opsetid("", self.opset)])
@@ -98,7 +101,11 @@ def _elementwise(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, 
     t = tm.get("T", F32)
     pos = op in POSITIVE_OPS
     if op == "Where":
-        ins = [b.feed(rand(SHAPES[0], np.bool_, b.rng)), b.feed(rand(SHAPES[1], t, b.rng)), b.feed(rand(SHAPES[2], t, b.rng))]
+        ins = [
+            b.feed(rand(SHAPES[0], np.bool_, b.rng)),
+            b.feed(rand(SHAPES[1], t, b.rng)),
+            b.feed(rand(SHAPES[2], t, b.rng)),
+        ]
         return b.model(ins, [t]), 1e-6
     if op == "Cast":
         src, dst = tm["T1"], tm["T2"]
@@ -134,7 +141,9 @@ def _reduce(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float
     return b.model([x], [t], axes=[0, 2], keepdims=0), 1e-5
 
 
-def _simple(shape: tuple[int, ...], out_same: bool = True, **attrs: Any) -> Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelProto, float]]:
+def _simple(
+    shape: tuple[int, ...], out_same: bool = True, **attrs: Any
+) -> Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelProto, float]]:
     def build(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
         t = tm.get("T", F32)
         return b.model([b.feed(rand(shape, t, b.rng))], [t], **attrs), 1e-5
@@ -181,8 +190,13 @@ def _pool(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
 
 def _batchnorm(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
     t = tm["T"]
-    ins = [b.feed(rand((2, 3, 2, 2), t, b.rng))] + [b.const(rand((3,), tm.get("T1", t), b.rng), tm.get("T1", t)) for _ in range(2)]
-    ins += [b.const(rand((3,), tm.get("T2", t), b.rng), tm.get("T2", t)), b.const(rand((3,), tm.get("T2", t), b.rng, True), tm.get("T2", t))]
+    ins = [b.feed(rand((2, 3, 2, 2), t, b.rng))] + [
+        b.const(rand((3,), tm.get("T1", t), b.rng), tm.get("T1", t)) for _ in range(2)
+    ]
+    ins += [
+        b.const(rand((3,), tm.get("T2", t), b.rng), tm.get("T2", t)),
+        b.const(rand((3,), tm.get("T2", t), b.rng, True), tm.get("T2", t)),
+    ]
     return b.model(ins, [t], epsilon=1e-3), 1e-5
 
 
@@ -191,9 +205,20 @@ def _resize(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float
     x = b.feed(rand((1, 2, 3, 4), t, b.rng))
     roi = b.const(np.zeros(0, np.float32), np.float32)
     if t == np.float32:  # float32 cases resize nearest, float64 cases linear: both are always covered
-        m = b.model([x, roi, b.const([1, 1, 2, 2], np.float32)], [t], mode="nearest", coordinate_transformation_mode="asymmetric", nearest_mode="floor")
+        m = b.model(
+            [x, roi, b.const([1, 1, 2, 2], np.float32)],
+            [t],
+            mode="nearest",
+            coordinate_transformation_mode="asymmetric",
+            nearest_mode="floor",
+        )
     else:
-        m = b.model([x, roi, b.const(np.zeros(0, np.float32), np.float32), b.const([1, 2, 5, 7])], [t], mode="linear", coordinate_transformation_mode="half_pixel")
+        m = b.model(
+            [x, roi, b.const(np.zeros(0, np.float32), np.float32), b.const([1, 2, 5, 7])],
+            [t],
+            mode="linear",
+            coordinate_transformation_mode="half_pixel",
+        )
     return m, 1e-5
 
 
@@ -207,7 +232,16 @@ def _data(op: str) -> Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelP
         if op == "Concat":
             return b.model([r((2, 1, 3)), r((2, 2, 3)), r((2, 3, 3))], [t], axis=1), 0
         if op == "Slice":
-            return b.model([r((4, 5, 6)), b.const([1, -1], ind), b.const([3, -7], ind), b.const([0, 2], ind), b.const([1, -2], ind)], [t]), 0
+            return b.model(
+                [
+                    r((4, 5, 6)),
+                    b.const([1, -1], ind),
+                    b.const([3, -7], ind),
+                    b.const([0, 2], ind),
+                    b.const([1, -2], ind),
+                ],
+                [t],
+            ), 0
         if op == "Gather":
             return b.model([r((5, 4)), b.const([[0, -1, 2], [1, 1, 3]], ind)], [t], axis=1), 0
         if op == "Pad":
@@ -247,20 +281,57 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
 
     register_ep_context_schema()
     x, y = b.feed(rand((2, 3, 4), F32, b.rng)), b.feed(rand((4,), F32, b.rng))
-    node = lambda name, op, args: {"name": name, "op": op, "attrs": {}, "args": args, "params": [], "param_base": 0,  # noqa: E731
-                                   "dtype": "float32", "out_dtype": "float32"}
-    spec = {"format": 1, "inputs": [x, y], "outputs": ["out0"], "output_nodes": [1],
-            "nodes": [node("add", "Add", [["x", 0], ["x", 1]]), node("relu", "Relu", [["t", 0]])]}
+    node = lambda name, op, args: {
+        "name": name,
+        "op": op,
+        "attrs": {},
+        "args": args,
+        "params": [],
+        "param_base": 0,  # noqa: E731
+        "dtype": "float32",
+        "out_dtype": "float32",
+    }
+    spec = {
+        "format": 1,
+        "inputs": [x, y],
+        "outputs": ["out0"],
+        "output_nodes": [1],
+        "nodes": [node("add", "Add", [["x", 0], ["x", 1]]), node("relu", "Relu", [["t", 0]])],
+    }
     payload = json.dumps({"format": "ep_cuda_numba.fused/1", "spec": spec, "source": "", "ptx": None})
-    ctx = helper.make_node("EPContext", [x, y], ["out0"], name="ctx", domain="com.microsoft", source="NumbaCudaExecutionProvider",
-                           embed_mode=1, ep_cache_context=payload)
+    ctx = helper.make_node(
+        "EPContext",
+        [x, y],
+        ["out0"],
+        name="ctx",
+        domain="com.microsoft",
+        source="NumbaCudaExecutionProvider",
+        embed_mode=1,
+        ep_cache_context=payload,
+    )
     graph = helper.make_graph([ctx], "case", b.inputs, [helper.make_tensor_value_info("out0", _tp(F32), [2, 3, 4])])
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    )
     return model, 1e-6
 
 
 BUILDERS: dict[str, Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelProto, float]]] = {
-    **{op: _reduce for op in ("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp", "ReduceLogSum")},
+    **{
+        op: _reduce
+        for op in (
+            "ReduceSum",
+            "ReduceMean",
+            "ReduceMax",
+            "ReduceMin",
+            "ReduceProd",
+            "ReduceSumSquare",
+            "ReduceL1",
+            "ReduceL2",
+            "ReduceLogSumExp",
+            "ReduceLogSum",
+        )
+    },
     "Softmax": _simple((2, 3, 4), axis=1),
     "LogSoftmax": _simple((2, 3, 4), axis=1),
     "GlobalAveragePool": _simple((1, 3, 4, 5)),
@@ -275,7 +346,25 @@ BUILDERS: dict[str, Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelPro
     "BatchNormalization": _batchnorm,
     "Resize": _resize,
     "EPContext": _ep_context,
-    **{op: _data(op) for op in ("Transpose", "Concat", "Slice", "Gather", "Pad", "Expand", "Reshape", "Flatten", "Squeeze", "Unsqueeze", "Shape", "Size", "Constant", "ConstantOfShape")},
+    **{
+        op: _data(op)
+        for op in (
+            "Transpose",
+            "Concat",
+            "Slice",
+            "Gather",
+            "Pad",
+            "Expand",
+            "Reshape",
+            "Flatten",
+            "Squeeze",
+            "Unsqueeze",
+            "Shape",
+            "Size",
+            "Constant",
+            "ConstantOfShape",
+        )
+    },
 }
 
 
@@ -325,7 +414,9 @@ def _attach_oracle(case: Case, op: str, opset: int) -> None:
     elif op == "BatchNormalization" and opset < 14:
         model = case.model
         case.oracle = lambda feeds: _bn_inference(feeds, model)
-        case.oracle_reason = "onnx.reference BatchNormalization-9 uses batch statistics (momentum default) for inference"
+        case.oracle_reason = (
+            "onnx.reference BatchNormalization-9 uses batch statistics (momentum default) for inference"
+        )
 
 
 def type_combos(kdef: KernelDef) -> Iterator[dict[str, np.dtype]]:
@@ -357,7 +448,9 @@ def build_cases(defs: list[KernelDef]) -> list[Case | str]:
             continue
         opset = case_opset(kdef)
         for tm in type_combos(kdef):
-            seed = zlib.crc32(repr((op, opset, sorted((k, str(v)) for k, v in tm.items()))).encode())  # stable across runs
+            seed = zlib.crc32(
+                repr((op, opset, sorted((k, str(v)) for k, v in tm.items()))).encode()
+            )  # stable across runs
             rng = np.random.default_rng(seed)
             b = Builder(op, opset, rng)
             model, tol = builder(b, tm)

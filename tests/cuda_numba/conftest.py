@@ -54,7 +54,9 @@ def session(model: Any, providers: Sequence[Any] | None = None, **kwargs: Any) -
     return InferenceSession(data, providers=list(providers or [EP]), **kwargs)
 
 
-def run_both(model: Any, feeds: Mapping[str, np.ndarray], providers: Sequence[Any] | None = None) -> tuple[list[Any], list[Any], Any]:
+def run_both(
+    model: Any, feeds: Mapping[str, np.ndarray], providers: Sequence[Any] | None = None
+) -> tuple[list[Any], list[Any], Any]:
     """(outputs on this EP, outputs on the reference EP, the EP session)."""
     sess = session(model, providers)
     got = sess.run(None, dict(feeds))

@@ -18,11 +18,20 @@ def small_cnn(seed: int = 0) -> onnx.ModelProto:
         return numpy_helper.from_array(v.astype(np.float32), name)
 
     inits = [
-        w("w1", 4, 3, 3, 3), w("b1", 4),
-        w("s1", 4, positive=True), w("o1", 4), w("m1", 4), w("v1", 4, positive=True),
-        w("w2", 6, 4, 3, 3), w("b2", 6),
-        w("s2", 6, positive=True), w("o2", 6), w("m2", 6), w("v2", 6, positive=True),
-        w("wf", 6 * 2 * 2, 5), w("bf", 5),
+        w("w1", 4, 3, 3, 3),
+        w("b1", 4),
+        w("s1", 4, positive=True),
+        w("o1", 4),
+        w("m1", 4),
+        w("v1", 4, positive=True),
+        w("w2", 6, 4, 3, 3),
+        w("b2", 6),
+        w("s2", 6, positive=True),
+        w("o2", 6),
+        w("m2", 6),
+        w("v2", 6, positive=True),
+        w("wf", 6 * 2 * 2, 5),
+        w("bf", 5),
     ]
     nodes = [
         helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
@@ -38,7 +47,8 @@ def small_cnn(seed: int = 0) -> onnx.ModelProto:
         helper.make_node("Softmax", ["g"], ["y"], name="softmax", axis=-1),
     ]
     graph = helper.make_graph(
-        nodes, "small_cnn",
+        nodes,
+        "small_cnn",
         [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3, 8, 8])],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 5])],
         initializer=inits,

@@ -28,7 +28,9 @@ def test_importing_ep_core_and_the_factory_does_not_import_numba() -> None:
     assert proc.stdout.strip() == "False"
     timing = _python("import ep_core", "-X", "importtime")
     assert timing.returncode == 0, timing.stderr
-    modules = [line.rsplit("|", 1)[-1].strip() for line in timing.stderr.splitlines() if line.startswith("import time:")]
+    modules = [
+        line.rsplit("|", 1)[-1].strip() for line in timing.stderr.splitlines() if line.startswith("import time:")
+    ]
     assert modules and not [m for m in modules if m == "numba" or m.startswith(("numba.", "numba_cuda"))]
 
 

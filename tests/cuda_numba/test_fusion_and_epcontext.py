@@ -29,18 +29,26 @@ def chain_model() -> onnx.ModelProto:
         helper.make_node("Cast", ["t3"], ["y"], name="cast", to=TensorProto.DOUBLE),
     ]
     graph = helper.make_graph(
-        nodes, "chain",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE), helper.make_tensor_value_info("b", TensorProto.FLOAT, [4]),
-         helper.make_tensor_value_info("c", TensorProto.FLOAT, [3, 1])],
-        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, SHAPE)], initializer=inits,
+        nodes,
+        "chain",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, [3, 1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.DOUBLE, SHAPE)],
+        initializer=inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
 
 def feeds(seed: int = 0) -> dict[str, np.ndarray]:
     rng = np.random.default_rng(seed)
-    return {"x": rng.normal(size=SHAPE).astype(np.float32), "b": rng.normal(size=[4]).astype(np.float32),
-            "c": rng.normal(size=[3, 1]).astype(np.float32)}
+    return {
+        "x": rng.normal(size=SHAPE).astype(np.float32),
+        "b": rng.normal(size=[4]).astype(np.float32),
+        "c": rng.normal(size=[3, 1]).astype(np.float32),
+    }
 
 
 def test_an_elementwise_chain_runs_as_one_generated_kernel() -> None:
@@ -65,10 +73,17 @@ def test_a_group_output_smaller_than_the_group_is_computed_exactly() -> None:
         helper.make_node("Add", ["x", "a"], ["y"], name="add"),
     ]
     graph = helper.make_graph(
-        nodes, "bcast",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE), helper.make_tensor_value_info("b", TensorProto.FLOAT, [4]),
-         helper.make_tensor_value_info("c", TensorProto.FLOAT, [4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE), helper.make_tensor_value_info("a", TensorProto.FLOAT, [4])],
+        nodes,
+        "bcast",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE),
+            helper.make_tensor_value_info("b", TensorProto.FLOAT, [4]),
+            helper.make_tensor_value_info("c", TensorProto.FLOAT, [4]),
+        ],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE),
+            helper.make_tensor_value_info("a", TensorProto.FLOAT, [4]),
+        ],
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     f = feeds()
@@ -173,8 +188,12 @@ def test_constant_clip_bounds_are_baked_into_the_fused_kernel() -> None:
         helper.make_node("Clip", ["a", "lo", "hi"], ["c"], name="clip"),
         helper.make_node("Mul", ["c", "x"], ["y"], name="mul"),
     ]
-    graph = helper.make_graph(nodes, "relu6", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)])
+    graph = helper.make_graph(
+        nodes,
+        "relu6",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
+    )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     x = np.random.default_rng(0).uniform(-4, 4, SHAPE).astype(np.float32)
     got, ref, sess = run_both(model, {"x": x})

@@ -14,15 +14,28 @@ from .conftest import all_on_ep, assert_close, run_both
 F = TensorProto.FLOAT
 
 
-def one_node(op: str, inputs: dict[str, np.ndarray], consts: dict[str, Any], out_shape: list[int] | None,
-             opset: int = 17, out_type: int = F, n_out: int = 1, **attrs: Any):
+def one_node(
+    op: str,
+    inputs: dict[str, np.ndarray],
+    consts: dict[str, Any],
+    out_shape: list[int] | None,
+    opset: int = 17,
+    out_type: int = F,
+    n_out: int = 1,
+    **attrs: Any,
+):
     names = list(inputs) + list(consts)
     node = helper.make_node(op, [n if n else "" for n in names], [f"y{i}" for i in range(n_out)], name=op, **attrs)
     inits = [numpy_helper.from_array(np.asarray(v), k) for k, v in consts.items() if k]
     graph = helper.make_graph(
-        [node], op,
-        [helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for k, v in inputs.items()],
-        [helper.make_tensor_value_info(f"y{i}", out_type, out_shape) for i in range(n_out)], initializer=inits,
+        [node],
+        op,
+        [
+            helper.make_tensor_value_info(k, helper.np_dtype_to_tensor_dtype(v.dtype), list(v.shape))
+            for k, v in inputs.items()
+        ],
+        [helper.make_tensor_value_info(f"y{i}", out_type, out_shape) for i in range(n_out)],
+        initializer=inits,
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)])
 
@@ -39,21 +52,36 @@ def check(model, feeds: dict[str, np.ndarray], tol: float = 1e-5) -> None:
 
 EMPTY = np.zeros(0, np.float32)
 RESIZE = [
-    ("nearest", ct, nm) for ct in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn")
+    ("nearest", ct, nm)
+    for ct in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel", "tf_half_pixel_for_nn")
     for nm in ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 ] + [("linear", ct, "round_prefer_floor") for ct in ("half_pixel", "asymmetric", "align_corners", "pytorch_half_pixel")]
 
 
 @pytest.mark.parametrize(("mode", "ct", "nearest"), RESIZE)
 def test_resize_modes(mode: str, ct: str, nearest: str) -> None:
-    m = one_node("Resize", {"x": rnd(1, 2, 3, 4)}, {"roi": EMPTY, "scales": EMPTY, "sizes": np.array([1, 2, 5, 7], np.int64)},
-                 None, opset=13, mode=mode, coordinate_transformation_mode=ct, nearest_mode=nearest)
+    m = one_node(
+        "Resize",
+        {"x": rnd(1, 2, 3, 4)},
+        {"roi": EMPTY, "scales": EMPTY, "sizes": np.array([1, 2, 5, 7], np.int64)},
+        None,
+        opset=13,
+        mode=mode,
+        coordinate_transformation_mode=ct,
+        nearest_mode=nearest,
+    )
     check(m, {"x": rnd(1, 2, 3, 4)})
 
 
 def test_resize_downscale_by_scales() -> None:
-    m = one_node("Resize", {"x": rnd(1, 1, 6, 8)}, {"roi": EMPTY, "scales": np.array([1, 1, 0.5, 0.75], np.float32)},
-                 None, opset=13, mode="linear")
+    m = one_node(
+        "Resize",
+        {"x": rnd(1, 1, 6, 8)},
+        {"roi": EMPTY, "scales": np.array([1, 1, 0.5, 0.75], np.float32)},
+        None,
+        opset=13,
+        mode="linear",
+    )
     check(m, {"x": rnd(1, 1, 6, 8)})
 
 
@@ -89,15 +117,28 @@ def test_conv_1d() -> None:
     check(one_node("Conv", {"x": x}, {"w": rnd(4, 3, 3, seed=1)}, None, pads=[1, 2], strides=[2]), {"x": x}, 1e-4)
 
 
-@pytest.mark.parametrize("attrs", [
-    {"strides": [2, 2]}, {"strides": [2, 2], "output_padding": [1, 0]}, {"output_shape": [7, 8], "strides": [2, 2]},
-    {"group": 2, "pads": [1, 0, 0, 1]}, {"dilations": [2, 1]}, {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
-    {"output_shape": [4, 7], "strides": [2, 2], "auto_pad": "SAME_UPPER"},
-    {"output_shape": [5, 9], "strides": [2, 2], "auto_pad": "SAME_LOWER"},
-])
+@pytest.mark.parametrize(
+    "attrs",
+    [
+        {"strides": [2, 2]},
+        {"strides": [2, 2], "output_padding": [1, 0]},
+        {"output_shape": [7, 8], "strides": [2, 2]},
+        {"group": 2, "pads": [1, 0, 0, 1]},
+        {"dilations": [2, 1]},
+        {"auto_pad": "SAME_UPPER", "strides": [2, 2]},
+        {"output_shape": [4, 7], "strides": [2, 2], "auto_pad": "SAME_UPPER"},
+        {"output_shape": [5, 9], "strides": [2, 2], "auto_pad": "SAME_LOWER"},
+    ],
+)
 def test_conv_transpose_variants(attrs: dict) -> None:
     x = rnd(1, 4, 3, 4)
-    m = one_node("ConvTranspose", {"x": x}, {"w": rnd(4, 3, 2, 3, seed=1), "b": rnd(6 if attrs.get("group") else 3, seed=2)}, None, **attrs)
+    m = one_node(
+        "ConvTranspose",
+        {"x": x},
+        {"w": rnd(4, 3, 2, 3, seed=1), "b": rnd(6 if attrs.get("group") else 3, seed=2)},
+        None,
+        **attrs,
+    )
     if "output_shape" in attrs and "auto_pad" not in attrs:
         # with auto_pad=NOTSET, onnx.reference (and the reference EP after it) ignores output_shape
         # when placing the output; the spec's pads formula and onnxruntime put the odd pad first
@@ -114,7 +155,8 @@ def test_conv_transpose_variants(attrs: dict) -> None:
 
 
 POOL_ATTRS = [
-    {"kernel_shape": [2, 2]}, {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
+    {"kernel_shape": [2, 2]},
+    {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1], "ceil_mode": 1},
     {"kernel_shape": [3, 2], "auto_pad": "SAME_UPPER", "strides": [2, 1]},
 ]
 POOLS = [(op, a) for op in ("MaxPool", "AveragePool") for a in POOL_ATTRS] + [
@@ -134,10 +176,14 @@ def test_pool_1d() -> None:
     check(one_node("MaxPool", {"x": x}, {}, None, kernel_shape=[3], strides=[2]), {"x": x})
 
 
-@pytest.mark.parametrize(("a", "b"), [((4,), (4, 3)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (3, 4, 2)),
-                                      ((2, 19, 23), (23, 17))])  # several block tiles and K slabs, all ragged
+@pytest.mark.parametrize(
+    ("a", "b"),
+    [((4,), (4, 3)), ((2, 3, 4), (4,)), ((2, 1, 3, 4), (5, 4, 2)), ((1, 4), (3, 4, 2)), ((2, 19, 23), (23, 17))],
+)  # several block tiles and K slabs, all ragged
 def test_matmul_broadcasting(a: tuple, b: tuple) -> None:
-    check(one_node("MatMul", {"a": rnd(*a), "b": rnd(*b, seed=1)}, {}, None), {"a": rnd(*a), "b": rnd(*b, seed=1)}, 1e-5)
+    check(
+        one_node("MatMul", {"a": rnd(*a), "b": rnd(*b, seed=1)}, {}, None), {"a": rnd(*a), "b": rnd(*b, seed=1)}, 1e-5
+    )
 
 
 @pytest.mark.parametrize("c_shape", [(), (1,), (3, 1), (3, 5)])
@@ -146,14 +192,21 @@ def test_gemm_variants(c_shape: tuple, trans: tuple) -> None:
     a = rnd(*((4, 3) if trans[0] else (3, 4)))
     b = rnd(*((5, 4) if trans[1] else (4, 5)), seed=1)
     consts = {"c": np.asarray(rnd(*c_shape, seed=2) if c_shape else np.float32(0.5))}
-    check(one_node("Gemm", {"a": a, "b": b}, consts, None, transA=trans[0], transB=trans[1], alpha=1.5, beta=0.5), {"a": a, "b": b})
+    check(
+        one_node("Gemm", {"a": a, "b": b}, consts, None, transA=trans[0], transB=trans[1], alpha=1.5, beta=0.5),
+        {"a": a, "b": b},
+    )
 
 
-@pytest.mark.parametrize(("axes", "keepdims", "noop"), [(None, 1, 0), (None, 0, 0), ([-1], 0, 0), ([0, 1, 2], 1, 0), ([], 1, 1), ([1], 1, 0)])
+@pytest.mark.parametrize(
+    ("axes", "keepdims", "noop"), [(None, 1, 0), (None, 0, 0), ([-1], 0, 0), ([0, 1, 2], 1, 0), ([], 1, 1), ([1], 1, 0)]
+)
 def test_reduce_axes(axes: list | None, keepdims: int, noop: int) -> None:
     x = rnd(2, 3, 4)
     consts = {} if axes is None else {"axes": np.array(axes, np.int64)}
-    check(one_node("ReduceMean", {"x": x}, consts, None, opset=18, keepdims=keepdims, noop_with_empty_axes=noop), {"x": x})
+    check(
+        one_node("ReduceMean", {"x": x}, consts, None, opset=18, keepdims=keepdims, noop_with_empty_axes=noop), {"x": x}
+    )
 
 
 @pytest.mark.parametrize("axis", [0, 1, -1])
@@ -169,12 +222,20 @@ def test_layernorm_over_two_axes_with_stats() -> None:
     check(m, {"x": x}, 1e-4)
 
 
-@pytest.mark.parametrize(("starts", "ends", "axes", "steps"), [
-    ([0], [100], [1], [1]), ([-1], [-100], [0], [-1]), ([1, 0], [3, 4], [0, 2], [1, 3]), ([5], [0], [2], [-2]),
-])
+@pytest.mark.parametrize(
+    ("starts", "ends", "axes", "steps"),
+    [
+        ([0], [100], [1], [1]),
+        ([-1], [-100], [0], [-1]),
+        ([1, 0], [3, 4], [0, 2], [1, 3]),
+        ([5], [0], [2], [-2]),
+    ],
+)
 def test_slice_variants(starts, ends, axes, steps) -> None:
     x = rnd(4, 5, 6)
-    consts = {k: np.array(v, np.int64) for k, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))}
+    consts = {
+        k: np.array(v, np.int64) for k, v in (("starts", starts), ("ends", ends), ("axes", axes), ("steps", steps))
+    }
     check(one_node("Slice", {"x": x}, consts, None), {"x": x})
 
 
@@ -185,8 +246,15 @@ def test_gather_axis0_2d_indices_and_concat_negative_axis() -> None:
     check(one_node("Concat", {"a": a, "b": b}, {}, None, axis=-1), {"a": a, "b": b})
 
 
-@pytest.mark.parametrize(("src", "dst"), [(np.float32, TensorProto.INT32), (np.float32, TensorProto.BOOL),
-                                          (np.int64, TensorProto.FLOAT), (np.bool_, TensorProto.DOUBLE)])
+@pytest.mark.parametrize(
+    ("src", "dst"),
+    [
+        (np.float32, TensorProto.INT32),
+        (np.float32, TensorProto.BOOL),
+        (np.int64, TensorProto.FLOAT),
+        (np.bool_, TensorProto.DOUBLE),
+    ],
+)
 def test_cast_matrix(src, dst) -> None:
     x = (rnd(3, 4) * 3).astype(src) if src is not np.bool_ else rnd(3, 4) > 0
     check(one_node("Cast", {"x": x}, {}, None, out_type=dst, to=dst), {"x": x})

@@ -26,7 +26,9 @@ def cross_device_model():
         helper.make_node("Sigmoid", ["b"], ["y"], name="sigmoid"),
     ]
     graph = helper.make_graph(
-        nodes, "cross", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        nodes,
+        "cross",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
@@ -39,8 +41,11 @@ def chain_model():
     ]
     w = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.eye(4, dtype=np.float32).ravel().tolist())
     graph = helper.make_graph(
-        nodes, "chain", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)], initializer=[w],
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, SHAPE)],
+        initializer=[w],
     )
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
 
@@ -171,17 +176,28 @@ def test_reshape_family_returns_views_of_device_arrays() -> None:
         helper.make_node("Squeeze", ["u", "a"], ["q"], name="squeeze"),
         helper.make_node("Flatten", ["q"], ["y"], name="flatten", axis=1),
     ]
-    inits = [helper.make_tensor("s", TensorProto.INT64, [2], [4, 6]), helper.make_tensor("a", TensorProto.INT64, [1], [0])]
-    graph = helper.make_graph(nodes, "views", [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])], initializer=inits)
+    inits = [
+        helper.make_tensor("s", TensorProto.INT64, [2], [4, 6]),
+        helper.make_tensor("a", TensorProto.INT64, [1], [0]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "views",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, SHAPE)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4, 6])],
+        initializer=inits,
+    )
     sess = session(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]))
     x = _x()
     dx = cuda.to_device(x)
     values = [dx]
     for n in sess.graph.all_nodes:
-        kdef, compute = registry().build(n, SimpleNamespace(stream=None, allocator=None, constant=sess.graph.constant_value))
+        kdef, compute = registry().build(
+            n, SimpleNamespace(stream=None, allocator=None, constant=sess.graph.constant_value)
+        )
         extra = [sess.graph.initializer(i) for i in n.inputs[1:]]
         values.append(compute(values[-1], *extra)[0])
+
     def address(a: object) -> int:
         host = getattr(a, "_ary", None)  # the simulator's device arrays wrap NumPy arrays
         return (host.__array_interface__ if host is not None else a.__cuda_array_interface__)["data"][0]

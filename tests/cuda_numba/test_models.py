@@ -15,7 +15,18 @@ MODELS = {
     "ppocr_cls": lambda rng: {"x": rng.uniform(-1, 1, size=(1, 3, 48, 192)).astype(np.float32)},
     "ppocr_det": lambda rng: {"x": rng.uniform(-1, 1, size=(1, 3, 64, 96)).astype(np.float32)},
 }
-SHAPE_OPS = {"Shape", "Cast", "Slice", "Concat", "Gather", "Unsqueeze", "Squeeze", "Constant", "ConstantOfShape", "Reshape"}
+SHAPE_OPS = {
+    "Shape",
+    "Cast",
+    "Slice",
+    "Concat",
+    "Gather",
+    "Unsqueeze",
+    "Squeeze",
+    "Constant",
+    "ConstantOfShape",
+    "Reshape",
+}
 
 
 def _model_path(name: str) -> str:
@@ -45,12 +56,16 @@ def test_model_assigns_every_compute_node_to_the_ep(name: str) -> None:
         node = sess.graph.node(node_name)
         assert node.op_type in SHAPE_OPS, f"{node_name} ({node.op_type}) is not shape arithmetic"
         for out in node.outputs:
-            assert _value_is_small_int(sess, out) or node.op_type == "Constant", f"{node_name} computes {out}, not a shape"
+            assert _value_is_small_int(sess, out) or node.op_type == "Constant", (
+                f"{node_name} computes {out}, not a shape"
+            )
     assert ep.declined == {}
     assert sum(1 for v in sess.get_node_assignment().values() if v["ep"] == EP) > 50
     copies = [line for line in sess.get_plan() if " copy " in line]
     assert len(copies) == len(sess.get_inputs()) + len(sess.get_outputs()), (
-        "per run only the inputs go up and the outputs come down", copies)
+        "per run only the inputs go up and the outputs come down",
+        copies,
+    )
 
 
 @skip_on_cudasim("a real model takes hours at ~100 us per simulated thread; session creation is tested above")

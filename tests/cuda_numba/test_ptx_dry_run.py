@@ -55,9 +55,16 @@ def _without_simulator(args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=900)
     text = proc.stdout + proc.stderr
-    if proc.returncode == 2 and "NVVM unavailable" in text or proc.returncode != 0 and "DynamicLibNotFoundError" in text:
-        pytest.skip("libNVVM/NVRTC are not installed (pip install nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12 "
-                    "and put their lib folders on LD_LIBRARY_PATH); the PTX check needs them, not a GPU")
+    if (
+        proc.returncode == 2
+        and "NVVM unavailable" in text
+        or proc.returncode != 0
+        and "DynamicLibNotFoundError" in text
+    ):
+        pytest.skip(
+            "libNVVM/NVRTC are not installed (pip install nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12 "
+            "and put their lib folders on LD_LIBRARY_PATH); the PTX check needs them, not a GPU"
+        )
     return proc
 
 

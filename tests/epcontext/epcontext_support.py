@@ -46,8 +46,17 @@ class Compiled:
         for p in self.folder.iterdir():
             if p.is_file() and p.name != self.source.name:
                 shutil.copy(p, dest / p.name)
-        return Compiled(self.name, dest, self.source, dest / self.ctx.name, self.embed, self.feed, self.expected,
-                        self.input_names, self.output_names)
+        return Compiled(
+            self.name,
+            dest,
+            self.source,
+            dest / self.ctx.name,
+            self.embed,
+            self.feed,
+            self.expected,
+            self.input_names,
+            self.output_names,
+        )
 
 
 def options(**entries: Any) -> Any:

@@ -31,8 +31,9 @@ def test_compile_to_bytes_needs_embedding(compiled):
     c = compiled("magika", 1)
     with pytest.raises(InvalidArgument, match="embed_compiled_data_into_model=True"):
         ModelCompiler(None, str(fetch_model("magika")), providers=[NUMBA]).compile_to_bytes()
-    data = ModelCompiler(None, fetch_model("magika").read_bytes(), embed_compiled_data_into_model=True,
-                         providers=[NUMBA]).compile_to_bytes()
+    data = ModelCompiler(
+        None, fetch_model("magika").read_bytes(), embed_compiled_data_into_model=True, providers=[NUMBA]
+    ).compile_to_bytes()
     assert ctx_nodes(onnx.load_from_string(data))
     np.testing.assert_array_equal(InferenceSession(data, providers=[NUMBA]).run(None, c.feed)[0], c.expected[0])
 
@@ -45,8 +46,13 @@ def test_error_if_output_file_exists(tmp_path, compiled):
     with pytest.raises(InvalidArgument, match="already exists"):
         mc.compile_to_file(out)
     assert out.read_bytes() == b"x"
-    ModelCompiler(None, str(fetch_model("magika")), embed_compiled_data_into_model=True, providers=[NUMBA],
-                  flags=CompileApiFlags.NONE).compile_to_file(out)
+    ModelCompiler(
+        None,
+        str(fetch_model("magika")),
+        embed_compiled_data_into_model=True,
+        providers=[NUMBA],
+        flags=CompileApiFlags.NONE,
+    ).compile_to_file(out)
     assert ctx_nodes(onnx.load(str(out)))
 
 

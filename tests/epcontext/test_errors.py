@@ -61,13 +61,13 @@ def _rewrite_blob(model_path: Path, blob_path: Path, edit) -> None:
     """Edit the blob's header, then record the new blob's sha256 in the model (as a forger would)."""
     data = blob_path.read_bytes()
     (n,) = struct.unpack("<Q", data[:8])
-    head = json.loads(data[8:8 + n])
+    head = json.loads(data[8 : 8 + n])
     meta = json.loads(head["__metadata__"]["ep_numba_cpu"])
     edit(meta, head)
     head["__metadata__"]["ep_numba_cpu"] = json.dumps(meta)
     raw = json.dumps(head).encode()
     raw += b" " * ((-len(raw)) % 8)
-    new = struct.pack("<Q", len(raw)) + raw + data[8 + n:]
+    new = struct.pack("<Q", len(raw)) + raw + data[8 + n :]
     blob_path.write_bytes(new)
     model = onnx.load(str(model_path))
     node = ctx_nodes(model)[0]
@@ -115,8 +115,14 @@ def test_replaced_kernel_machine_code_is_refused_before_it_is_unpickled(ctx0, mo
     assert forged[0] not in rebuilt
 
 
-@pytest.mark.parametrize("path,why", [("../" + BIN, "leaves the model's folder"), ("/etc/passwd", "absolute"),
-                                      ("sub/../../" + BIN, "leaves the model's folder")])
+@pytest.mark.parametrize(
+    "path,why",
+    [
+        ("../" + BIN, "leaves the model's folder"),
+        ("/etc/passwd", "absolute"),
+        ("sub/../../" + BIN, "leaves the model's folder"),
+    ],
+)
 def test_path_outside_the_model_folder_is_refused(ctx0, path, why):
     (ctx0.folder.parent / BIN).write_bytes((ctx0.folder / BIN).read_bytes())
     model = onnx.load(str(ctx0.ctx))

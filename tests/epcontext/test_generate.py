@@ -28,8 +28,12 @@ def _magika(folder: Path) -> Path:
 def unsupported_only(path: Path) -> Path:
     """A model with no node the Numba EP fuses (Transpose only)."""
     node = helper.make_node("Transpose", ["x"], ["y"], name="t", perm=[1, 0])
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])])
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [3, 2])],
+    )
     onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     return path
 
@@ -46,8 +50,9 @@ def test_bytes_model_without_context_file_path_fails_before_compiling(count_comp
 def test_bytes_model_with_context_file_path(compiled, tmp_path):
     compiled("magika", 1)
     out = tmp_path / "out" / "m_ctx.onnx"
-    sess = InferenceSession(fetch_model("magika").read_bytes(),
-                            options(ep__context_enable=1, ep__context_file_path=out), providers=[NUMBA])
+    sess = InferenceSession(
+        fetch_model("magika").read_bytes(), options(ep__context_enable=1, ep__context_file_path=out), providers=[NUMBA]
+    )
     assert Path(sess.context_model_path) == out
     assert sorted(p.name for p in out.parent.iterdir()) == ["m_NumbaCpuExecutionProvider.bin", "m_ctx.onnx"]
 
@@ -69,8 +74,9 @@ def test_overwrite_replaces_existing_output(tmp_path, compiled):
     src = _magika(tmp_path)
     out = tmp_path / "magika_ctx.onnx"
     out.write_bytes(b"old")
-    InferenceSession(str(src), options(ep__context_enable=1, ep__context_overwrite=1, ep__context_embed_mode=1),
-                     providers=[NUMBA])
+    InferenceSession(
+        str(src), options(ep__context_enable=1, ep__context_overwrite=1, ep__context_embed_mode=1), providers=[NUMBA]
+    )
     assert ctx_nodes(onnx.load(str(out)))
 
 
@@ -78,8 +84,11 @@ def test_the_source_model_is_never_overwritten(tmp_path):
     src = _magika(tmp_path)
     before = src.read_bytes()
     with pytest.raises(InvalidArgument) as e:
-        InferenceSession(str(src), options(ep__context_enable=1, ep__context_file_path=src, ep__context_overwrite=1),
-                         providers=[NUMBA])
+        InferenceSession(
+            str(src),
+            options(ep__context_enable=1, ep__context_file_path=src, ep__context_overwrite=1),
+            providers=[NUMBA],
+        )
     assert "source model" in e.value.message
     assert src.read_bytes() == before
 
@@ -110,9 +119,15 @@ def test_nothing_compiled_warns_and_writes_a_copy(tmp_path):
 def test_external_initializers_file_holds_every_initializer(tmp_path, compiled):
     c = compiled("magika", 1)
     src = _magika(tmp_path)
-    sess = InferenceSession(str(src), options(ep__context_enable=1, ep__context_embed_mode=1,
-                                              ep__context_model_external_initializers_file_name="weights.data"),
-                            providers=[NUMBA])
+    sess = InferenceSession(
+        str(src),
+        options(
+            ep__context_enable=1,
+            ep__context_embed_mode=1,
+            ep__context_model_external_initializers_file_name="weights.data",
+        ),
+        providers=[NUMBA],
+    )
     model = onnx.load(sess.context_model_path, load_external_data=False)
     assert model.graph.initializer
     assert all(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer)
@@ -126,11 +141,11 @@ def test_ctx_model_does_not_depend_on_source_external_data(tmp_path, compiled):
     src_dir = tmp_path / "src"
     src_dir.mkdir()
     model = onnx.load(str(fetch_model("magika")))
-    onnx.save(model, str(src_dir / "magika.onnx"), save_as_external_data=True, location="magika.data",
-              size_threshold=0)
+    onnx.save(model, str(src_dir / "magika.onnx"), save_as_external_data=True, location="magika.data", size_threshold=0)
     out = tmp_path / "out" / "magika_ctx.onnx"
-    InferenceSession(str(src_dir / "magika.onnx"), options(ep__context_enable=1, ep__context_file_path=out),
-                     providers=[NUMBA])
+    InferenceSession(
+        str(src_dir / "magika.onnx"), options(ep__context_enable=1, ep__context_file_path=out), providers=[NUMBA]
+    )
     shutil.rmtree(src_dir)
     sess = InferenceSession(str(out), providers=[NUMBA])
     np.testing.assert_array_equal(sess.run(None, c.feed)[0], c.expected[0])

@@ -97,9 +97,13 @@ def test_a_new_kernel_is_compiled_once_the_counter_sees_it(count_compiles, tmp_p
 
     k = float(np.random.default_rng().uniform(1, 2))
     node = helper.make_node("Mul", ["x", "k"], ["y"], name="mul")
-    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
-                              [helper.make_tensor("k", TensorProto.FLOAT, [1], [k])])
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [helper.make_tensor("k", TensorProto.FLOAT, [1], [k])],
+    )
     path = tmp_path / "m.onnx"
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), str(path))
     sess = InferenceSession(str(path), providers=[NUMBA])

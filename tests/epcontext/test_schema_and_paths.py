@@ -16,19 +16,31 @@ def test_schema_registers_once_with_the_designs_defaults():
     register_ep_context_schema()
     register_ep_context_schema()
     schema = onnx.defs.get_schema("EPContext", 1, "com.microsoft")
-    assert set(schema.attributes) == {"main_context", "ep_cache_context", "embed_mode", "ep_sdk_version",
-                                      "onnx_model_filename", "hardware_architecture", "partition_name", "source",
-                                      "notes", "max_size"}
+    assert set(schema.attributes) == {
+        "main_context",
+        "ep_cache_context",
+        "embed_mode",
+        "ep_sdk_version",
+        "onnx_model_filename",
+        "hardware_architecture",
+        "partition_name",
+        "source",
+        "notes",
+        "max_size",
+    }
     assert attribute_defaults() == {"main_context": 1, "embed_mode": 1, "max_size": 0}
     assert schema.attributes["main_context"].default_value.i == 1
 
 
 def test_a_model_with_epcontext_nodes_passes_the_checker():
     register_ep_context_schema()
-    node = helper.make_node("EPContext", ["x"], ["y"], domain="com.microsoft", ep_cache_context=b"\x00\xff",
-                            source="X")
-    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
-                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+    node = helper.make_node("EPContext", ["x"], ["y"], domain="com.microsoft", ep_cache_context=b"\x00\xff", source="X")
+    g = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
     m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)])
     onnx.checker.check_model(m)
     cn = ContextNode.from_node(node)
@@ -61,7 +73,9 @@ def test_a_symlink_leaving_the_folder_is_refused(tmp_path):
 
 def test_base_dir_is_the_model_folder_or_the_context_file_path_folder(tmp_path):
     assert context_base_dir(tmp_path / "a" / "m.onnx", None) == (tmp_path / "a").resolve()
-    assert context_base_dir(None, options(ep__context_file_path=tmp_path / "b" / "m.onnx")) == (tmp_path / "b").resolve()
+    assert (
+        context_base_dir(None, options(ep__context_file_path=tmp_path / "b" / "m.onnx")) == (tmp_path / "b").resolve()
+    )
     assert context_base_dir(None, options()) is None
     with pytest.raises(InvalidGraph, match="ep.context_file_path"):
         resolve_context_file(_node("a.bin"), None)

@@ -77,8 +77,12 @@ def test_sessions_share_through_session_options(models, tmp_path):
     so = options(ep__context_enable=1, ep__share_ep_contexts=1, ep__context_file_path=out / "model1_ctx.onnx")
     InferenceSession(str(m1), so, providers=[NUMBA])
     assert not (out / f"model1_{NUMBA}.bin").exists()  # written by the last session only
-    so2 = options(ep__context_enable=1, ep__share_ep_contexts=1, ep__stop_share_ep_contexts=1,
-                  ep__context_file_path=out / "model2_ctx.onnx")
+    so2 = options(
+        ep__context_enable=1,
+        ep__share_ep_contexts=1,
+        ep__stop_share_ep_contexts=1,
+        ep__context_file_path=out / "model2_ctx.onnx",
+    )
     InferenceSession(str(m2), so2, providers=[NUMBA])
     assert sorted(p.name for p in out.iterdir()) == [f"model1_{NUMBA}.bin", "model1_ctx.onnx", "model2_ctx.onnx"]
     # without sharing at inference, each model loads the binary itself
@@ -92,8 +96,12 @@ def test_sharing_needs_embed_mode_0(models, tmp_path):
     from ep_core.errors import ConfigError
 
     m1, _ = models
-    so = options(ep__context_enable=1, ep__share_ep_contexts=1, ep__context_embed_mode=1,
-                 ep__context_file_path=tmp_path / "x_ctx.onnx")
+    so = options(
+        ep__context_enable=1,
+        ep__share_ep_contexts=1,
+        ep__context_embed_mode=1,
+        ep__context_file_path=tmp_path / "x_ctx.onnx",
+    )
     with pytest.raises(ConfigError, match="ep.context_embed_mode=0"):
         InferenceSession(str(m1), so, providers=[NUMBA])
     assert not (tmp_path / "x_ctx.onnx").exists()

@@ -101,25 +101,33 @@ def registered(factory: TestFactory) -> Iterator[str]:
 
 @pytest.fixture
 def wrong_add_ep() -> Iterator[str]:
-    with registered(TestFactory("ParityWrongAddExecutionProvider", add_registry("ParityWrongAddExecutionProvider", wrong_add))) as n:
+    with registered(
+        TestFactory("ParityWrongAddExecutionProvider", add_registry("ParityWrongAddExecutionProvider", wrong_add))
+    ) as n:
         yield n
 
 
 @pytest.fixture
 def exact_add_ep() -> Iterator[str]:
-    with registered(TestFactory("ParityExactAddExecutionProvider", add_registry("ParityExactAddExecutionProvider", exact_add))) as n:
+    with registered(
+        TestFactory("ParityExactAddExecutionProvider", add_registry("ParityExactAddExecutionProvider", exact_add))
+    ) as n:
         yield n
 
 
 @pytest.fixture
 def crashing_add_ep() -> Iterator[str]:
-    with registered(TestFactory("ParityCrashAddExecutionProvider", add_registry("ParityCrashAddExecutionProvider", crashing_add))) as n:
+    with registered(
+        TestFactory("ParityCrashAddExecutionProvider", add_registry("ParityCrashAddExecutionProvider", crashing_add))
+    ) as n:
         yield n
 
 
 @pytest.fixture
 def claims_nothing_ep() -> Iterator[str]:
-    with registered(TestFactory("ParityNothingExecutionProvider", KernelRegistry("ParityNothingExecutionProvider"))) as n:
+    with registered(
+        TestFactory("ParityNothingExecutionProvider", KernelRegistry("ParityNothingExecutionProvider"))
+    ) as n:
         yield n
 
 

@@ -24,13 +24,31 @@ def test_static_markdown_report_is_written(tmp_path: Path, capsys: pytest.Captur
 
 def test_wrong_kernel_exits_1(wrong_add_ep: str, tmp_path: Path) -> None:
     out = tmp_path / "r.json"
-    assert main(["parity-report", "--ep", wrong_add_ep, "--runtime", "--ops", "Add", "--no-expanded",
-                 "--format", "json", "-o", str(out)]) == 1
+    assert (
+        main(
+            [
+                "parity-report",
+                "--ep",
+                wrong_add_ep,
+                "--runtime",
+                "--ops",
+                "Add",
+                "--no-expanded",
+                "--format",
+                "json",
+                "-o",
+                str(out),
+            ]
+        )
+        == 1
+    )
     data = json.loads(out.read_text())
     assert data["summary"]["defects"] > 0 and data["runtime"]["totals"]["fail"] > 0
 
 
-def test_fail_under_compares_the_pass_rate(claims_nothing_ep: str, exact_add_ep: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_fail_under_compares_the_pass_rate(
+    claims_nothing_ep: str, exact_add_ep: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     args = ["--runtime", "--ops", "Add", "--no-expanded"]
     assert main(["parity-report", "--ep", claims_nothing_ep, *args]) == 0  # fallbacks are not defects ...
     assert main(["parity-report", "--ep", claims_nothing_ep, *args, "--fail-under", "50"]) == 1  # ... nor passes
@@ -96,8 +114,24 @@ def test_progress_bar_only_on_a_terminal_or_when_asked(exact_add_ep: str, capsys
 
 def test_saved_json_report_renders_again_with_its_exit_code(wrong_add_ep: str, tmp_path: Path) -> None:
     saved = tmp_path / "r.json"
-    assert main(["parity-report", "--ep", wrong_add_ep, "--runtime", "--ops", "Add", "--no-expanded",
-                 "--format", "json", "-o", str(saved)]) == 1
+    assert (
+        main(
+            [
+                "parity-report",
+                "--ep",
+                wrong_add_ep,
+                "--runtime",
+                "--ops",
+                "Add",
+                "--no-expanded",
+                "--format",
+                "json",
+                "-o",
+                str(saved),
+            ]
+        )
+        == 1
+    )
     html = tmp_path / "r.html"
     assert main(["parity-report", "--from-json", str(saved), "--format", "html", "-o", str(html)]) == 1  # defects
     assert 'id="coverage-table"' in html.read_text()

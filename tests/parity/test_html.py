@@ -30,8 +30,10 @@ def _install_chromium() -> str:
         except (OSError, subprocess.TimeoutExpired) as exc:
             pytest.fail(f"could not install chromium for the HTML test: `{' '.join(cmd)}` failed: {exc}")
         if proc.returncode != 0:
-            pytest.fail(f"could not install chromium for the HTML test: `{' '.join(cmd)}` exited "
-                        f"{proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}")
+            pytest.fail(
+                f"could not install chromium for the HTML test: `{' '.join(cmd)}` exited "
+                f"{proc.returncode}: {(proc.stderr or proc.stdout)[-1500:]}"
+            )
     if not os.path.exists(CHROMIUM):
         pytest.fail(f"apt-get installed chromium but {CHROMIUM} does not exist")
     return CHROMIUM
@@ -43,9 +45,19 @@ def chromium() -> str:
 
 
 def _browser(chromium: str, tmp: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    cmd = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-           "--disable-background-networking", "--disable-component-update", "--disable-sync",
-           f"--user-data-dir={tmp / 'profile'}", *args]
+    cmd = [
+        chromium,
+        "--headless",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-quic",
+        "--no-first-run",
+        "--disable-background-networking",
+        "--disable-component-update",
+        "--disable-sync",
+        f"--user-data-dir={tmp / 'profile'}",
+        *args,
+    ]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=120)
 
 

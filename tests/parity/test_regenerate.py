@@ -16,8 +16,15 @@ def test_regenerate_writes_all_formats_and_lists_missing_eps(
 ) -> None:
     monkeypatch.setenv("NUMBA_ENABLE_CUDASIM", "1")
     targets = [
-        Target(exact_add_ep, "exact", "Add node tests", ops=("Add",), include_expanded=False,
-               models=("magika",), simulator=True),
+        Target(
+            exact_add_ep,
+            "exact",
+            "Add node tests",
+            ops=("Add",),
+            include_expanded=False,
+            models=("magika",),
+            simulator=True,
+        ),
         Target("NoSuchExecutionProvider", "nope", "not installed"),
     ]
     missing = regenerate(tmp_path, targets)
@@ -29,7 +36,10 @@ def test_regenerate_writes_all_formats_and_lists_missing_eps(
     assert model["status"] == "skipped" and model["reason"] == SIM_MODEL_SKIP  # simulator target, CUDASIM=1
     index = (tmp_path / "README.md").read_text()
     assert "[html](exact.html)" in index
-    assert "`NoSuchExecutionProvider` | not generated: execution provider 'NoSuchExecutionProvider' could not be used" in index
+    assert (
+        "`NoSuchExecutionProvider` | not generated: execution provider 'NoSuchExecutionProvider' could not be used"
+        in index
+    )
 
 
 def test_unknown_only_target_is_a_usage_error(tmp_path: Path) -> None:

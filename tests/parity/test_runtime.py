@@ -60,7 +60,9 @@ def test_partial_fallback_names_the_nodes_that_fell_back(exact_add_ep: str) -> N
     assert m["status"] == "fallback" and m["reason"].startswith("partial fallback")
     assert 0 < m["nodes_on_ep"] < m["nodes_total"] == len(m["assignment"])
     assert sum(1 for ep in m["assignment"].values() if ep == exact_add_ep) == m["nodes_on_ep"]
-    assert {n["op_type"] for n in m["fallback_nodes"]} >= {"Conv", "MatMul"} and "Add" not in {n["op_type"] for n in m["fallback_nodes"]}
+    assert {n["op_type"] for n in m["fallback_nodes"]} >= {"Conv", "MatMul"} and "Add" not in {
+        n["op_type"] for n in m["fallback_nodes"]
+    }
     assert m["vs_reference"]["ok"] is True and m["vs_expected"] is None
     assert m["ops_on_ep"] == ["Add"] and rt["observed_ops"] == {"Add": 1}
     conv = next(n for n in m["fallback_nodes"] if n["op_type"] == "Conv")
@@ -111,5 +113,6 @@ def test_compile_based_ep_runs_fused_groups_and_says_what_it_did_not_fuse(fusing
     assert relu and all(c["status"] == "pass" and c["fused_groups"] == 1 and c["ops_on_ep"] == ["Relu"] for c in relu)
     assert add and all(c["status"] == "fallback" for c in add)
     assert {n["why"] for c in add for n in c["fallback_nodes"]} == {
-        f"{fusing_ep} did not put it in a fused group and has no kernel for ai.onnx::Add"}
+        f"{fusing_ep} did not put it in a fused group and has no kernel for ai.onnx::Add"
+    }
     assert rt["observed_ops"] == {"Relu": len(relu)}

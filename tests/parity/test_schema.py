@@ -38,7 +38,9 @@ def test_static_only_report_validates(validator: jsonschema.Draft202012Validator
 
 
 def test_schema_rejects_a_drifted_report(validator: jsonschema.Draft202012Validator, exact_add_ep: str) -> None:
-    data = json.loads(render_json(build_report(exact_add_ep, static=False, runtime=True, ops=["Add"], include_expanded=False).data))
+    data = json.loads(
+        render_json(build_report(exact_add_ep, static=False, runtime=True, ops=["Add"], include_expanded=False).data)
+    )
     bad = copy.deepcopy(data)
     bad["runtime"]["cases"][0]["status"] = "passed"
     assert list(validator.iter_errors(bad))

@@ -54,7 +54,10 @@ def test_version_segments_follow_schema_versions() -> None:
     versions = schema_index()[("ai.onnx", "Softmax")]
     assert [v.since for v in versions] == [1, 11, 13]
     segs = op_segments([_Def(KernelDef("Softmax", since_version=11), "kernel")], versions, 28)
-    text = ", ".join(f"{s['from']}{'+' if s['to'] is None else ('' if s['to'] == s['from'] else '-' + str(s['to']))} {s['status']}" for s in segs)
+    text = ", ".join(
+        f"{s['from']}{'+' if s['to'] is None else ('' if s['to'] == s['from'] else '-' + str(s['to']))} {s['status']}"
+        for s in segs
+    )
     assert text == "1-10 missing, 11-12 ok, 13+ ok"
 
 
@@ -62,7 +65,9 @@ def test_planted_registry_facts_are_reported(planted_static_ep: str) -> None:
     st = build_report(planted_static_ep, static=True).data["static"]
     soft = _op(st, "Softmax")
     assert soft["ep"]["summary"].startswith("1-12 missing, 13+ partial")  # adjacent gaps merge
-    assert soft["ep"]["segments"][-1]["missing_types"] == {"T": ["tensor(bfloat16)", "tensor(double)", "tensor(float16)"]}
+    assert soft["ep"]["segments"][-1]["missing_types"] == {
+        "T": ["tensor(bfloat16)", "tensor(double)", "tensor(float16)"]
+    }
     add = _op(st, "Add")
     covered = [s for s in add["ep"]["segments"] if s["status"] != "missing"]
     assert [(s["from"], s["to"], s["status"]) for s in covered] == [(7, 12, "partial")]  # floats only

@@ -68,7 +68,10 @@ def _parse_signature(signature: str) -> tuple[Any, ...]:
     args = []
     for part in signature.split(","):
         dtype, ndim, layout, access = part.split(":")
-        if dtype not in ("float32", "float64", "int32", "int64", "boolean", "uint8", "int8") or layout not in ("C", "A"):
+        if dtype not in ("float32", "float64", "int32", "int64", "boolean", "uint8", "int8") or layout not in (
+            "C",
+            "A",
+        ):
             raise ValueError(f"bad kernel signature part {part!r}")
         args.append(nbtypes.Array(getattr(nbtypes, dtype), int(ndim), layout, readonly=access == "r"))
     return tuple(args)
@@ -101,7 +104,13 @@ def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) ->
 
 
 def rebuild_kernel(
-    key: str, source: str, fn_name: str, signature: str, parallel: bool, payload: bytes, sha256: str,
+    key: str,
+    source: str,
+    fn_name: str,
+    signature: str,
+    parallel: bool,
+    payload: bytes,
+    sha256: str,
     fail: Callable[[str], Exception],
 ) -> Any:
     """A dispatcher serving the kernel from its serialised machine code, with compilation disabled
@@ -120,8 +129,13 @@ def rebuild_kernel(
             data = pickle.loads(payload)  # checksum-verified Numba cache payload (see module docstring)
         except Exception as exc:
             raise fail(f"kernel {key}: payload does not load: {type(exc).__name__}: {exc}") from exc
-        if not (isinstance(data, tuple) and data and isinstance(data[0], tuple) and len(data[0]) == 3
-                and data[0][1] == "object"):
+        if not (
+            isinstance(data, tuple)
+            and data
+            and isinstance(data[0], tuple)
+            and len(data[0]) == 3
+            and data[0][1] == "object"
+        ):
             raise fail(f"kernel {key}: payload is not a Numba object-code library")
         disp = numba.njit(parallel=parallel, nogil=True, error_model="numpy")(py_func)
         ctx = disp.targetctx

@@ -20,7 +20,11 @@ def versions() -> dict[str, str]:
     import llvmlite
     import numba
 
-    return {"numba": numba.__version__, "llvmlite": llvmlite.__version__, "python": platform.python_version()[:4].rstrip(".")}
+    return {
+        "numba": numba.__version__,
+        "llvmlite": llvmlite.__version__,
+        "python": platform.python_version()[:4].rstrip("."),
+    }
 
 
 def current_info() -> str:
@@ -51,17 +55,23 @@ def verdict(info: str, host: Mapping[str, str] | None = None) -> str:
         return f"UNSUPPORTED: the compatibility info lacks {missing}; recompile the model"
     for key in ("numba", "llvmlite", "python"):
         if rec[key] != cur[key]:
-            return (f"UNSUPPORTED: compiled with {key} {rec[key]}, this process has {key} {cur[key]}; "
-                    "Numba machine code only loads in the versions that produced it -- recompile the model")
+            return (
+                f"UNSUPPORTED: compiled with {key} {rec[key]}, this process has {key} {cur[key]}; "
+                "Numba machine code only loads in the versions that produced it -- recompile the model"
+            )
     if rec["triple"] != cur["triple"]:
         return f"UNSUPPORTED: compiled for target {rec['triple']}, this host is {cur['triple']}"
     need, have = _enabled(rec["features"]), _enabled(cur["features"])
     lacking = sorted(need - have)
     if lacking:
-        return (f"UNSUPPORTED: compiled for CPU {rec['cpu']} using features this CPU lacks: {lacking[:8]}; "
-                "recompile on this machine")
+        return (
+            f"UNSUPPORTED: compiled for CPU {rec['cpu']} using features this CPU lacks: {lacking[:8]}; "
+            "recompile on this machine"
+        )
     extra = sorted(have - need)
     if extra or rec["cpu"] != cur["cpu"]:
-        return (f"SUPPORTED_PREFER_RECOMPILATION: compiled for CPU {rec['cpu']}; this CPU ({cur['cpu']}) also has "
-                f"{extra[:8]} that recompiling would use")
+        return (
+            f"SUPPORTED_PREFER_RECOMPILATION: compiled for CPU {rec['cpu']}; this CPU ({cur['cpu']}) also has "
+            f"{extra[:8]} that recompiling would use"
+        )
     return "SUPPORTED_OPTIMAL"

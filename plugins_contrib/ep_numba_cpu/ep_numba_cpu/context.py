@@ -36,15 +36,28 @@ def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping
     offset = 0
     for key in sorted(kernels):
         ck = kernels[key]
-        kmeta[key] = {"source": ck.source, "fn": "kernel", "signature": ck.signature, "parallel": ck.parallel,
-                      "sha256": ck.sha256, "offset": offset, "length": len(ck.payload)}
+        kmeta[key] = {
+            "source": ck.source,
+            "fn": "kernel",
+            "signature": ck.signature,
+            "parallel": ck.parallel,
+            "sha256": ck.sha256,
+            "offset": offset,
+            "length": len(ck.payload),
+        }
         chunks.append(ck.payload)
         offset += len(ck.payload)
     if chunks:
         # one xz stream for every payload: kernels share most of their linking bitcode
         tensors[KERNELS_TENSOR] = np.frombuffer(lzma.compress(b"".join(chunks), preset=6), dtype=np.uint8)
-    header = {"format": CONTEXT_FORMAT, "ep_version": __version__, **versions(), "compatibility": current_info(),
-              "graphs": dict(graphs), "kernels": kmeta}
+    header = {
+        "format": CONTEXT_FORMAT,
+        "ep_version": __version__,
+        **versions(),
+        "compatibility": current_info(),
+        "graphs": dict(graphs),
+        "kernels": kmeta,
+    }
     return save(tensors, metadata={META_KEY: json.dumps(header, sort_keys=True)})
 
 
@@ -56,7 +69,7 @@ def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]
     if n > len(data) - 8:
         raise fail(f"the context is truncated (header of {n} bytes, {len(data) - 8} available)")
     try:
-        head = json.loads(data[8:8 + n])
+        head = json.loads(data[8 : 8 + n])
         meta = json.loads(head["__metadata__"][META_KEY])
     except Exception as exc:
         raise fail(f"the context header is unreadable ({type(exc).__name__}: {exc})") from None
@@ -65,13 +78,16 @@ def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]
     cur = versions()
     for key in ("numba", "llvmlite", "python"):
         if meta.get(key) != cur[key]:
-            raise fail(f"the context was written by {key} {meta.get(key)}, this process has {key} {cur[key]}; "
-                       "recompile the model with this environment")
+            raise fail(
+                f"the context was written by {key} {meta.get(key)}, this process has {key} {cur[key]}; "
+                "recompile the model with this environment"
+            )
     rec, host = parse_info(meta.get("compatibility", "")), parse_info(current_info())
     if rec.get("triple") != host.get("triple"):
         raise fail(f"the context targets {rec.get('triple')}, this host is {host.get('triple')}")
     lacking = {f[1:] for f in rec.get("features", "").split(",") if f.startswith("+")} - {
-        f[1:] for f in host.get("features", "").split(",") if f.startswith("+")}
+        f[1:] for f in host.get("features", "").split(",") if f.startswith("+")
+    }
     if lacking:
         raise fail(f"the context's machine code uses CPU features this CPU lacks: {sorted(lacking)[:8]}")
     end = 8 + n
@@ -106,8 +122,9 @@ def sha256(data: bytes) -> str:
 MAX_PAYLOAD = 256 << 20
 
 
-def kernel_payloads(tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any],
-                    fail: Callable[[str], Exception]) -> bytes:
+def kernel_payloads(
+    tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], fail: Callable[[str], Exception]
+) -> bytes:
     """Every kernel's machine-code payload, decompressed with a size cap (each one's sha256 is
     checked before it is used)."""
     kernels = meta.get("kernels", {})
@@ -134,4 +151,4 @@ def kernel_payload(data: bytes, meta: Mapping[str, Any], key: str, fail: Callabl
     lo, n = int(k["offset"]), int(k["length"])
     if lo < 0 or n < 0 or lo + n > len(data):
         raise fail(f"kernel {key}: payload range {lo}+{n} is outside the payloads")
-    return data[lo:lo + n]
+    return data[lo : lo + n]

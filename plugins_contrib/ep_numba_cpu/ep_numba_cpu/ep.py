@@ -72,8 +72,10 @@ class NumbaCpuEp:
         infos = []
         for view, fused in zip(graphs, fused_nodes, strict=True):
             gp = build_plan(view, fused.inputs, fused.outputs, self._parallel)
-            compiled = {k: codegen.compile_kernel(v["source"], v["fn"], v["signature"], v["parallel"])
-                        for k, v in gp.kernels.items()}
+            compiled = {
+                k: codegen.compile_kernel(v["source"], v["fn"], v["signature"], v["parallel"])
+                for k, v in gp.kernels.items()
+            }
             wmap = {}
             for name, arr in gp.weights.items():
                 key = weight_key(arr)
@@ -126,8 +128,11 @@ class NumbaCpuEp:
             blob_sha = context.sha256(blob)
         for k, name in enumerate(names):
             main = 1 if k == 0 else 0
-            nodes.append(self._node(name, main, 0, rel.encode() if main else b"", blob_sha if main else None,
-                                    out.source_model_filename))
+            nodes.append(
+                self._node(
+                    name, main, 0, rel.encode() if main else b"", blob_sha if main else None, out.source_model_filename
+                )
+            )
         return nodes
 
     def ep_get_compiled_model_compatibility_info(self, graph: Any) -> str:
@@ -172,8 +177,9 @@ class NumbaCpuEp:
             attrs["ep_cache_context"] = cache
         if model_file:
             attrs["onnx_model_filename"] = model_file
-        return helper.make_node(EP_CONTEXT_OP, rec["plan"]["inputs"], rec["plan"]["outputs"], name=name,
-                                domain=MS_DOMAIN, **attrs)
+        return helper.make_node(
+            EP_CONTEXT_OP, rec["plan"]["inputs"], rec["plan"]["outputs"], name=name, domain=MS_DOMAIN, **attrs
+        )
 
     # ------------------------------------------------------------------------- loading
     def _accepts(self, source: str) -> bool:
@@ -284,7 +290,8 @@ class LoadedContext:
                         self._payloads = context.kernel_payloads(self.tensors, self.meta, fail)
                     payload = context.kernel_payload(self._payloads, self.meta, key, fail)
                     self._dispatchers[key] = codegen.rebuild_kernel(
-                        key, k["source"], k["fn"], k["signature"], bool(k["parallel"]), payload, k["sha256"], fail)
+                        key, k["source"], k["fn"], k["signature"], bool(k["parallel"]), payload, k["sha256"], fail
+                    )
             weights = {}
             for value, wkey in rec["weights"].items():
                 arr = self.tensors.get(f"w.{wkey}")

@@ -16,7 +16,16 @@ from typing import Any
 
 import numpy as np
 
-from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, NB_NAMES, SINCE, helper_source, literal
+from ep_numba_cpu.ops import (
+    CONTRACTIONS,
+    ELEMENTWISE,
+    FLOAT_DTYPES,
+    KERNEL_DTYPES,
+    NB_NAMES,
+    SINCE,
+    helper_source,
+    literal,
+)
 
 MAX_INLINE_SIZE = 1  # constants of this many elements become literals in the kernel source
 
@@ -64,16 +73,24 @@ def supported(node: Any) -> bool:
         except Exception:
             return False
     if op == "BatchNormalization":
-        return (len([o for o in node.outputs if o]) == 1 and not node.attr("training_mode", 0)
-                and all(g.constant_value(i) is not None for i in node.inputs[1:5])
-                and _known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES) and (_rank(g, node.inputs[0]) or 0) >= 2)
+        return (
+            len([o for o in node.outputs if o]) == 1
+            and not node.attr("training_mode", 0)
+            and all(g.constant_value(i) is not None for i in node.inputs[1:5])
+            and _known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES)
+            and (_rank(g, node.inputs[0]) or 0) >= 2
+        )
     if op == "Conv":
-        return (_known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES) and _rank(g, node.inputs[0]) in (3, 4)
-                and g.constant_value(node.inputs[1]) is not None
-                and (len(node.inputs) < 3 or not node.inputs[2] or g.constant_value(node.inputs[2]) is not None))
+        return (
+            _known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES)
+            and _rank(g, node.inputs[0]) in (3, 4)
+            and g.constant_value(node.inputs[1]) is not None
+            and (len(node.inputs) < 3 or not node.inputs[2] or g.constant_value(node.inputs[2]) is not None)
+        )
     if op == "MatMul":
         return _known(g, list(node.inputs) + list(node.outputs), FLOAT_DTYPES) and all(
-            (_rank(g, n) or 0) >= 1 for n in node.inputs)
+            (_rank(g, n) or 0) >= 1 for n in node.inputs
+        )
     if op == "Gemm":
         return _known(g, [n for n in node.inputs if n] + list(node.outputs), FLOAT_DTYPES)
     return False
@@ -105,8 +122,9 @@ def choose_groups(graph: Any) -> list[list[Any]]:
             # convex: no other producer outside the group may depend on the group; acyclic: no
             # group this node depends on may itself depend on the group (two groups feeding each
             # other through different members would be a cycle of fused nodes)
-            if all(group_of.get(q.index) == gid or gid not in reach.get(q.index, frozenset()) for q in producers) \
-                    and not any(_group_depends(gdeps, h, gid) for h in r if h != gid):
+            if all(
+                group_of.get(q.index) == gid or gid not in reach.get(q.index, frozenset()) for q in producers
+            ) and not any(_group_depends(gdeps, h, gid) for h in r if h != gid):
                 chosen = gid
                 break
         if chosen is None:
@@ -173,7 +191,9 @@ class GroupPlan:
     kernels: dict[str, dict[str, Any]]  # key -> {source, fn, signature, parallel}
 
 
-def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], parallel: Callable[[int | None], bool]) -> GroupPlan:
+def build_plan(
+    view: Any, inputs: Sequence[str], outputs: Sequence[str], parallel: Callable[[int | None], bool]
+) -> GroupPlan:
     """The plan of one fused group (``view`` holds its nodes; ``inputs``/``outputs`` are the fused
     node's)."""
     from ep_numba_cpu.codegen import kernel_key
@@ -235,7 +255,9 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
             for i in node.inputs:
                 const(i)
             fn = ELEMENTWISE[op]
-            item = _Item(list(node.inputs), node.outputs[0], (lambda f, nd: lambda a_, d_, o_: f(nd, a_, d_, o_))(fn, node))
+            item = _Item(
+                list(node.inputs), node.outputs[0], (lambda f, nd: lambda a_, d_, o_: f(nd, a_, d_, o_))(fn, node)
+            )
         # join the latest cluster among the producers' if every producer runs no later
         # and the item keeps the cluster's shape: one of its inputs made there has its output's
         # static shape, so every value a cluster computes has the shape of its first item's output
@@ -245,7 +267,8 @@ def build_plan(view: Any, inputs: Sequence[str], outputs: Sequence[str], paralle
         if deps:
             last = max(deps)
             if steps[last][0] == "cluster" and any(
-                    i in steps[last][1].produced and _same_static_shape(graph, i, item.output) for i in item.inputs if i):
+                i in steps[last][1].produced and _same_static_shape(graph, i, item.output) for i in item.inputs if i
+            ):
                 target = last
         if target is None:
             steps.append(("cluster", _Cluster()))
@@ -312,8 +335,9 @@ class _WithSynthetic:
         return getattr(self._graph, name)
 
 
-def _conv_bias_item(graph: _WithSynthetic, node: Any, ins: list[str], consts: dict[str, np.ndarray],
-                    body: dict[str, Any]) -> _Item | None:
+def _conv_bias_item(
+    graph: _WithSynthetic, node: Any, ins: list[str], consts: dict[str, np.ndarray], body: dict[str, Any]
+) -> _Item | None:
     """For a convolution with a constant bias: the convolution step writes its output without the
     bias, and an elementwise item adds it, so the bias joins the tail's kernel instead of being one
     more pass over the output. None (bias left to the convolution) when shapes are not known."""
@@ -331,8 +355,9 @@ def _conv_bias_item(graph: _WithSynthetic, node: Any, ins: list[str], consts: di
     return _Item([raw, b], out, lambda a_, d_, o_: f"({a_[0]} + {a_[1]})")
 
 
-def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray],
-                    parallel: Callable[[int | None], bool]) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None] | None:
+def _cluster_kernel(
+    graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray], parallel: Callable[[int | None], bool]
+) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None] | None:
     """The cluster's step and kernels: a general one over N-d strided (broadcast) views, and one
     over flat contiguous buffers specialised for the broadcast pattern the static shapes predict
     (``_spec_kernel``; the runtime uses it whenever the real shapes follow that pattern); None when
@@ -420,7 +445,11 @@ def _cluster_kernel(graph: Any, cl: _Cluster, exported: set[str], consts: dict[s
 def _prelude(lines: Sequence[str]) -> list[str]:
     """Imports, and the definitions of the helpers (``ops.HELPERS``) the kernel body calls."""
     helpers = helper_source("\n".join(lines))
-    head = ["import math", "import numpy as np", "from numba import njit, prange" if helpers else "from numba import prange"]
+    head = [
+        "import math",
+        "import numpy as np",
+        "from numba import njit, prange" if helpers else "from numba import prange",
+    ]
     return head + ([helpers.rstrip("\n"), ""] if helpers else []) + ["", ""]
 
 
@@ -447,8 +476,16 @@ def _broadcast_spec(graph: Any, arrays: Sequence[str], consts: dict[str, np.ndar
     return {"full": full, "groups": groups, "group_full": [[f[g[0]] for g in groups] for f in full]}
 
 
-def _spec_kernel(spec: dict[str, Any], params: str, lines: Sequence[str], expr: dict[str, str], outs: Sequence[str],
-                 arrays: Sequence[str], dt: Callable[[str], str], par: bool) -> dict[str, Any]:
+def _spec_kernel(
+    spec: dict[str, Any],
+    params: str,
+    lines: Sequence[str],
+    expr: dict[str, str],
+    outs: Sequence[str],
+    arrays: Sequence[str],
+    dt: Callable[[str], str],
+    par: bool,
+) -> dict[str, Any]:
     """The kernel over flat contiguous buffers for one broadcast pattern: nested loops over the
     coalesced dims, each argument read at a base offset plus the innermost index where it spans the
     innermost dims, or as one value hoisted out of the innermost loop where it broadcasts there; no
@@ -489,29 +526,44 @@ def _spec_kernel(spec: dict[str, Any], params: str, lines: Sequence[str], expr: 
     src += [f"{ind}x{j} = r{j}[t]" for j in range(len(arrays)) if gf[j][last]]
     src += [f"{ind}{ln}" for ln in lines]
     src += [f"{ind}q{m}[t] = {expr[n]}" for m, n in enumerate(outs)]
-    sig = ",".join([f"{NB_NAMES[dt(n)]}:1:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:1:C:r" for n in arrays]
-                   + ["int64:1:C:r"])
+    sig = ",".join(
+        [f"{NB_NAMES[dt(n)]}:1:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:1:C:r" for n in arrays] + ["int64:1:C:r"]
+    )
     return {"source": "\n".join(src) + "\n", "fn": "kernel", "signature": sig, "parallel": par}
 
 
-def _depthwise_source(dt: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int,
-                      par: bool) -> str:
+def _depthwise_source(
+    dt: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, par: bool
+) -> str:
     """A 2-D depthwise convolution with its geometry as constants: each channel's plane is copied
     once into a zero-bordered buffer, then every output row is one loop over the output columns
     whose body is the fully unrolled sum of the taps (weights held in locals), with the bias folded
     in; with stride 1 that loop vectorises."""
     taps = [(a, e) for a in range(kh) for e in range(kw)]
-    src = ["import numpy as np", "from numba import prange", "", "", "def kernel(out, x, w, bias):",
-           "    nb = out.shape[0]", "    nc = out.shape[1]", "    ho = out.shape[2]", "    wo = out.shape[3]",
-           "    hi = x.shape[2]", "    wi = x.shape[3]",
-           f"    hb = max((ho - 1) * {sh} + {(kh - 1) * dh + 1}, {pt} + hi)",
-           f"    wb = max((wo - 1) * {sw} + {(kw - 1) * dw + 1}, {pl} + wi)",
-           f"    for t in {'prange' if par else 'range'}(nb * nc):",
-           "        b = t // nc", "        c = t % nc",
-           f"        buf = np.zeros((hb, wb), dtype=np.{dt})",
-           "        for r in range(hi):",
-           f"            brow = buf[{pt} + r]", "            xrow = x[b, c, r]",
-           "            for s in range(wi):", f"                brow[{pl} + s] = xrow[s]"]
+    src = [
+        "import numpy as np",
+        "from numba import prange",
+        "",
+        "",
+        "def kernel(out, x, w, bias):",
+        "    nb = out.shape[0]",
+        "    nc = out.shape[1]",
+        "    ho = out.shape[2]",
+        "    wo = out.shape[3]",
+        "    hi = x.shape[2]",
+        "    wi = x.shape[3]",
+        f"    hb = max((ho - 1) * {sh} + {(kh - 1) * dh + 1}, {pt} + hi)",
+        f"    wb = max((wo - 1) * {sw} + {(kw - 1) * dw + 1}, {pl} + wi)",
+        f"    for t in {'prange' if par else 'range'}(nb * nc):",
+        "        b = t // nc",
+        "        c = t % nc",
+        f"        buf = np.zeros((hb, wb), dtype=np.{dt})",
+        "        for r in range(hi):",
+        f"            brow = buf[{pt} + r]",
+        "            xrow = x[b, c, r]",
+        "            for s in range(wi):",
+        f"                brow[{pl} + s] = xrow[s]",
+    ]
     src += [f"        w{a}_{e} = w[c, {a}, {e}]" for a, e in taps]
     src += ["        bv = bias[c]", "        for i in range(ho):"]
     src += [f"            r{a} = buf[i * {sh} + {a * dh}]" for a in range(kh)]
@@ -527,7 +579,13 @@ def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bo
     non-negative pads, which BLAS serves badly; None for any other convolution."""
     w = graph.constant_value(node.inputs[1])
     dt = _dtype(graph, node.inputs[0])
-    if w is None or w.ndim != 4 or w.shape[1] != 1 or int(node.attr("group", 1)) != w.shape[0] or dt not in FLOAT_DTYPES:
+    if (
+        w is None
+        or w.ndim != 4
+        or w.shape[1] != 1
+        or int(node.attr("group", 1)) != w.shape[0]
+        or dt not in FLOAT_DTYPES
+    ):
         return None
     if _rank(graph, node.inputs[0]) != 4 or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
         return None
@@ -537,18 +595,29 @@ def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bo
     if len(pads) != 4 or min(pads) < 0 or w.shape[2] * w.shape[3] > 64:
         return None
     par = parallel(_static_numel(graph, node.outputs[0]))
-    source = _depthwise_source(dt, int(w.shape[2]), int(w.shape[3]), int(sh), int(sw), int(dh), int(dw),
-                               int(pads[0]), int(pads[1]), par)
+    source = _depthwise_source(
+        dt, int(w.shape[2]), int(w.shape[3]), int(sh), int(sw), int(dh), int(dw), int(pads[0]), int(pads[1]), par
+    )
     nb = NB_NAMES[dt]
-    return {"source": source, "fn": "kernel", "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r",
-            "parallel": par}
+    return {
+        "source": source,
+        "fn": "kernel",
+        "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r",
+        "parallel": par,
+    }
 
 
 def _same_static_shape(graph: Any, a: str, b: str) -> bool:
     """Both shapes known and equal dim by dim (equal ints or the same symbolic name)."""
     sa, sb = _static_shape(graph, a), _static_shape(graph, b)
-    return sa is not None and sb is not None and len(sa) == len(sb) and all(
-        x == y and (isinstance(x, int) or (isinstance(x, str) and x != "")) for x, y in zip(sa, sb, strict=True))
+    return (
+        sa is not None
+        and sb is not None
+        and len(sa) == len(sb)
+        and all(
+            x == y and (isinstance(x, int) or (isinstance(x, str) and x != "")) for x, y in zip(sa, sb, strict=True)
+        )
+    )
 
 
 def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:

@@ -36,8 +36,16 @@ def _buf(ws: Workspace | None, key: Any, shape: tuple[int, ...], dtype: Any, zer
     return out
 
 
-def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[str, Any],
-           depthwise: Any = None, ws: Workspace | None = None, key: Any = 0, internal: bool = False) -> np.ndarray:
+def conv2d(
+    x: np.ndarray,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    attrs: Mapping[str, Any],
+    depthwise: Any = None,
+    ws: Workspace | None = None,
+    key: Any = 0,
+    internal: bool = False,
+) -> np.ndarray:
     """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel
     (or shifted multiply-adds), few output channels as one GEMM of every tap then shifted adds,
     1x1 convolutions one BLAS call per image, the rest im2col + BLAS. Temporaries (padded input,
@@ -50,7 +58,9 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
     m, cg, kh, kw = w.shape
     dt = x.dtype
     sh, sw = (list(attrs.get("strides") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("strides") or [1])[0])
-    dh, dw = (list(attrs.get("dilations") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("dilations") or [1])[0])
+    dh, dw = (
+        (list(attrs.get("dilations") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("dilations") or [1])[0])
+    )
     group = int(attrs.get("group", 1))
     auto_pad = attrs.get("auto_pad", "NOTSET")
     if auto_pad not in ("NOTSET", ""):
@@ -70,17 +80,21 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
     out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
     if group == c and cg == 1 and m == c and depthwise is not None and not one_d:
         # geometry compiled in; padding and bias handled inside the kernel: no padded copy, no extra pass
-        depthwise(out, _readonly(x), _readonly(w.reshape(m, kh, kw)),
-                  _readonly(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False)))
+        depthwise(
+            out,
+            _readonly(x),
+            _readonly(w.reshape(m, kh, kw)),
+            _readonly(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False)),
+        )
         return out
     if pt or pb or pl or pr:
         if min(pt, pb, pl, pr) < 0:
             x = np.pad(x, ((0, 0), (0, 0), (max(pt, 0), max(pb, 0)), (max(pl, 0), max(pr, 0))))
-            x = x[:, :, max(-pt, 0):x.shape[2] - max(-pb, 0), max(-pl, 0):x.shape[3] - max(-pr, 0)]
+            x = x[:, :, max(-pt, 0) : x.shape[2] - max(-pb, 0), max(-pl, 0) : x.shape[3] - max(-pr, 0)]
             x = np.ascontiguousarray(x)
         else:
             padded = _buf(ws, (key, "pad"), (n, c, hp, wp), dt, zero=True)
-            padded[:, :, pt:pt + h, pl:pl + wd] = x
+            padded[:, :, pt : pt + h, pl : pl + wd] = x
             x = padded
     else:
         x = np.ascontiguousarray(x)
@@ -101,7 +115,7 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
             for i in range(kh):
                 for j in range(kw):
                     if i or j:
-                        acc += zz[i, j, :, i * dh:i * dh + ho, j * dw:j * dw + wo]
+                        acc += zz[i, j, :, i * dh : i * dh + ho, j * dw : j * dw + wo]
     elif kh == 1 and kw == 1 and sh == 1 and sw == 1 and group == 1:
         wm = w.reshape(m, c)
         xs = x.reshape(n, c, hp * wp)
@@ -112,21 +126,22 @@ def conv2d(x: np.ndarray, w: np.ndarray, b: np.ndarray | None, attrs: Mapping[st
         out.fill(0)
         for i in range(kh):
             for j in range(kw):
-                patch = x[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh, j * dw: j * dw + sw * (wo - 1) + 1: sw]
+                patch = x[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw]
                 out += patch * w[:, 0, i, j][None, :, None, None]
     else:
         mg = m // group
         cols = _buf(ws, (key, "cols"), (n, cg, kh, kw, ho, wo), dt)
         for g in range(group):
-            xs = x[:, g * cg:(g + 1) * cg]
+            xs = x[:, g * cg : (g + 1) * cg]
             for i in range(kh):
                 for j in range(kw):
-                    cols[:, :, i, j] = xs[:, :, i * dh: i * dh + sh * (ho - 1) + 1: sh,
-                                          j * dw: j * dw + sw * (wo - 1) + 1: sw]
-            wg = np.ascontiguousarray(w[g * mg:(g + 1) * mg]).reshape(mg, cg * kh * kw)
+                    cols[:, :, i, j] = xs[
+                        :, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw
+                    ]
+            wg = np.ascontiguousarray(w[g * mg : (g + 1) * mg]).reshape(mg, cg * kh * kw)
             cm = cols.reshape(n, cg * kh * kw, ho * wo)
             for img in range(n):
-                np.dot(wg, cm[img], out=out[img, g * mg:(g + 1) * mg].reshape(mg, ho * wo))
+                np.dot(wg, cm[img], out=out[img, g * mg : (g + 1) * mg].reshape(mg, ho * wo))
     if b is not None:
         out += b.reshape(1, m, 1, 1)
     return out[:, :, 0, :] if one_d else out
@@ -208,8 +223,16 @@ class GraphRunner:
             if kind == "kernel":
                 self._run_kernel(step, fn, env, ws if self._internal[k] else None, k, self._shape_plans[k])
             elif kind == "conv":
-                env[step["outputs"][0]] = conv2d(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"],
-                                                 fn, ws, k, self._internal[k])
+                env[step["outputs"][0]] = conv2d(
+                    env[ins[0]],
+                    env[ins[1]],
+                    env[ins[2]] if ins[2] else None,
+                    step["attrs"],
+                    fn,
+                    ws,
+                    k,
+                    self._internal[k],
+                )
             elif kind == "matmul":
                 env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]], ws if self._internal[k] else None, k)
             elif kind == "gemm":
@@ -219,8 +242,14 @@ class GraphRunner:
         return [env[o] for o in self.outputs]
 
     @staticmethod
-    def _run_kernel(step: Mapping[str, Any], fns: Any, env: dict[str, Any], ws: Workspace | None = None,
-                    k: int = 0, shape_plans: dict[Any, Any] | None = None) -> None:
+    def _run_kernel(
+        step: Mapping[str, Any],
+        fns: Any,
+        env: dict[str, Any],
+        ws: Workspace | None = None,
+        k: int = 0,
+        shape_plans: dict[Any, Any] | None = None,
+    ) -> None:
         fn, spec_fn = fns
         args = [a if type(a) is np.ndarray else np.asarray(a) for a in (env[n] for n in step["inputs"])]
         shapes = tuple(a.shape for a in args)
@@ -278,7 +307,9 @@ def _prod(shape: Sequence[int], dims: Any) -> int:
     return n
 
 
-def _follows(spec: Mapping[str, Any] | None, shapes: Sequence[tuple[int, ...]], full: tuple[int, ...], rank: int) -> bool:
+def _follows(
+    spec: Mapping[str, Any] | None, shapes: Sequence[tuple[int, ...]], full: tuple[int, ...], rank: int
+) -> bool:
     """Whether the real shapes follow the broadcast pattern the specialised kernel was built for."""
     if spec is None:
         return False
