@@ -281,16 +281,19 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
 
     register_ep_context_schema()
     x, y = b.feed(rand((2, 3, 4), F32, b.rng)), b.feed(rand((4,), F32, b.rng))
-    node = lambda name, op, args: {
-        "name": name,
-        "op": op,
-        "attrs": {},
-        "args": args,
-        "params": [],
-        "param_base": 0,  # noqa: E731
-        "dtype": "float32",
-        "out_dtype": "float32",
-    }
+
+    def node(name: str, op: str, args: list) -> dict:
+        return {
+            "name": name,
+            "op": op,
+            "attrs": {},
+            "args": args,
+            "params": [],
+            "param_base": 0,
+            "dtype": "float32",
+            "out_dtype": "float32",
+        }
+
     spec = {
         "format": 1,
         "inputs": [x, y],
