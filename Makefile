@@ -29,7 +29,7 @@ bench: $(STAMP)
 	for b in benchmarks/bench_*.py; do $(PY) $$b || exit 1; done
 
 parity: $(STAMP)
-	NUMBA_ENABLE_CUDASIM=1 $(PY) -m ep_core.parity.regenerate docs/parity
+	NUMBA_ENABLE_CUDASIM=1 $(PY) -m ep_core.tools.parity.regenerate docs/parity
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check ep_core ep_cpu_reference ep_cuda_numba plugins_contrib tests benchmarks

@@ -69,7 +69,7 @@ def ref_child(name: str, budget_s: float) -> None:
     """Child process: time ReferenceEvaluator on one model, print one JSON line."""
     from onnx.reference import ReferenceEvaluator
 
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     path = str(fetch_model(name))
     feed = model_feed(name)
@@ -116,7 +116,7 @@ def main() -> None:
         return
 
     import ep_core
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     rows = []
     for name in args.models:

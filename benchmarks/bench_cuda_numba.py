@@ -161,7 +161,7 @@ MODEL_INPUTS = {
 
 def bench_models() -> None:
     from ep_core import InferenceSession
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     try:
         import onnxruntime as ort

@@ -140,7 +140,7 @@ def main() -> None:
     import onnxruntime as ort
 
     from ep_core import InferenceSession
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     work = Path(tempfile.mkdtemp(prefix="bench_epcontext_"))
     rows_create, rows_lat = [], []

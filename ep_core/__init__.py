@@ -11,34 +11,34 @@ from typing import TYPE_CHECKING, Any
 __version__ = "0.1.0"
 
 _EXPORTS = {
-    "InferenceSession": "ep_core.session",
-    "NodeArg": "ep_core.session",
-    "ModelMetadata": "ep_core.session",
-    "SessionOptions": "ep_core.options",
-    "RunOptions": "ep_core.options",
-    "EpSelectionPolicy": "ep_core.options",
-    "GraphOptimizationLevel": "ep_core.options",
-    "ProviderConfig": "ep_core.options",
-    "load_provider_config": "ep_core.options",
-    "get_ep_devices": "ep_core.selection",
-    "hardware_devices": "ep_core.selection",
-    "HardwareDevice": "ep_core.devices",
-    "EpDevice": "ep_core.devices",
-    "MemoryInfo": "ep_core.memory",
-    "DeviceType": "ep_core.memory",
-    "HOST_MEMORY": "ep_core.memory",
-    "Tensor": "ep_core.tensor",
-    "hookimpl": "ep_core.hookspecs",
-    "KernelRegistry": "ep_core.kernels",
-    "KernelDef": "ep_core.kernels",
-    "NodeComputeInfo": "ep_core.compute",
-    "FusedNode": "ep_core.compute",
-    "register_execution_provider_library": "ep_core.plugins",
-    "unregister_execution_provider_library": "ep_core.plugins",
-    "get_available_providers": "ep_core.api",
-    "get_all_providers": "ep_core.api",
-    "ModelCompiler": "ep_core.epcontext.compile_api",
-    "CompileApiFlags": "ep_core.epcontext.compile_api",
+    "InferenceSession": "ep_core.runtime.session",
+    "NodeArg": "ep_core.runtime.session",
+    "ModelMetadata": "ep_core.runtime.session",
+    "SessionOptions": "ep_core.runtime.options",
+    "RunOptions": "ep_core.runtime.options",
+    "EpSelectionPolicy": "ep_core.runtime.options",
+    "GraphOptimizationLevel": "ep_core.runtime.options",
+    "ProviderConfig": "ep_core.runtime.options",
+    "load_provider_config": "ep_core.runtime.options",
+    "get_ep_devices": "ep_core.runtime.select",
+    "hardware_devices": "ep_core.runtime.select",
+    "HardwareDevice": "ep_core.sdk.devices",
+    "EpDevice": "ep_core.sdk.devices",
+    "MemoryInfo": "ep_core.sdk.memory",
+    "DeviceType": "ep_core.sdk.memory",
+    "HOST_MEMORY": "ep_core.sdk.memory",
+    "Tensor": "ep_core.sdk.tensor",
+    "hookimpl": "ep_core.sdk.hookspecs",
+    "KernelRegistry": "ep_core.sdk.kernels",
+    "KernelDef": "ep_core.sdk.kernels",
+    "NodeComputeInfo": "ep_core.sdk.compute",
+    "FusedNode": "ep_core.sdk.compute",
+    "register_execution_provider_library": "ep_core.runtime.discover",
+    "unregister_execution_provider_library": "ep_core.runtime.discover",
+    "get_available_providers": "ep_core.runtime.api",
+    "get_all_providers": "ep_core.runtime.api",
+    "ModelCompiler": "ep_core.runtime.compile_api",
+    "CompileApiFlags": "ep_core.runtime.compile_api",
 }
 
 __all__ = sorted(_EXPORTS) + ["__version__"]
@@ -60,14 +60,14 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:
-    from ep_core.api import get_all_providers, get_available_providers
-    from ep_core.compute import FusedNode, NodeComputeInfo
-    from ep_core.devices import EpDevice, HardwareDevice
-    from ep_core.epcontext.compile_api import CompileApiFlags, ModelCompiler
-    from ep_core.hookspecs import hookimpl
-    from ep_core.kernels import KernelDef, KernelRegistry
-    from ep_core.memory import HOST_MEMORY, DeviceType, MemoryInfo
-    from ep_core.options import (
+    from ep_core.runtime.api import get_all_providers, get_available_providers
+    from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+    from ep_core.sdk.devices import EpDevice, HardwareDevice
+    from ep_core.runtime.compile_api import CompileApiFlags, ModelCompiler
+    from ep_core.sdk.hookspecs import hookimpl
+    from ep_core.sdk.kernels import KernelDef, KernelRegistry
+    from ep_core.sdk.memory import HOST_MEMORY, DeviceType, MemoryInfo
+    from ep_core.runtime.options import (
         EpSelectionPolicy,
         GraphOptimizationLevel,
         ProviderConfig,
@@ -75,7 +75,7 @@ if TYPE_CHECKING:
         SessionOptions,
         load_provider_config,
     )
-    from ep_core.plugins import register_execution_provider_library, unregister_execution_provider_library
-    from ep_core.selection import get_ep_devices, hardware_devices
-    from ep_core.session import InferenceSession, ModelMetadata, NodeArg
-    from ep_core.tensor import Tensor
+    from ep_core.runtime.discover import register_execution_provider_library, unregister_execution_provider_library
+    from ep_core.runtime.select import get_ep_devices, hardware_devices
+    from ep_core.runtime.session import InferenceSession, ModelMetadata, NodeArg
+    from ep_core.sdk.tensor import Tensor

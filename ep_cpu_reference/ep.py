@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ep_core.ep_base import RegistryEp
+from ep_core.sdk.ep_base import RegistryEp
 from ep_cpu_reference import EP_NAME
 from ep_cpu_reference.registry import registry
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ep_core.devices import EpDevice
-from ep_core.ep_base import HostEpFactory
+from ep_core.sdk.devices import EpDevice
+from ep_core.sdk.ep_base import HostEpFactory
 from ep_cpu_reference import EP_NAME, __version__
 
 

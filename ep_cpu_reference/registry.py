@@ -3,7 +3,7 @@ into ``REGISTRY`` on import; ``registry()`` imports them once."""
 
 from __future__ import annotations
 
-from ep_core.kernels import KernelRegistry
+from ep_core.sdk.kernels import KernelRegistry
 from ep_cpu_reference import EP_NAME
 
 REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.kernels")

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.errors import Fail
+from ep_core.sdk.errors import Fail
 
 ALIGN = 256
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ep_core.errors import EpFail
+from ep_core.sdk.errors import EpFail
 
 # ------------------------------------------------------------------------------ op table
 

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
 
-from ep_core.devices import HardwareDevice
-from ep_core.memory import DeviceType, MemoryInfo, MemType
+from ep_core.sdk.devices import HardwareDevice
+from ep_core.sdk.memory import DeviceType, MemoryInfo, MemType
 from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID
 
 MIN_COMPUTE_CAPABILITY = (5, 0)

@@ -12,10 +12,10 @@ from ep_cuda_numba.layout import preferred_layout, should_convert
 from ep_cuda_numba.options import NumbaCudaOptions
 
 if TYPE_CHECKING:
-    from ep_core.capability import SupportInfo
-    from ep_core.compute import FusedNode, NodeComputeInfo
-    from ep_core.graph import GraphView
-    from ep_core.kernels import KernelRegistry
+    from ep_core.sdk.capability import SupportInfo
+    from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+    from ep_core.sdk.graph import GraphView
+    from ep_core.sdk.kernels import KernelRegistry
     from ep_cuda_numba.factory import NumbaCudaFactory
 
 EP_CONTEXT_OP = "EPContext"

@@ -14,11 +14,11 @@ import json
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
-from ep_core.errors import InvalidGraph
+from ep_core.sdk.errors import InvalidGraph
 from ep_cuda_numba import EP_NAME, __version__
 
 if TYPE_CHECKING:
-    from ep_core.devices import HardwareDevice
+    from ep_core.sdk.devices import HardwareDevice
     from ep_cuda_numba.fusion import CompiledGroup
 
 PAYLOAD_FORMAT = "ep_cuda_numba.fused/1"
@@ -129,7 +129,7 @@ def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
 
 def _current_output() -> Any:
     try:
-        from ep_core.epcontext.generate import current_output
+        from ep_core.sdk.epcontext.output import current_output
 
         return current_output()
     except Exception:  # called outside ep_core's context-model writer (tests, tools): embed
@@ -138,7 +138,7 @@ def _current_output() -> Any:
 
 def load_context_node(node: Any, ctx: Any) -> dict[str, Any]:
     """The fusion spec of one of our EPContext nodes (embedded, or a file beside the model)."""
-    from ep_core.epcontext.load import context_base_dir, read_context_payload
+    from ep_core.sdk.epcontext.payload import context_base_dir, read_context_payload
 
     base = context_base_dir(getattr(ctx, "model_path", None), getattr(ctx, "session_options", None))
     data = read_context_payload(node, base)

@@ -10,9 +10,9 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from ep_core.devices import EpDevice, HardwareDevice
-from ep_core.errors import ConfigError
-from ep_core.memory import MemoryInfo
+from ep_core.sdk.devices import EpDevice, HardwareDevice
+from ep_core.sdk.errors import ConfigError
+from ep_core.sdk.memory import MemoryInfo
 from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID, __version__
 from ep_cuda_numba import device as _device
 from ep_cuda_numba.options import parse_options

@@ -18,13 +18,13 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ep_core.compute import ComputeContext, NodeComputeInfo
-from ep_core.errors import EpFail, InvalidGraph
+from ep_core.sdk.compute import ComputeContext, NodeComputeInfo
+from ep_core.sdk.errors import EpFail, InvalidGraph
 from ep_cuda_numba.codegen import ALL_OPS, Program, Statement, compile_program, instantiate, op_expression, run_program
 
 if TYPE_CHECKING:
-    from ep_core.compute import FusedNode
-    from ep_core.graph import GraphView, NodeView
+    from ep_core.sdk.compute import FusedNode
+    from ep_core.sdk.graph import GraphView, NodeView
 
 SPEC_FORMAT = 1
 MAX_GROUP_INPUTS = 16
@@ -72,7 +72,7 @@ def _params(node: "NodeView") -> list[float] | None:
 def fusable_ops() -> list[tuple[str, str, int, None]]:
     """``(domain, op_type, since, end)`` of every elementwise op the fusion generator supports
     (``codegen.ALL_OPS``), from the op's first ONNX schema version on: ``fusable`` checks no
-    opset. Read by the parity report (``ep_core.parity.introspect``)."""
+    opset. Read by the parity report (``ep_core.tools.parity.introspect``)."""
     import onnx.defs
 
     first: dict[str, int] = {}

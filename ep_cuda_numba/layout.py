@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-# one source of truth: the ops the core's layout transformer rewrites (ep_core/layout.py)
-from ep_core.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN
+# one source of truth: the ops the core's layout transformer rewrites (ep_core/runtime/layout.py)
+from ep_core.sdk.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN
 
 if TYPE_CHECKING:
-    from ep_core.kernels import KernelRegistry
+    from ep_core.sdk.kernels import KernelRegistry
 
 __all__ = ["LAYOUT_SENSITIVE_OPS", "NHWC_DOMAIN", "missing_nhwc_kernels", "preferred_layout", "should_convert"]
 

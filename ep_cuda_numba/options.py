@@ -8,7 +8,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ep_core.errors import ConfigError
+from ep_core.sdk.errors import ConfigError
 from ep_cuda_numba import EP_NAME
 
 ArenaStrategy = Literal["kNextPowerOfTwo", "kSameAsRequested"]

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ep_core.graph import GraphView, NodeView
-    from ep_core.kernels import KernelDef
+    from ep_core.sdk.graph import GraphView, NodeView
+    from ep_core.sdk.kernels import KernelDef
 
 HEAVY_OPS = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "MaxPool", "AveragePool", "Resize"})
 

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping
 from functools import cache
 from typing import Any
 
-from ep_core.kernels import KernelBuilder, KernelRegistry
+from ep_core.sdk.kernels import KernelBuilder, KernelRegistry
 from ep_cuda_numba import EP_NAME
 
 REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cuda_numba.kernels")

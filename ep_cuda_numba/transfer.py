@@ -12,8 +12,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ep_core.errors import Fail
-from ep_core.memory import DeviceType, MemoryInfo
+from ep_core.sdk.errors import Fail
+from ep_core.sdk.memory import DeviceType, MemoryInfo
 from ep_cuda_numba.stream import new_event, raw_stream
 
 if TYPE_CHECKING:

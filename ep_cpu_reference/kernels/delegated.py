@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.kernels import KernelContext
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 # Ops never delegated, with why: control flow must run its bodies through the session (nested
@@ -126,7 +126,7 @@ def _register_all() -> None:
 def _delegated_def(op: str, domain: str, since: int, end: int | None) -> Any:
     """One def from the op's first schema version up to ``end`` (onnx.reference handles the
     versions in between)."""
-    from ep_core.kernels import KernelDef
+    from ep_core.sdk.kernels import KernelDef
 
     return KernelDef(op_type=op, domain=domain, since_version=since, end_version=end, delegated=True)
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.errors import InvalidArgument
+from ep_core.sdk.errors import InvalidArgument
 
 
 @functools.lru_cache(maxsize=1)

@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 from numba import cuda, from_dtype
 
-from ep_core.errors import InvalidArgument
+from ep_core.sdk.errors import InvalidArgument
 from ep_cuda_numba.launch import MAX_BLOCKS, SIM, Runtime, c_strides, flat
 from ep_cuda_numba.registry import FLOAT_T, register_versions
 

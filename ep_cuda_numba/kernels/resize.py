@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 from numba import cuda
 
-from ep_core.errors import InvalidArgument
+from ep_core.sdk.errors import InvalidArgument
 from ep_cuda_numba.launch import Runtime, flat, prod
 from ep_cuda_numba.registry import FLOAT_T, rank_of, register_versions, support_check
 

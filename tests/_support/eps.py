@@ -10,11 +10,11 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.compute import NodeComputeInfo
-from ep_core.devices import EpDevice, HardwareDevice
-from ep_core.ep_base import HostEpFactory, RegistryEp
-from ep_core.kernels import FLOATS, KernelRegistry
-from ep_core.memory import DeviceType, MemoryInfo
+from ep_core.sdk.compute import NodeComputeInfo
+from ep_core.sdk.devices import EpDevice, HardwareDevice
+from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
+from ep_core.sdk.kernels import FLOATS, KernelRegistry
+from ep_core.sdk.memory import DeviceType, MemoryInfo
 
 
 class FusingEp:

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from ep_core.ep_base import HostEpFactory, RegistryEp
-from ep_core.kernels import FLOATS, KernelRegistry
-from ep_core.layout import NHWC_DOMAIN
+from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
+from ep_core.sdk.kernels import FLOATS, KernelRegistry
+from ep_core.runtime.layout import NHWC_DOMAIN
 
 NAME = "NhwcTestExecutionProvider"
 

@@ -10,7 +10,7 @@ from onnx import TensorProto, helper
 pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
 
 from ep_core import InferenceSession  # noqa: E402
-from ep_core.parity import build_report  # noqa: E402
+from ep_core.tools.parity import build_report  # noqa: E402
 
 NUMBA = "NumbaCpuExecutionProvider"
 

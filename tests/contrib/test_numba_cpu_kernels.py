@@ -195,7 +195,7 @@ def test_dynamic_shapes_run_with_one_compiled_kernel():
 
 
 def test_parallel_option_is_validated():
-    from ep_core.errors import ConfigError
+    from ep_core.sdk.errors import ConfigError
 
     m = _model([helper.make_node("Relu", ["x"], ["y"])], [("x", F, [2])], [("y", F, [2])])
     with pytest.raises(ConfigError, match="parallel"):

@@ -10,13 +10,13 @@ from pathlib import Path
 
 from _support.models import add_mul_chain
 
-from ep_core.cli import main
+from ep_core.tools.cli import main
 
 
 def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_")}
     return subprocess.run(
-        [sys.executable, "-m", "ep_core.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
+        [sys.executable, "-m", "ep_core.tools.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
     )
 
 

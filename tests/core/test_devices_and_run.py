@@ -13,8 +13,8 @@ from _support.models import make_model
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
-from ep_core.hookspecs import hookimpl
-from ep_core.plugins import get_registry
+from ep_core.sdk.hookspecs import hookimpl
+from ep_core.runtime.discover import get_registry
 
 NAME = "FakeNpuTestExecutionProvider"
 
@@ -102,7 +102,7 @@ def test_io_binding_keeps_outputs_on_the_device(device_ep):
     assert new[:2] == [("FakeNpu:NPU:0", "Cpu:CPU:0"), ("Cpu:CPU:0", "FakeNpu:NPU:0")]
     assert device_ep.last_ep.syncs >= 1
     with pytest.raises(
-        ep_core.errors.InvalidArgument, match="no execution provider of this session owns device 'gpu:3'"
+        ep_core.sdk.errors.InvalidArgument, match="no execution provider of this session owns device 'gpu:3'"
     ):
         binding.bind_output("out", "gpu:3")
 

@@ -10,7 +10,7 @@ from _support.nhwc_ep import NAME, NhwcFactory
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
-from ep_core.layout import NHWC_DOMAIN
+from ep_core.runtime.layout import NHWC_DOMAIN
 
 
 def _cnn():
@@ -92,7 +92,7 @@ def test_rewritten_node_left_unclaimed_reverts_with_a_reason(feed, monkeypatch, 
     register(NhwcFactory())
     # the EP advertises an NHWC GlobalAveragePool for the first pass but its kernel lookup
     # fails on the rewritten node in the second
-    from ep_core.kernels import KernelRegistry, LookupResult
+    from ep_core.sdk.kernels import KernelRegistry, LookupResult
 
     real = KernelRegistry.lookup
 

@@ -9,7 +9,7 @@ from _support.models import add_mul_chain, make_model
 from onnx import TensorProto, helper
 
 import ep_core
-from ep_core.errors import NotImplementedByAnyEp, StatusCode
+from ep_core.sdk.errors import NotImplementedByAnyEp, StatusCode
 
 
 @pytest.fixture
@@ -66,8 +66,8 @@ def test_non_convex_claim_is_rejected_with_reason_and_outputs_still_match(bad_fu
 
 
 def test_claims_checked_twice_empty_and_foreign(fusing):
-    from ep_core.capability import SupportInfo
-    from ep_core.graph import GraphView, opset_map
+    from ep_core.sdk.capability import SupportInfo
+    from ep_core.sdk.graph import GraphView, opset_map
 
     model = add_mul_chain(4)
     graph = GraphView(model.graph, opset_map(model))

@@ -16,8 +16,8 @@ pytestmark = pytest.mark.xdist_group("plugin_packages")
 
 GOOD = """
 import numpy as np
-from ep_core.ep_base import HostEpFactory, RegistryEp
-from ep_core.kernels import KernelRegistry, FLOATS
+from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
+from ep_core.sdk.kernels import KernelRegistry, FLOATS
 
 REGISTRY = KernelRegistry("GoodTestExecutionProvider")
 
@@ -40,7 +40,7 @@ raise RuntimeError("this plugin is broken on purpose")
 """
 
 TYPO = """
-from ep_core.ep_base import HostEpFactory
+from ep_core.sdk.ep_base import HostEpFactory
 
 class TypoFactory(HostEpFactory):
     ep_name = "TypoTestExecutionProvider"
@@ -53,7 +53,7 @@ factory = TypoFactory()
 """
 
 BAD_ARG = """
-from ep_core.ep_base import HostEpFactory
+from ep_core.sdk.ep_base import HostEpFactory
 
 class BadArgFactory(HostEpFactory):
     ep_name = "BadArgTestExecutionProvider"
@@ -136,7 +136,7 @@ def _python(site: Path, code: str, **env: str) -> subprocess.CompletedProcess[st
 
 def _cli(site: Path, *args: str, **env: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "ep_core.cli", *args], capture_output=True, text=True, env=_env(site, **env)
+        [sys.executable, "-m", "ep_core.tools.cli", *args], capture_output=True, text=True, env=_env(site, **env)
     )
 
 
@@ -175,7 +175,7 @@ def test_duplicate_name_warns_and_first_wins(site: Path) -> None:
         import warnings, json
         with warnings.catch_warnings(record=True) as w:
             warnings.simplefilter("always")
-            from ep_core.plugins import get_registry
+            from ep_core.runtime.discover import get_registry
             reg = get_registry()
         print(json.dumps([str(x.message) for x in w]))
         """
@@ -212,8 +212,8 @@ def test_strict_mode_makes_load_errors_fatal(site: Path) -> None:
     assert "(distribution " in proc.stderr
     code = textwrap.dedent(
         """
-        from ep_core.errors import PluginError
-        from ep_core.plugins import get_registry
+        from ep_core.sdk.errors import PluginError
+        from ep_core.runtime.discover import get_registry
         reg = get_registry()
         assert reg.handle("GoodTestExecutionProvider").load() is not None
         try:
@@ -237,7 +237,7 @@ def test_listing_imports_no_plugin_until_used(site: Path) -> None:
     code = textwrap.dedent(
         """
         import sys
-        from ep_core.plugins import get_registry
+        from ep_core.runtime.discover import get_registry
         names = get_registry().names()
         assert "GoodTestExecutionProvider" in names and "BrokenImportTestExecutionProvider" in names
         print(sorted(m for m in sys.modules if m.endswith("_test_ep") or m.startswith("ep_cpu_reference")))

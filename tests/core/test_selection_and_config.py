@@ -15,7 +15,7 @@ from _support.eps import FAKE_DEVICE, DeviceFactory, FusingFactory
 from _support.models import add_mul_chain
 
 import ep_core
-from ep_core.errors import ConfigError, UnknownProviderError
+from ep_core.sdk.errors import ConfigError, UnknownProviderError
 
 FUSING = "FusingTestExecutionProvider"
 FAKE = "FakeNpuTestExecutionProvider"
@@ -91,7 +91,7 @@ def test_cli_run_with_config(tmp_path: Path, model_path: Path) -> None:
         [
             sys.executable,
             "-m",
-            "ep_core.cli",
+            "ep_core.tools.cli",
             "run",
             str(model_path),
             "--config",
@@ -112,7 +112,7 @@ def test_cli_run_with_config(tmp_path: Path, model_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text('[[providers]]\nname = "NoSuchExecutionProvider"\n')
     proc = subprocess.run(
-        [sys.executable, "-m", "ep_core.cli", "run", str(model_path), "--config", str(bad)],
+        [sys.executable, "-m", "ep_core.tools.cli", "run", str(model_path), "--config", str(bad)],
         capture_output=True,
         text=True,
         env=env,

@@ -13,7 +13,7 @@ from _support.models import make_model
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
-from ep_core.errors import InvalidArgument, InvalidGraph, NoSuchFile, StatusCode
+from ep_core.sdk.errors import InvalidArgument, InvalidGraph, NoSuchFile, StatusCode
 
 
 def _matmul_model() -> onnx.ModelProto:
@@ -125,7 +125,7 @@ def test_import_ep_core_is_light() -> None:
 
 
 def test_hookspecs_are_documented_and_versioned() -> None:
-    from ep_core import hookspecs
+    from ep_core.sdk import hookspecs
 
     specs = [n for n in dir(hookspecs) if n.startswith("ep_")]
     assert len(specs) >= 29
@@ -168,8 +168,8 @@ def test_public_api_exports_resolve_and_leak_no_private_names() -> None:
 
 
 def test_factory_declaring_a_newer_api_is_refused() -> None:
-    from ep_core.ep_base import HostEpFactory
-    from ep_core.errors import PluginError
+    from ep_core.sdk.ep_base import HostEpFactory
+    from ep_core.sdk.errors import PluginError
 
     class Future(HostEpFactory):
         ep_name = "FutureTestExecutionProvider"
@@ -193,10 +193,10 @@ def test_manual_registration_by_module_path() -> None:
         model = make_model([helper.make_node("Add", ["x", "x"], ["y"], name="add")], [("x", 1, [2])], [("y", 1, [2])])
         sess = ep_core.InferenceSession(model, providers=[name])
         assert sess.get_node_assignment()["add"]["ep"] == name
-        with pytest.raises(ep_core.errors.PluginError, match="already registered"):
+        with pytest.raises(ep_core.sdk.errors.PluginError, match="already registered"):
             ep_core.register_execution_provider_library(name, "_support.eps:FusingFactory")
     finally:
         ep_core.unregister_execution_provider_library(name)
     assert name not in ep_core.get_all_providers()
-    with pytest.raises(ep_core.errors.PluginError, match="must look like 'package.module:attribute'"):
+    with pytest.raises(ep_core.sdk.errors.PluginError, match="must look like 'package.module:attribute'"):
         ep_core.register_execution_provider_library(name, "no_colon_here")

@@ -135,7 +135,7 @@ def test_squeeze_constant_axes(axes) -> None:
 
 def test_squeeze_constant_axes_rejects_non_unit_dim() -> None:
     node = helper.make_node("Squeeze", ["x", "a"], ["y"])
-    from ep_core.errors import EpCoreError
+    from ep_core.sdk.errors import EpCoreError
 
     s = _session(node, {"a": _i64(1)}, {"a"}, 3)
     with pytest.raises(EpCoreError, match="squeeze"):

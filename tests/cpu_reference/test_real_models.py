@@ -2,7 +2,7 @@
 
 Inputs are deterministic random data at realistic shapes: magika's 2048-token window, a
 512-sample silero chunk with its state and sample rate, PP-OCR det at 1x3x320x320 and cls at
-1x3x48x192. Models come from pinned, hash-checked wheels (``ep_core.zoo``)."""
+1x3x48x192. Models come from pinned, hash-checked wheels (``ep_core.tools.zoo``)."""
 
 from __future__ import annotations
 
@@ -52,7 +52,7 @@ def model_feed(name: str) -> dict[str, np.ndarray]:
 def test_real_model_matches_onnxruntime(name: str) -> None:
     ort = pytest.importorskip("onnxruntime")
     import ep_core
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     path = str(fetch_model(name))
     feed = model_feed(name)

@@ -7,8 +7,8 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from ep_core.graph import GraphView, opset_map
-from ep_core.kernels import KernelRegistry
+from ep_core.sdk.graph import GraphView, opset_map
+from ep_core.sdk.kernels import KernelRegistry
 from ep_cpu_reference.registry import registry
 
 

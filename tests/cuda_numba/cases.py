@@ -14,7 +14,7 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from ep_core.kernels import KernelDef
+from ep_core.sdk.kernels import KernelDef
 
 F32 = np.dtype(np.float32)
 
@@ -277,7 +277,7 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
     """An EPContext node of this EP whose spec is Relu(a + b)."""
     import json
 
-    from ep_core.epcontext.schema import register_ep_context_schema
+    from ep_core.sdk.epcontext.schema import register_ep_context_schema
 
     register_ep_context_schema()
     x, y = b.feed(rand((2, 3, 4), F32, b.rng)), b.feed(rand((4,), F32, b.rng))

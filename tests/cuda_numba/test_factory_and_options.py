@@ -11,7 +11,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from ep_core.errors import ConfigError
+from ep_core.sdk.errors import ConfigError
 
 from .conftest import EP, SIM, session, skip_unless_cudasim
 from .test_memory_streams_iobinding import chain_model
@@ -60,7 +60,7 @@ def test_incompatibility_reasons_say_what_to_do(monkeypatch: pytest.MonkeyPatch)
     import numba
     from numba import cuda
 
-    from ep_core.devices import host_cpu_device
+    from ep_core.sdk.devices import host_cpu_device
     from ep_cuda_numba import device
     from ep_cuda_numba.factory import factory
 
@@ -122,7 +122,7 @@ def test_valid_options_reach_the_ep() -> None:
 
 
 def test_nhwc_is_advertised_only_when_every_rewritten_op_has_an_nhwc_kernel() -> None:
-    from ep_core.kernels import KernelRegistry
+    from ep_core.sdk.kernels import KernelRegistry
     from ep_cuda_numba.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN, preferred_layout
 
     with pytest.warns(RuntimeWarning, match="no com.ms.internal.nhwc kernel"):

@@ -3,7 +3,7 @@ report's ``fusable_ops()`` protocol)."""
 
 from __future__ import annotations
 
-from ep_core.parity import build_report
+from ep_core.tools.parity import build_report
 from ep_cuda_numba.codegen import ALL_OPS
 from ep_cuda_numba.fusion import fusable_ops
 

@@ -12,7 +12,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from ep_core.errors import InvalidGraph
+from ep_core.sdk.errors import InvalidGraph
 
 from .conftest import EP, SIM, all_on_ep, assert_close, run_both, session, skip_on_cudasim
 

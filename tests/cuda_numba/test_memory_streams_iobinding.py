@@ -98,7 +98,7 @@ def test_the_arena_reuses_blocks_across_runs_and_is_shared_by_sessions() -> None
 
 
 def test_arena_buckets_shrink_and_limit() -> None:
-    from ep_core.errors import Fail
+    from ep_core.sdk.errors import Fail
     from ep_cuda_numba.allocator import DeviceArena
 
     arena = DeviceArena(0, "kNextPowerOfTwo", limit=4096)
@@ -147,7 +147,7 @@ def test_arena_is_thread_safe() -> None:
 def test_io_binding_keeps_outputs_on_the_device() -> None:
     from numba import cuda
 
-    from ep_core.memory import DeviceType
+    from ep_core.sdk.memory import DeviceType
 
     sess = session(chain_model())
     x = _x(3)

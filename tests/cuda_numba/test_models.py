@@ -30,7 +30,7 @@ SHAPE_OPS = {
 
 
 def _model_path(name: str) -> str:
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     try:
         return str(fetch_model(name))

@@ -86,9 +86,9 @@ sys.path.insert(0, {tests!r})
 from types import SimpleNamespace
 import onnx
 from cuda_numba.test_fusion_and_epcontext import chain_model
-from ep_core.compute import FusedNode
-from ep_core.graph import GraphView, opset_map
-from ep_core.partition import fused_inputs_outputs
+from ep_core.sdk.compute import FusedNode
+from ep_core.sdk.graph import GraphView, opset_map
+from ep_core.runtime.partition import fused_inputs_outputs
 from ep_cuda_numba.fusion import compile_group
 m = onnx.shape_inference.infer_shapes(chain_model())
 g = GraphView(m.graph, opset_map(m))

@@ -60,7 +60,7 @@ class Compiled:
 
 
 def options(**entries: Any) -> Any:
-    from ep_core.options import SessionOptions
+    from ep_core.runtime.options import SessionOptions
 
     so = SessionOptions()
     for k, v in entries.items():
@@ -70,7 +70,7 @@ def options(**entries: Any) -> Any:
 
 def compile_model(name: str, folder: Path, embed: int, **entries: Any) -> Compiled:
     from ep_core import InferenceSession
-    from ep_core.zoo import fetch_model
+    from ep_core.tools.zoo import fetch_model
 
     folder.mkdir(parents=True, exist_ok=True)
     src = folder / f"{name}.onnx"

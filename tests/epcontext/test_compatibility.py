@@ -10,7 +10,7 @@ from ep_numba_cpu.compat import current_info, parse_info, verdict
 from epcontext_support import NUMBA, options
 
 from ep_core import InferenceSession
-from ep_core.errors import InvalidGraph
+from ep_core.sdk.errors import InvalidGraph
 
 KEY = f"ep_compatibility_info.{NUMBA}"
 

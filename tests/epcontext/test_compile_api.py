@@ -11,8 +11,8 @@ from epcontext_support import NUMBA, ctx_nodes
 from test_generate import unsupported_only
 
 from ep_core import CompileApiFlags, InferenceSession, ModelCompiler
-from ep_core.errors import Fail, InvalidArgument
-from ep_core.zoo import fetch_model
+from ep_core.sdk.errors import Fail, InvalidArgument
+from ep_core.tools.zoo import fetch_model
 
 
 def test_compile_to_file_and_run(tmp_path, compiled):
@@ -70,7 +70,7 @@ def test_error_if_no_nodes_compiled(tmp_path):
 
 
 def test_cli_compile(tmp_path, compiled, capsys):
-    from ep_core.cli import main
+    from ep_core.tools.cli import main
 
     c = compiled("magika", 1)
     src = tmp_path / "magika.onnx"

@@ -12,7 +12,7 @@ import pytest
 from epcontext_support import NUMBA, ctx_nodes, options, set_attr
 
 from ep_core import InferenceSession
-from ep_core.errors import InvalidGraph, NotImplementedByAnyEp
+from ep_core.sdk.errors import InvalidGraph, NotImplementedByAnyEp
 
 BIN = "magika_NumbaCpuExecutionProvider.bin"
 

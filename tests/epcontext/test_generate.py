@@ -12,10 +12,10 @@ import pytest
 from epcontext_support import NUMBA, ctx_nodes, options
 from onnx import TensorProto, helper
 
-import ep_core.epcontext.generate as gen
+import ep_core.runtime.context_write as gen
 from ep_core import InferenceSession
-from ep_core.errors import InvalidArgument
-from ep_core.zoo import fetch_model
+from ep_core.sdk.errors import InvalidArgument
+from ep_core.tools.zoo import fetch_model
 
 
 def _magika(folder: Path) -> Path:

@@ -7,9 +7,9 @@ import pytest
 from epcontext_support import options
 from onnx import TensorProto, helper
 
-from ep_core.epcontext.load import ContextNode, context_base_dir, read_context_payload, resolve_context_file
-from ep_core.epcontext.schema import attribute_defaults, register_ep_context_schema
-from ep_core.errors import InvalidGraph
+from ep_core.sdk.epcontext.payload import ContextNode, context_base_dir, read_context_payload, resolve_context_file
+from ep_core.sdk.epcontext.schema import attribute_defaults, register_ep_context_schema
+from ep_core.sdk.errors import InvalidGraph
 
 
 def test_schema_registers_once_with_the_designs_defaults():

@@ -13,8 +13,8 @@ from epcontext_support import NUMBA, feed_for, options
 from onnx import TensorProto, helper
 
 from ep_core import InferenceSession
-from ep_core.epcontext.sharing import reset_workspaces, workspace
-from ep_core.zoo import fetch_model
+from ep_core.sdk.epcontext.sharing import reset_workspaces, workspace
+from ep_core.tools.zoo import fetch_model
 
 
 def _variant(src: Path, dest: Path) -> None:
@@ -50,7 +50,7 @@ def _weights_bytes(path: Path) -> int:
 
 
 def test_ctx_gen_writes_n_plus_one_files_and_both_models_run(models, tmp_path):
-    from ep_core.cli import main
+    from ep_core.tools.cli import main
 
     m1, m2 = models
     out = tmp_path / "out"
@@ -93,7 +93,7 @@ def test_sessions_share_through_session_options(models, tmp_path):
 
 
 def test_sharing_needs_embed_mode_0(models, tmp_path):
-    from ep_core.errors import ConfigError
+    from ep_core.sdk.errors import ConfigError
 
     m1, _ = models
     so = options(

@@ -13,8 +13,8 @@ import numpy as np
 import pytest
 
 import ep_core
-from ep_core.ep_base import HostEpFactory, RegistryEp
-from ep_core.kernels import FLOATS, NUMERIC, KernelDef, KernelRegistry
+from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
+from ep_core.sdk.kernels import FLOATS, NUMERIC, KernelDef, KernelRegistry
 
 Builder = Callable[..., Any]
 
@@ -56,7 +56,7 @@ class _FusingEp(_Ep):
                 support.add_nodes_to_fuse([node])
 
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[Any]) -> list[Any]:
-        from ep_core.compute import NodeComputeInfo
+        from ep_core.sdk.compute import NodeComputeInfo
 
         return [NodeComputeInfo(compute=lambda state, x: [np.maximum(x, x.dtype.type(0))]) for _ in fused_nodes]
 

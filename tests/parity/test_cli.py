@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ep_core.cli import main
+from ep_core.tools.cli import main
 
 REF = "CpuReferenceExecutionProvider"
 
@@ -93,7 +93,7 @@ def test_ep_that_fails_to_load_exits_3(broken_ep: str, capsys: pytest.CaptureFix
 def test_progress_bar_only_on_a_terminal_or_when_asked(exact_add_ep: str, capsys: pytest.CaptureFixture[str]) -> None:
     import io
 
-    from ep_core.parity.progress import ProgressBar
+    from ep_core.tools.parity.progress import ProgressBar
 
     quiet = io.StringIO()  # not a TTY
     bar = ProgressBar(stream=quiet)

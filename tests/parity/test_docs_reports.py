@@ -24,7 +24,7 @@ def test_docs_hold_reports_and_an_index() -> None:
 
 @pytest.mark.parametrize("path", REPORTS, ids=[p.stem for p in REPORTS])
 def test_docs_report_follows_the_schema(path: Path) -> None:
-    schema = json.loads(resources.files("ep_core.parity").joinpath("report.schema.json").read_text())
+    schema = json.loads(resources.files("ep_core.tools.parity").joinpath("report.schema.json").read_text())
     errors = [
         f"{e.json_path}: {e.message[:200]}"
         for e in jsonschema.Draft202012Validator(schema).iter_errors(json.loads(path.read_text()))

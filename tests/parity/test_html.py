@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from ep_core.parity import build_report
-from ep_core.parity.render import render_html, write_report
+from ep_core.tools.parity import build_report
+from ep_core.tools.parity.render import render_html, write_report
 
 CHROMIUM = "/usr/bin/chromium"
 pytestmark = pytest.mark.xdist_group(name="chromium")

@@ -1,4 +1,4 @@
-"""``python -m ep_core.parity.regenerate``: every format per EP, and an index that names the EPs
+"""``python -m ep_core.tools.parity.regenerate``: every format per EP, and an index that names the EPs
 it could not generate and why."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from ep_core.parity.regenerate import SIM_MODEL_SKIP, Target, main, regenerate
+from ep_core.tools.parity.regenerate import SIM_MODEL_SKIP, Target, main, regenerate
 
 
 def test_regenerate_writes_all_formats_and_lists_missing_eps(

@@ -7,9 +7,9 @@ import math
 import numpy as np
 import pytest
 
-from ep_core.parity import build_report
-from ep_core.parity.compare import compare_arrays
-from ep_core.parity.runtime import STATUSES
+from ep_core.tools.parity import build_report
+from ep_core.tools.parity.compare import compare_arrays
+from ep_core.tools.parity.runtime import STATUSES
 
 REF = "CpuReferenceExecutionProvider"
 

@@ -9,13 +9,13 @@ from importlib import resources
 import jsonschema
 import pytest
 
-from ep_core.parity import SCHEMA_VERSION, build_report
-from ep_core.parity.render import render_json
+from ep_core.tools.parity import SCHEMA_VERSION, build_report
+from ep_core.tools.parity.render import render_json
 
 
 @pytest.fixture(scope="module")
 def validator() -> jsonschema.Draft202012Validator:
-    schema = json.loads(resources.files("ep_core.parity").joinpath("report.schema.json").read_text())
+    schema = json.loads(resources.files("ep_core.tools.parity").joinpath("report.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
     assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
     return jsonschema.Draft202012Validator(schema)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 from onnx import defs
 
-from ep_core.kernels import KernelDef
-from ep_core.parity import EpLoadFailure, FusableOpsError, build_report, normalize_fusable
-from ep_core.parity.introspect import describe_ep
-from ep_core.parity.static import SchemaVersion, _Def, op_segments, schema_index, static_report
+from ep_core.sdk.kernels import KernelDef
+from ep_core.tools.parity import EpLoadFailure, FusableOpsError, build_report, normalize_fusable
+from ep_core.tools.parity.introspect import describe_ep
+from ep_core.tools.parity.static import SchemaVersion, _Def, op_segments, schema_index, static_report
 
 REF = "CpuReferenceExecutionProvider"
 
@@ -112,7 +112,7 @@ def test_unknown_ep_is_a_load_failure() -> None:
 
 
 def test_onnx_totals_ignore_schemas_eps_register_at_run_time() -> None:
-    from ep_core.parity.static import ONNX_DOMAINS
+    from ep_core.tools.parity.static import ONNX_DOMAINS
 
     before = build_report(REF).data["static"]["coverage_vs_onnx"]
     # sessions let EPs register custom-domain schemas into onnx.defs (ep_factory_get_custom_op_domains)

@@ -12,8 +12,8 @@ from typing import Any
 
 import numpy as np
 
-from ep_core.compute import FusedNode, NodeComputeInfo
-from ep_core.epcontext.load import (
+from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+from ep_core.sdk.epcontext.payload import (
     ContextNode,
     context_base_dir,
     context_nodes,
@@ -21,10 +21,10 @@ from ep_core.epcontext.load import (
     primary_for,
     read_context_payload,
 )
-from ep_core.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_context_schema
-from ep_core.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
-from ep_core.errors import ConfigError, InvalidGraph
-from ep_core.kernels import KernelDef, KernelRegistry
+from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_context_schema
+from ep_core.sdk.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
+from ep_core.sdk.errors import ConfigError, InvalidGraph
+from ep_core.sdk.kernels import KernelDef, KernelRegistry
 from ep_numba_cpu import EP_NAME, codegen, context
 from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
 from ep_numba_cpu.runtime import GraphRunner
@@ -50,7 +50,7 @@ class NumbaCpuEp:
         self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
 
     def fusable_ops(self) -> list[tuple[str, str, int, None]]:
-        """What this EP can fuse, for the parity report (``ep_core.parity.introspect``)."""
+        """What this EP can fuse, for the parity report (``ep_core.tools.parity.introspect``)."""
         from ep_numba_cpu.ops import fusable_ops
 
         return fusable_ops()
@@ -88,7 +88,7 @@ class NumbaCpuEp:
         return infos
 
     def ep_get_ep_context_nodes(self) -> list[Any]:
-        from ep_core.epcontext.generate import current_output
+        from ep_core.sdk.epcontext.output import current_output
 
         out = current_output()
         names = list(self.graphs)

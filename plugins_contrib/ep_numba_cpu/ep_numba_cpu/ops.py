@@ -283,6 +283,6 @@ OTHER_FUSED = ("BatchNormalization",)  # folded into a scale-and-shift elementwi
 
 def fusable_ops() -> list[tuple[str, str, int, None]]:
     """``(domain, op_type, since, end)`` of every op the EP can fuse (the parity report's
-    fusable-ops protocol, see ``ep_core.parity.introspect``)."""
+    fusable-ops protocol, see ``ep_core.tools.parity.introspect``)."""
     ops = sorted(set(ELEMENTWISE) | set(CONTRACTIONS) | set(OTHER_FUSED))
     return [("", op, SINCE[op], None) for op in ops]

@@ -1,0 +1,349 @@
+"""Writing the EPContext model (``<model>_ctx.onnx``) after the EPs compiled their groups.
+
+The EPs hand back one EPContext node per fused node (``ep_get_ep_context_nodes``); each replaces the
+nodes of its group. Every other node stays, with its initializers embedded (or all of them in
+``ep.context_model_external_initializers_file_name``); graph inputs and outputs keep their order.
+Context binaries an EP writes go through ``ContextOutput.write_file``: every file is written under a
+temporary name and renamed only once the whole model is ready, so a failure leaves nothing behind,
+and the source model is never overwritten."""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import os
+import uuid
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from ep_core.runtime.compatibility import METADATA_PREFIX
+from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema
+from ep_core.sdk.epcontext.output import (
+    EMBED_KEY,
+    EXTERNAL_INIT_KEY,
+    FILE_PATH_KEY,
+    OVERWRITE_KEY,
+    PREFIX_KEY,
+    ContextOutput,
+    writing_context,
+)
+from ep_core.sdk.errors import ConfigError, EpFail, Fail, InvalidArgument
+
+if TYPE_CHECKING:
+    from ep_core.runtime.options import SessionOptions
+
+NOTHING_COMPILED = "nothing was compiled"
+
+
+@dataclass
+class CompileRequest:
+    """Set by the compile API around a session: its flags, and whether the model goes to bytes."""
+
+    error_if_no_nodes_compiled: bool = False
+    error_if_output_exists: bool = True
+    to_bytes: bool = False
+    result_bytes: bytes | None = None
+    output_path: Path | None = None
+    nodes_compiled: int = 0
+
+
+_request: contextvars.ContextVar[CompileRequest | None] = contextvars.ContextVar(
+    "ep_core_compile_request", default=None
+)
+
+
+@contextlib.contextmanager
+def compile_request(request: CompileRequest) -> Iterator[CompileRequest]:
+    token = _request.set(request)
+    try:
+        yield request
+    finally:
+        _request.reset(token)
+
+
+def active_request() -> CompileRequest | None:
+    return _request.get()
+
+
+# ---------------------------------------------------------------------------- where it goes
+def output_path(options: "SessionOptions", model_path: Path | None) -> Path | None:
+    """The context model's path: ``ep.context_file_path``, else ``<model>_ctx.onnx`` beside the source.
+    None when compiling to bytes. Errors when neither a path nor the option is known."""
+    req = active_request()
+    if req is not None and req.to_bytes:
+        return None
+    hint = options.get_session_config_entry(FILE_PATH_KEY)
+    if hint:
+        return Path(hint)
+    if model_path is None:
+        raise InvalidArgument(
+            f"ep.context_enable=1 for a model given as bytes: set the session config entry {FILE_PATH_KEY!r} to the "
+            "path of the context model to write (the session cannot know the model's name or folder)"
+        )
+    name = model_path.name
+    stem = name[:-5] if name.endswith(".onnx") else name
+    return model_path.with_name(f"{stem}_ctx.onnx")
+
+
+def check_output_early(options: "SessionOptions", model_path: Path | None) -> None:
+    """Refuse before any compiling: a bytes model without an output path, an existing output
+    without ``ep.context_overwrite=1``, an output that is the source model."""
+    register_ep_context_schema()
+    out = output_path(options, model_path)
+    req = active_request()
+    if out is None:
+        return
+    if model_path is not None and out.resolve() == model_path.resolve():
+        raise InvalidArgument(
+            f"the context model path {str(out)!r} is the source model itself; choose another {FILE_PATH_KEY}"
+        )
+    if out.is_dir():
+        raise InvalidArgument(f"{FILE_PATH_KEY}={str(out)!r} is a folder; give the path of the .onnx file to write")
+    overwrite = options.flag(OVERWRITE_KEY) if req is None else not req.error_if_output_exists
+    if out.exists() and not overwrite:
+        raise InvalidArgument(
+            f"the context model {str(out)!r} already exists; delete it, choose another {FILE_PATH_KEY}, or set "
+            f"{OVERWRITE_KEY}=1 to replace it"
+        )
+    ext = options.get_session_config_entry(EXTERNAL_INIT_KEY)
+    if ext:
+        _external_path(out, ext)
+
+
+def _external_path(out: Path, name: str) -> Path:
+    rel = Path(name)
+    if rel.is_absolute() or ".." in rel.parts:
+        raise ConfigError(f"{EXTERNAL_INIT_KEY}={name!r} must be a file name relative to the context model's folder")
+    return out.parent / rel
+
+
+# ---------------------------------------------------------------------------------- writing
+def generate_context_model(session: Any) -> str | None:
+    """Write the EPContext model of a session that just compiled. Returns its path (None when the
+    compile API asked for bytes; they are left in its request)."""
+    import onnx
+
+    from ep_core.sdk.graph import topo_order
+
+    register_ep_context_schema()
+    options = session.options
+    req = active_request()
+    model_path: Path | None = session.model_path
+    out_path = output_path(options, model_path)
+    check_output_early(options, model_path)
+    embed = int(options.get_session_config_entry(EMBED_KEY, "0") or "0")
+    prefix = options.get_session_config_entry(PREFIX_KEY, "") or ""
+    stem_src = model_path.name if model_path is not None else (out_path.name if out_path is not None else "model")
+    stem = stem_src[:-5] if stem_src.endswith(".onnx") else stem_src
+    if model_path is None and stem.endswith("_ctx"):
+        stem = stem[:-4]
+    output = ContextOutput(
+        model_path=out_path,
+        folder=out_path.parent.resolve() if out_path is not None else None,
+        model_name=stem,
+        embed_mode=embed,
+        node_name_prefix=prefix,
+        options=options,
+        source_model_filename=model_path.name if model_path is not None else "",
+    )
+    if output.folder is not None:
+        output.folder.mkdir(parents=True, exist_ok=True)
+
+    main_graph = session.graph
+    compiled = [(ep_i, fused, view) for ep_i, fused, view in session._ctx.compiled if view.proto is main_graph.proto]
+    stack = contextlib.ExitStack()
+    stack.enter_context(writing_context(output))
+    written: list[Path] = []
+    try:
+        ctx_nodes: dict[str, Any] = {}
+        contributing: list[Any] = []
+        for ep_i in sorted({e for e, _, _ in compiled}):
+            ep = session.execution_providers[ep_i]
+            try:
+                nodes = ep.call("ep_get_ep_context_nodes")
+            except Exception as exc:
+                if isinstance(exc, (InvalidArgument, Fail)) and not isinstance(exc, EpFail):
+                    raise
+                raise EpFail(f"{ep.name}.ep_get_ep_context_nodes failed: {type(exc).__name__}: {exc}") from exc
+            mine = {f.name: f for e, f, _ in compiled if e == ep_i}
+            for node in nodes or ():
+                if node.op_type != EP_CONTEXT_OP or node.domain != MS_DOMAIN:
+                    raise EpFail(f"{ep.name} returned a {node.domain}::{node.op_type} node as an EPContext node")
+                fused = mine.get(node.name)
+                if fused is None:
+                    raise EpFail(
+                        f"{ep.name} returned EPContext node {node.name!r}, which names none of its fused nodes "
+                        f"{sorted(mine)}"
+                    )
+                if tuple(node.input) != fused.inputs or tuple(node.output) != fused.outputs:
+                    raise EpFail(
+                        f"{ep.name}: EPContext node {node.name!r} must read {list(fused.inputs)} and write "
+                        f"{list(fused.outputs)}, like its fused node"
+                    )
+                ctx_nodes[node.name] = node
+            if nodes:
+                contributing.append(ep)
+        if req is not None:
+            req.nodes_compiled = len(ctx_nodes)
+        if not ctx_nodes:
+            msg = (
+                f"{NOTHING_COMPILED}: no execution provider produced EPContext nodes for this model "
+                f"(EPs: {[e.name for e in session.execution_providers]})"
+            )
+            if req is not None and req.error_if_no_nodes_compiled:
+                raise Fail(msg + "; the compile API flag ERROR_IF_NO_NODES_COMPILED makes this an error")
+            warnings.warn(msg + "; the context model is a copy of the source model", RuntimeWarning, stacklevel=3)
+
+        model = _build_model(session, compiled, ctx_nodes, topo_order)
+        for ep in contributing:
+            info = ep.call("ep_get_compiled_model_compatibility_info", graph=main_graph)
+            if info:
+                _set_metadata(model, METADATA_PREFIX + ep.name, str(info))
+        onnx.checker.check_model(model, full_check=False)
+        if out_path is None:
+            data = model.SerializeToString()
+            output._abort()  # nothing may be staged for a bytes model
+            assert req is not None
+            req.result_bytes = data
+            return None
+        ext = options.get_session_config_entry(EXTERNAL_INIT_KEY)
+        if ext:
+            _stage_external_initializers(model, output, ext)
+        data = model.SerializeToString()
+        output.write_file(out_path.name, data)
+        check_output_early(options, model_path)  # the output must still be absent (or overwritable)
+        output._commit()
+        written = list(output._committed)
+        if req is not None:
+            req.output_path = out_path
+        return str(out_path)
+    except BaseException:
+        output._abort()
+        for path in output._committed:
+            if path not in written:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+        raise
+    finally:
+        stack.close()
+
+
+def _set_metadata(model: Any, key: str, value: str) -> None:
+    for p in model.metadata_props:
+        if p.key == key:
+            p.value = value
+            return
+    entry = model.metadata_props.add()
+    entry.key, entry.value = key, value
+
+
+def _build_model(session: Any, compiled: list[Any], ctx_nodes: dict[str, Any], topo_order: Any) -> Any:
+    import onnx
+    from onnx import helper
+
+    src = onnx.ModelProto()
+    src.CopyFrom(session.model)
+    graph = src.graph
+    by_name = {n.name: n for n in session.graph.all_nodes}
+    replaced: dict[int, str] = {}
+    for _, fused, _ in compiled:
+        if fused.name in ctx_nodes:
+            for nm in fused.node_names:
+                replaced[by_name[nm].index] = fused.name
+    nodes: list[Any] = []
+    placed: set[str] = set()
+    for i, n in enumerate(graph.node):
+        owner = replaced.get(i)
+        if owner is None:
+            nodes.append(n)
+        elif owner not in placed:
+            placed.add(owner)
+            nodes.append(ctx_nodes[owner])
+    # EPContext nodes sit where their group began; sort so every producer comes first
+    producer = {o: k for k, n in enumerate(nodes) for o in n.output if o}
+    edges: list[list[int]] = [[] for _ in nodes]
+    for k, n in enumerate(nodes):
+        for name in _all_inputs(n):
+            p = producer.get(name)
+            if p is not None and p != k:
+                edges[p].append(k)
+    order = topo_order(len(nodes), edges)
+    new_nodes = [nodes[k] for k in order]
+    used = {name for n in new_nodes for name in _all_inputs(n)} | {v.name for v in graph.input}
+    inits = [t for t in graph.initializer if t.name in used]
+    live = {o for n in new_nodes for o in n.output} | {v.name for v in graph.input}
+    value_info = [v for v in graph.value_info if v.name in live]
+    del graph.node[:]
+    graph.node.extend(new_nodes)
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
+    del graph.value_info[:]
+    graph.value_info.extend(value_info)
+    if ctx_nodes and not any(o.domain == MS_DOMAIN for o in src.opset_import):
+        src.opset_import.append(helper.make_opsetid(MS_DOMAIN, SINCE_VERSION))
+    return src
+
+
+def _all_inputs(node: Any) -> list[str]:
+    """A node's inputs plus the outer-scope names its subgraphs read."""
+    from onnx import AttributeProto
+
+    names = [i for i in node.input if i]
+    for a in node.attribute:
+        graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
+        for g in graphs:
+            local = {v.name for v in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
+            names.extend(i for i in _sub_inputs(g) if i not in local)
+    return names
+
+
+def _sub_inputs(g: Any) -> list[str]:
+    out: list[str] = []
+    for n in g.node:
+        out.extend(_all_inputs(n))
+    return out
+
+
+def _stage_external_initializers(model: Any, output: ContextOutput, name: str) -> None:
+    """Every initializer of the context model into one external file (the design's
+    ``ep.context_model_external_initializers_file_name``), staged like the other files."""
+    from onnx import external_data_helper
+
+    assert output.folder is not None
+    final = _external_path(output.folder / "x", name)
+    rel = Path(name).as_posix()
+    chunks: list[bytes] = []
+    offset = 0
+    for t in model.graph.initializer:
+        raw = t.raw_data if t.HasField("raw_data") else _tensor_bytes(t)
+        pad = (-offset) % 64
+        if pad:
+            chunks.append(b"\0" * pad)
+            offset += pad
+        external_data_helper.set_external_data(t, location=rel, offset=offset, length=len(raw))
+        t.data_location = 1  # TensorProto.EXTERNAL
+        for field_name in ("float_data", "int32_data", "int64_data", "double_data", "uint64_data", "string_data"):
+            t.ClearField(field_name)
+        t.ClearField("raw_data")
+        chunks.append(raw)
+        offset += len(raw)
+    output.write_file(os.path.relpath(final, output.folder), b"".join(chunks))
+
+
+def _tensor_bytes(t: Any) -> bytes:
+    from onnx import numpy_helper
+
+    return numpy_helper.to_array(t).tobytes()
+
+
+def prepare_session(options: "SessionOptions", model_path: Path | None, proto: Any) -> None:
+    """Called by the session right after loading: registers the EPContext schema when the model
+    uses the com.microsoft domain, and with ``ep.context_enable=1`` refuses a missing or existing
+    output before any compiling happens."""
+    if options.flag("ep.context_enable") or any(o.domain == MS_DOMAIN for o in proto.opset_import):
+        register_ep_context_schema()
+    if options.flag("ep.context_enable"):
+        check_output_early(options, model_path)

@@ -1,0 +1,115 @@
+"""IO binding: feed inputs already on a device and keep outputs there, like ORT's
+``SessionIOBinding``. Plans are built per placement of inputs and cached."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
+from ep_core.sdk.tensor import Tensor
+
+if TYPE_CHECKING:
+    from ep_core.runtime.options import RunOptions
+    from ep_core.runtime.session import InferenceSession
+
+
+class IOBinding:
+    def __init__(self, session: "InferenceSession") -> None:
+        self._session = session
+        self._inputs: dict[str, Tensor] = {}
+        self._outputs: dict[str, MemoryInfo] = {}
+        self._results: list[Tensor] | None = None
+
+    def _memory(self, device: MemoryInfo | str) -> MemoryInfo:
+        if isinstance(device, MemoryInfo):
+            return device
+        kind, _, idx = device.lower().partition(":")
+        if kind == "cpu":
+            return HOST_MEMORY
+        kind = {"cuda": "gpu"}.get(kind, kind)
+        for ep in self._session.execution_providers:
+            m = ep.memory_info
+            if m.device_type.value.lower() == kind and m.device_id == int(idx or 0):
+                return m
+        have = sorted(
+            {"cpu"}
+            | {
+                f"{e.memory_info.device_type.value.lower()}:{e.memory_info.device_id}"
+                for e in self._session.execution_providers
+            }
+        )
+        raise InvalidArgument(f"no execution provider of this session owns device {device!r}; devices: {have}")
+
+    def bind_cpu_input(self, name: str, array: np.ndarray) -> None:
+        self.bind_input(name, np.asarray(array), "cpu")
+
+    def bind_input(self, name: str, value: Any, device: MemoryInfo | str = "cpu") -> None:
+        if isinstance(value, Tensor):
+            self._inputs[name] = value
+        else:
+            self._inputs[name] = Tensor(value, self._memory(device))
+
+    def bind_output(self, name: str, device: MemoryInfo | str = "cpu") -> None:
+        names = [v.name for v in self._session.graph.outputs]
+        if name not in names:
+            raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {names}")
+        self._outputs[name] = self._memory(device)
+
+    def clear_binding_inputs(self) -> None:
+        self._inputs.clear()
+
+    def clear_binding_outputs(self) -> None:
+        self._outputs.clear()
+
+    def synchronize_inputs(self) -> None:
+        self._sync()
+
+    def synchronize_outputs(self) -> None:
+        self._sync()
+
+    def _sync(self) -> None:
+        for ep in self._session.execution_providers:
+            if ep.has_sync:
+                ep.call("ep_sync")
+
+    def _run(self, run_options: "RunOptions | None") -> None:
+        s = self._session
+        s._check_feed(
+            {k: t.data for k, t in self._inputs.items()},
+            frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host),
+        )
+        placement = {k: t.memory_info for k, t in self._inputs.items() if not t.memory_info.is_host}
+        values = s._run({k: t.data for k, t in self._inputs.items()}, run_options, placement, False)
+        plan = s.program.plan(placement, False)
+        names = [v.name for v in s.graph.outputs]
+        results: list[Tensor] = []
+        for name, value, have in zip(names, values, plan.output_memory):
+            want = self._outputs.get(name, HOST_MEMORY)
+            if not (have == want or (have.is_host and want.is_host)):
+                dt, stream = s._ctx.transfer_for(have, want)
+                value = dt.copy(value, have, want, stream)
+                have = want
+            results.append(Tensor(value, have, self._host_copier(have)))
+        self._results = results
+
+    def _host_copier(self, mem: MemoryInfo) -> Any:
+        if mem.is_host:
+            return None
+        ctx = self._session._ctx
+
+        def to_host(value: Any) -> np.ndarray:
+            dt, stream = ctx.transfer_for(mem, HOST_MEMORY)
+            return dt.copy(value, mem, HOST_MEMORY, stream)
+
+        return to_host
+
+    def get_outputs(self) -> list[Tensor]:
+        if self._results is None:
+            raise InvalidArgument("run_with_iobinding has not run yet")
+        return list(self._results)
+
+    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
+        return [t.numpy() for t in self.get_outputs()]

@@ -1,0 +1,289 @@
+"""Session options, run options and provider config files: one pydantic model each.
+
+Every session config key the EPContext design names is known here with its allowed values;
+``ep.<ProviderName>.<key>`` entries carry provider options. Unknown keys and bad values are
+rejected naming the key and what is allowed."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Callable, Mapping, Sequence
+from enum import Enum
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Union
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from ep_core.sdk.errors import ConfigError
+
+if TYPE_CHECKING:
+    from ep_core.sdk.devices import EpDevice
+
+CONFIG_ENV = "EP_CORE_CONFIG"
+_BOOL = ("0", "1")
+
+# key -> allowed values (None: any string), and what it is for
+SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "ep.context_enable": (_BOOL, "1 dumps an EPContext model after compiling"),
+    "ep.context_file_path": (
+        None,
+        "output path of the EPContext model; folder for context binaries of a model loaded from bytes",
+    ),
+    "ep.context_embed_mode": (_BOOL, "1 embeds context payloads in the model, 0 writes them beside it"),
+    "ep.context_node_name_prefix": (None, "prefix for EPContext node names, partition names and EP graph names"),
+    "ep.context_model_external_initializers_file_name": (
+        None,
+        "put every initializer of the EPContext model in this file",
+    ),
+    "ep.context_overwrite": (_BOOL, "1 lets EPContext generation replace an existing output file"),
+    "ep.share_ep_contexts": (_BOOL, "1 makes sessions share EP contexts (weight sharing)"),
+    "ep.stop_share_ep_contexts": (_BOOL, "1 marks the last session of a sharing group"),
+    "session.model_external_initializers_file_folder_path": (
+        None,
+        "folder of external data for a model loaded from bytes",
+    ),
+    "session.disable_cpu_ep_fallback": (_BOOL, "1 stops the CPU fallback EP being appended"),
+    "session.fail_on_suboptimal_compiled_model": (_BOOL, "1 fails on SUPPORTED_PREFER_RECOMPILATION"),
+    "session.disable_compile": (_BOOL, "1 refuses to compile: only precompiled EPContext nodes may be fused"),
+}
+
+
+def validate_config_entry(key: str, value: Any) -> str:
+    """Check one session config entry; returns the value as the string the session stores."""
+    if isinstance(value, bool):
+        value = "1" if value else "0"
+    if not isinstance(value, (str, int, float)):
+        raise ConfigError(f"session config entry {key!r} must be a string, got {type(value).__name__} {value!r}")
+    text = str(value)
+    if key.startswith("ep.") and key.count(".") >= 2 and key.split(".")[1].endswith("ExecutionProvider"):
+        return text  # provider option: checked by the provider's create_ep
+    if key not in SESSION_CONFIG_KEYS:
+        raise ConfigError(
+            f"unknown session config entry {key!r}. Known keys: {sorted(SESSION_CONFIG_KEYS)}; "
+            "provider options are written 'ep.<ProviderName>.<option>'"
+        )
+    allowed = SESSION_CONFIG_KEYS[key][0]
+    if allowed is not None and text not in allowed:
+        raise ConfigError(f"session config entry {key!r} = {text!r} is not allowed; use one of {list(allowed)}")
+    return text
+
+
+class GraphOptimizationLevel(int, Enum):
+    ORT_DISABLE_ALL = 0
+    ORT_ENABLE_BASIC = 1
+    ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_ALL = 99
+
+
+class EpSelectionPolicy(str, Enum):
+    """Device policies, as ORT's ``OrtExecutionProviderDevicePolicy``."""
+
+    DEFAULT = "DEFAULT"
+    PREFER_CPU = "PREFER_CPU"
+    PREFER_GPU = "PREFER_GPU"
+    PREFER_NPU = "PREFER_NPU"
+    MAX_PERFORMANCE = "MAX_PERFORMANCE"
+    MAX_EFFICIENCY = "MAX_EFFICIENCY"
+    MIN_OVERALL_POWER = "MIN_OVERALL_POWER"
+
+
+SelectionDelegate = Callable[[Sequence["EpDevice"], Mapping[str, str], Mapping[str, str], int], Sequence["EpDevice"]]
+
+
+class SessionOptions(BaseModel):
+    """Options of one ``InferenceSession``, shaped like ``onnxruntime.SessionOptions``."""
+
+    model_config = ConfigDict(validate_assignment=True, extra="forbid", arbitrary_types_allowed=True)
+
+    enable_profiling: bool = False
+    profile_file_prefix: str = "ep_core_profile"
+    log_severity_level: int = Field(default=2, ge=0, le=4)
+    intra_op_num_threads: int = Field(default=0, ge=0)
+    graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+    config_entries: dict[str, str] = Field(default_factory=dict)
+    ep_selection_policy: EpSelectionPolicy | None = None
+    ep_selection_delegate: Any = None
+    provider_devices: list[tuple[tuple[Any, ...], dict[str, str]]] = Field(default_factory=list)
+
+    @field_validator("config_entries")
+    @classmethod
+    def _check_entries(cls, entries: dict[str, str]) -> dict[str, str]:
+        return {k: validate_config_entry(k, v) for k, v in entries.items()}
+
+    def add_session_config_entry(self, key: str, value: Any) -> None:
+        self.config_entries = {**self.config_entries, key: validate_config_entry(key, value)}
+
+    def get_session_config_entry(self, key: str, default: str | None = None) -> str | None:
+        return self.config_entries.get(key, default)
+
+    def has_session_config_entry(self, key: str) -> bool:
+        return key in self.config_entries
+
+    def flag(self, key: str) -> bool:
+        return self.config_entries.get(key, "0") == "1"
+
+    def add_provider_for_devices(
+        self, ep_devices: Sequence["EpDevice"], options: Mapping[str, Any] | None = None
+    ) -> None:
+        """Select an EP on specific devices (all from one EP), like ORT's
+        ``SessionOptions.add_provider_for_devices``."""
+        devs = tuple(ep_devices)
+        if not devs:
+            raise ConfigError("add_provider_for_devices needs at least one EpDevice (see ep_core.get_ep_devices())")
+        names = {d.ep_name for d in devs}
+        if len(names) != 1:
+            raise ConfigError(f"add_provider_for_devices takes devices of one EP, got {sorted(names)}")
+        self.provider_devices = [*self.provider_devices, (devs, {k: str(v) for k, v in (options or {}).items()})]
+
+    def set_provider_selection_policy(self, policy: EpSelectionPolicy | str) -> None:
+        try:
+            self.ep_selection_policy = EpSelectionPolicy(policy)
+        except ValueError:
+            raise ConfigError(
+                f"unknown device policy {policy!r}; use one of {[p.value for p in EpSelectionPolicy]}"
+            ) from None
+
+    def set_provider_selection_policy_delegate(self, delegate: SelectionDelegate) -> None:
+        self.ep_selection_delegate = delegate
+
+
+class RunOptions(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    run_tag: str = ""
+    log_severity_level: int = Field(default=2, ge=0, le=4)
+    terminate: bool = False
+    config_entries: dict[str, str] = Field(default_factory=dict)
+
+    def add_run_config_entry(self, key: str, value: str) -> None:
+        self.config_entries = {**self.config_entries, key: str(value)}
+
+
+# ------------------------------------------------------------------------ provider config file
+OptionValue = Union[str, int, float, bool]
+
+
+class ProviderEntry(BaseModel):
+    """One provider in priority order: its name, which device (``gpu``, ``gpu:1``, ``cpu``) and
+    options."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    device: str | None = Field(default=None, pattern=r"^(cpu|gpu|npu)(:\d+)?$")
+    options: dict[str, OptionValue] = Field(default_factory=dict)
+
+    @field_validator("name")
+    @classmethod
+    def _ep_suffix(cls, name: str) -> str:
+        if not name.endswith("ExecutionProvider"):
+            raise ValueError(f"provider names end in 'ExecutionProvider', got {name!r}")
+        return name
+
+
+class SessionOptionsEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enable_profiling: bool = False
+    profile_file_prefix: str = "ep_core_profile"
+    log_severity_level: int = Field(default=2, ge=0, le=4)
+    intra_op_num_threads: int = Field(default=0, ge=0)
+
+
+class ProviderConfig(BaseModel):
+    """A provider config file (TOML or JSON): providers in priority order, or a device policy,
+    plus session options and session config entries."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    providers: list[ProviderEntry] = Field(default_factory=list)
+    policy: EpSelectionPolicy | None = None
+    session_options: SessionOptionsEntry = Field(default_factory=SessionOptionsEntry)
+    config_entries: dict[str, OptionValue] = Field(default_factory=dict)
+    source: str = Field(default="<memory>", exclude=True)
+
+    def apply_to(self, options: SessionOptions) -> SessionOptions:
+        """Session options with this file's settings layered over ``options``."""
+        merged = options.model_copy(deep=True)
+        for key, value in self.session_options.model_dump(exclude_unset=True).items():
+            setattr(merged, key, value)
+        for key, value in self.config_entries.items():
+            try:
+                merged.add_session_config_entry(key, value)
+            except ConfigError as exc:
+                raise ConfigError(f"{self.source}: config_entries.{key}: {exc.message}") from None
+        if self.policy is not None and merged.ep_selection_policy is None:
+            merged.ep_selection_policy = self.policy
+        return merged
+
+
+def _describe_validation_error(source: str, err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        got = e.get("input")
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+            fields = _allowed_keys_at(e["loc"])
+            if fields:
+                msg += f"; allowed keys here: {fields}"
+        elif e["type"] == "enum" and "ctx" in e:
+            msg = f"{msg}"
+        lines.append(f"{source}: {loc}: {msg} (got {got!r})")
+    return "\n".join(lines)
+
+
+def _allowed_keys_at(loc: tuple[Any, ...]) -> list[str]:
+    model: Any = ProviderConfig
+    for part in loc[:-1]:
+        if isinstance(part, int):
+            continue
+        field = getattr(model, "model_fields", {}).get(part)
+        if field is None:
+            return []
+        ann = field.annotation
+        inner = getattr(ann, "__args__", (ann,))
+        model = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
+        if model is None:
+            return []
+    return sorted(getattr(model, "model_fields", {}))
+
+
+def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
+    """Read and validate a TOML or JSON provider config file; errors name the file, the key path,
+    the bad value and what is allowed."""
+    p = Path(path)
+    if not p.is_file():
+        raise ConfigError(f"provider config file {str(p)!r} does not exist")
+    text = p.read_text(encoding="utf-8")
+    try:
+        if p.suffix.lower() == ".json":
+            data = json.loads(text)
+        elif p.suffix.lower() == ".toml":
+            try:
+                import tomllib
+            except ModuleNotFoundError:  # Python 3.10
+                import tomli as tomllib
+
+            data = tomllib.loads(text)
+        else:
+            raise ConfigError(f"provider config file {str(p)!r} must end in .toml or .json")
+    except (ValueError, json.JSONDecodeError) as exc:
+        if isinstance(exc, ConfigError):
+            raise
+        raise ConfigError(f"{p}: not valid {p.suffix[1:].upper()}: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{p}: the top level must be a table/object")
+    try:
+        config = ProviderConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_describe_validation_error(str(p), exc)) from None
+    config.source = str(p)
+    for key, value in config.config_entries.items():
+        try:
+            validate_config_entry(key, value)
+        except ConfigError as exc:
+            raise ConfigError(f"{p}: config_entries.{key}: {exc.message}") from None
+    return config

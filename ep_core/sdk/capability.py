@@ -1,0 +1,139 @@
+"""How an EP claims nodes, and how the core checks its claims.
+
+Each invalid claim is dropped with a recorded reason; the partition goes on. Validation happens
+at claim time so the EP's own later claims see a consistent state."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ep_core.sdk.graph import GraphView, NodeView
+    from ep_core.sdk.kernels import KernelDef, KernelRegistry, LookupResult
+
+
+@dataclass(frozen=True)
+class SingleNodeClaim:
+    node: "NodeView"
+    kernel_def: "KernelDef"
+
+
+@dataclass(frozen=True)
+class FusedClaim:
+    nodes: tuple["NodeView", ...]
+    drop_constant_initializers: bool = False
+
+
+@dataclass(frozen=True)
+class RejectedClaim:
+    ep_name: str
+    nodes: tuple[str, ...]
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.ep_name} claim on {list(self.nodes)} rejected: {self.reason}"
+
+
+@dataclass
+class SupportInfo:
+    """Collects one EP's claims over the nodes in ``graph`` (those still unclaimed)."""
+
+    ep_name: str
+    graph: "GraphView"
+    registry: "KernelRegistry | None"
+    singles: list[SingleNodeClaim] = field(default_factory=list)
+    fused: list[FusedClaim] = field(default_factory=list)
+    rejected: list[RejectedClaim] = field(default_factory=list)
+    layout_trial: bool = False  # first pass for an NHWC EP: NCHW nodes with an NHWC kernel count
+    _claimed: set[int] = field(default_factory=set)
+
+    def __post_init__(self) -> None:
+        self._available = {n.index for n in self.graph.nodes}
+
+    def _reject(self, nodes: Iterable["NodeView"], reason: str) -> None:
+        self.rejected.append(RejectedClaim(self.ep_name, tuple(n.name for n in nodes), reason))
+
+    def _check_available(self, nodes: Sequence["NodeView"]) -> str | None:
+        for n in nodes:
+            if n.graph.proto is not self.graph.proto:
+                return f"node {n.name!r} is not in the graph offered to {self.ep_name}"
+            if n.index in self._claimed:
+                return f"node {n.name!r} was claimed twice by {self.ep_name}"
+            if n.index not in self._available:
+                return f"node {n.name!r} is already assigned to another execution provider"
+        return None
+
+    def _lookup(self, node: "NodeView") -> "LookupResult":
+        assert self.registry is not None
+        found = self.registry.lookup(node)
+        if found.entry is None and self.layout_trial:
+            from ep_core.sdk.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN
+
+            if node.op_type in LAYOUT_SENSITIVE_OPS and node.domain in ("", "ai.onnx"):
+                found = self.registry.lookup(node, domain=NHWC_DOMAIN)
+        return found
+
+    def can_serve(self, node: "NodeView") -> bool:
+        """Whether ``add_single_node(node)`` would be accepted (no rejection is recorded)."""
+        return self.registry is not None and self._check_available([node]) is None and bool(self._lookup(node))
+
+    def add_single_node(self, node: "NodeView") -> bool:
+        """Claim one node for the EP's kernel registry; False (and a recorded reason) if refused."""
+        problem = self._check_available([node])
+        if problem is None:
+            if self.registry is None:
+                problem = f"{self.ep_name} has no kernel registry to serve single nodes"
+            else:
+                found = self._lookup(node)
+                if found.entry is None:
+                    problem = found.reason
+                else:
+                    self._claimed.add(node.index)
+                    self.singles.append(SingleNodeClaim(node, found.entry.kernel_def))
+                    return True
+        self._reject([node], problem)
+        return False
+
+    def add_nodes_to_fuse(self, nodes: Sequence["NodeView"], drop_constant_initializers: bool = False) -> bool:
+        """Claim a group to be compiled into one fused node; False (and a reason) if refused."""
+        nodes = list(nodes)
+        problem: str | None = None
+        if not nodes:
+            problem = "empty group"
+        elif len({n.index for n in nodes}) != len(nodes):
+            problem = "a node appears twice in the group"
+        else:
+            problem = self._check_available(nodes) or _convexity_problem(self.graph, nodes)
+        if problem is not None:
+            self._reject(nodes, problem)
+            return False
+        self._claimed.update(n.index for n in nodes)
+        self.fused.append(FusedClaim(tuple(nodes), drop_constant_initializers))
+        return True
+
+
+def _convexity_problem(graph: "GraphView", nodes: Sequence["NodeView"]) -> str | None:
+    """A group is convex when no path leaves it and re-enters it: walk forward from the group's
+    outside consumers and fail if the walk reaches a group member."""
+    members = {n.index for n in nodes}
+    frontier: list["NodeView"] = []
+    for n in nodes:
+        for o in n.outputs:
+            if o:
+                frontier.extend(c for c in graph.consumers(o) if c.index not in members)
+    seen: set[int] = set()
+    while frontier:
+        cur = frontier.pop()
+        if cur.index in seen:
+            continue
+        seen.add(cur.index)
+        for o in cur.outputs:
+            if not o:
+                continue
+            for c in graph.consumers(o):
+                if c.index in members:
+                    return f"the group is not convex: a path leaves it through {cur.name!r} and re-enters at {c.name!r}"
+                frontier.append(c)
+    return None

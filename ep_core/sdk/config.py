@@ -1,0 +1,22 @@
+"""The read-only view of the session configuration an EP receives.
+
+EPs read session config entries (``ep.context_*``, ``session.*``) through this protocol, never the
+runtime's options model, so the SDK does not depend on the runtime and an EP cannot change the
+session's options."""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+
+@runtime_checkable
+class SessionConfig(Protocol):
+    """What ``ep_factory_create_ep`` gets as ``session_options``."""
+
+    def get_session_config_entry(self, key: str, default: str | None = None) -> str | None:
+        """The string value of a session config entry, or ``default`` when it is not set."""
+        ...
+
+    def flag(self, key: str) -> bool:
+        """A ``"0"``/``"1"`` session config entry as a bool (``False`` when unset)."""
+        ...

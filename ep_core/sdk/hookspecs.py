@@ -1,0 +1,245 @@
+"""The whole execution-provider contract, as pluggy hookspecs.
+
+Two kinds of plugin implement it:
+
+* a **factory** (one per EP package, found through the ``ep_core.execution_providers`` entry-point
+  group) implements the ``ep_factory_*`` hooks, mirroring ``OrtEpFactory``;
+* an **EP** (an object returned by ``ep_factory_create_ep``, one per session) implements the
+  ``ep_*`` hooks, mirroring ``OrtEp``.
+
+The core calls one factory's or one EP's hook at a time: the other EPs are excluded from the call
+(pluggy's ``subset_hook_caller``), while plugins that are neither, such as tracers and profilers,
+stay in and may wrap any hook with ``@hookimpl(wrapper=True)``. That is why every hook takes the
+``factory`` or ``ep`` it is addressed to: an implementation on that very object ignores it (pluggy
+lets an implementation take a subset of the arguments), a wrapper uses it to know whom it wraps.
+
+All hooks are ``firstresult``: the addressed plugin answers. Hooks marked *optional* may be left
+out; the documented default applies. ``API_VERSION`` grows when hooks are added; each hook says the
+version that introduced it, and the core never calls a hook newer than a factory declares.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import pluggy
+
+if TYPE_CHECKING:
+    from ep_core.sdk.capability import SupportInfo
+    from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+    from ep_core.sdk.devices import EpDevice, HardwareDevice
+    from ep_core.sdk.graph import GraphView
+    from ep_core.sdk.kernels import KernelRegistry
+    from ep_core.sdk.memory import MemoryInfo
+    from ep_core.sdk.config import SessionConfig
+
+PROJECT = "ep_core"
+API_VERSION = 1
+ENTRY_POINT_GROUP = "ep_core.execution_providers"
+
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+# hook name -> API version that introduced it (all of them are version 1 today)
+HOOK_API_VERSIONS: dict[str, int] = {}
+
+
+def _since(version: int):  # type: ignore[no-untyped-def]
+    def deco(fn):  # type: ignore[no-untyped-def]
+        HOOK_API_VERSIONS[fn.__name__] = version
+        return hookspec(firstresult=True)(fn)
+
+    return deco
+
+
+# ============================================================================ factory level
+
+
+@_since(1)
+def ep_factory_name(factory: Any) -> str:
+    """The EP's name, ending in ``ExecutionProvider`` (e.g. ``CpuReferenceExecutionProvider``).
+    Required; must equal the entry-point name."""
+
+
+@_since(1)
+def ep_factory_vendor(factory: Any) -> str:
+    """The vendor who owns the EP. Required."""
+
+
+@_since(1)
+def ep_factory_vendor_id(factory: Any) -> int:
+    """PCI vendor id of the EP's vendor. Optional, default 0."""
+
+
+@_since(1)
+def ep_factory_version(factory: Any) -> str:
+    """The EP's version as SemVer 2.0 (``1.2.3``). Required; validated at load."""
+
+
+@_since(1)
+def ep_factory_api_version(factory: Any) -> int:
+    """The ep_core contract version the factory was written for. Optional, default 1."""
+
+
+@_since(1)
+def ep_factory_is_cpu_fallback(factory: Any) -> bool:
+    """True if this EP can serve as the session's CPU fallback (appended after the selected EPs
+    unless ``session.disable_cpu_ep_fallback=1``). Optional, default False. The first discovered
+    factory that says True is the fallback; the core names no concrete EP."""
+
+
+@_since(1)
+def ep_factory_probe_hardware_devices(factory: Any) -> "Sequence[HardwareDevice]":
+    """Hardware devices only this factory knows how to find (GPUs, NPUs, simulated devices).
+    Called lazily, the first time devices are enumerated; may import heavy libraries. The host CPU
+    is found by the core. Optional, default none."""
+
+
+@_since(1)
+def ep_factory_get_supported_devices(factory: Any, devices: "Sequence[HardwareDevice]") -> "Sequence[EpDevice]":
+    """From all known hardware devices, the ones this EP supports, each as an ``EpDevice`` with
+    the memory info of its device memory. Required (``GetSupportedDevices``)."""
+
+
+@_since(1)
+def ep_factory_get_hardware_device_incompatibility_details(
+    factory: Any, device: "HardwareDevice"
+) -> "Sequence[str] | None":
+    """Why this EP cannot use ``device``, as sentences a person can act on ("numba-cuda is not
+    installed: pip install 'ep-core[cuda]'"). Optional, default None (no known reason)."""
+
+
+@_since(1)
+def ep_factory_create_ep(
+    factory: Any,
+    devices: "Sequence[EpDevice]",
+    ep_options: Mapping[str, str],
+    session_options: "SessionConfig",
+) -> Any:
+    """A new EP object for one session on ``devices``. ``ep_options`` are this provider's options
+    (the ``ep.<name>.<key>`` session config entries, prefix removed); reject unknown keys or bad
+    values with ``ep_core.sdk.errors.ConfigError`` naming the allowed ones. The EP object implements
+    the ``ep_*`` hooks. Required (``CreateEp``)."""
+
+
+@_since(1)
+def ep_factory_release_ep(factory: Any, ep: Any) -> None:
+    """Release an EP created by this factory when its session closes. Optional."""
+
+
+@_since(1)
+def ep_factory_validate_compiled_model_compatibility(
+    factory: Any, devices: "Sequence[HardwareDevice]", compatibility_info: str
+) -> str:
+    """Judge a compiled model's ``ep_compatibility_info.<EP>`` string: one of
+    ``NOT_APPLICABLE``, ``SUPPORTED_OPTIMAL``, ``SUPPORTED_PREFER_RECOMPILATION``, ``UNSUPPORTED``
+    optionally followed by ``: reason``. Optional, default ``NOT_APPLICABLE``."""
+
+
+@_since(1)
+def ep_factory_create_allocator(factory: Any, memory_info: "MemoryInfo", allocator_options: Mapping[str, str]) -> Any:
+    """An allocator for ``memory_info`` that may be shared across sessions (``alloc(nbytes)``,
+    ``free(buf)``, ``stats()``). Optional, default None: host memory from NumPy."""
+
+
+@_since(1)
+def ep_factory_release_allocator(factory: Any, allocator: Any) -> None:
+    """Release an allocator from ``ep_factory_create_allocator``. Optional."""
+
+
+@_since(1)
+def ep_factory_create_data_transfer(factory: Any) -> Any:
+    """A data-transfer object for the devices this factory serves, implementing
+    ``can_copy(src: MemoryInfo, dst: MemoryInfo) -> bool`` and
+    ``copy(value, src: MemoryInfo, dst: MemoryInfo, stream) -> value`` (returns the copy).
+    Optional, default None (the EP's memory is host memory)."""
+
+
+@_since(1)
+def ep_factory_is_stream_aware(factory: Any) -> bool:
+    """True if the EP's kernels run asynchronously on sync streams. Optional, default False."""
+
+
+@_since(1)
+def ep_factory_create_sync_stream_for_device(
+    factory: Any, memory_info: "MemoryInfo", stream_options: Mapping[str, str]
+) -> Any:
+    """A sync stream for one session on one memory device, implementing ``synchronize()`` and
+    ``create_notification()`` (whose result has ``activate()`` and ``wait_on_device(stream)``).
+    Called only for stream-aware factories. Optional, default None."""
+
+
+@_since(1)
+def ep_factory_get_custom_op_domains(factory: Any) -> "Sequence[Any] | None":
+    """Custom op domains (``onnx.defs.OpSchema`` lists) the EP adds so models using them check.
+    Optional, default None."""
+
+
+# ================================================================================= EP level
+
+
+@_since(1)
+def ep_get_capability(ep: Any, graph: "GraphView", support: "SupportInfo") -> None:
+    """Claim nodes of ``graph`` (its ``nodes`` are the ones no EP has claimed yet) through
+    ``support.add_single_node(node)`` (served by the EP's kernel registry) and
+    ``support.add_nodes_to_fuse(nodes, drop_constant_initializers=...)`` (compiled by
+    ``ep_compile``). Invalid claims are dropped and recorded, never fatal. Required."""
+
+
+@_since(1)
+def ep_compile(
+    ep: Any, graphs: "Sequence[GraphView]", fused_nodes: "Sequence[FusedNode]"
+) -> "Sequence[NodeComputeInfo]":
+    """Compile each fused group (``graphs[i]``, with its ``fused_nodes[i]`` name, inputs and
+    outputs) into a ``NodeComputeInfo``. Required if the EP fuses."""
+
+
+@_since(1)
+def ep_get_kernel_registry(ep: Any) -> "KernelRegistry | None":
+    """The registry serving nodes claimed with ``add_single_node``. Optional, default None."""
+
+
+@_since(1)
+def ep_get_ep_context_nodes(ep: Any) -> "Sequence[Any] | None":
+    """After ``ep_compile`` with ``ep.context_enable=1``: one ``EPContext`` NodeProto per fused
+    node, named like it, for the core to write into the ``_ctx.onnx`` model. Optional."""
+
+
+@_since(1)
+def ep_get_preferred_data_layout(ep: Any) -> str:
+    """``NCHW`` or ``NHWC``. Optional, default ``NCHW``."""
+
+
+@_since(1)
+def ep_should_convert_data_layout_for_op(ep: Any, domain: str, op_type: str, target_layout: str) -> bool | None:
+    """Whether the layout transformer should convert this op to ``target_layout``; None lets the
+    core decide. Optional."""
+
+
+@_since(1)
+def ep_on_run_start(ep: Any, run_options: Any) -> None:
+    """Called before each run that uses this EP. Optional."""
+
+
+@_since(1)
+def ep_on_run_end(ep: Any, run_options: Any, sync_stream: bool) -> None:
+    """Called after each run; ``sync_stream`` says whether the EP must finish its work before
+    returning. Optional."""
+
+
+@_since(1)
+def ep_sync(ep: Any) -> None:
+    """Block until all work the EP queued has finished. Optional."""
+
+
+@_since(1)
+def ep_get_compiled_model_compatibility_info(ep: Any, graph: "GraphView") -> str | None:
+    """A string recorded as ``ep_compatibility_info.<EP>`` in compiled models, describing what
+    the compiled code depends on. Optional."""
+
+
+@_since(1)
+def ep_create_profiler(ep: Any) -> Any:
+    """A profiler with ``start(epoch_ns)`` and ``stop() -> list[dict]`` (Chrome-trace events) that
+    the session merges into its trace. Optional."""

@@ -1,0 +1,5 @@
+import sys
+
+from ep_core.tools.cli import main
+
+sys.exit(main())

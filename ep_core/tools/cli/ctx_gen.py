@@ -1,0 +1,108 @@
+"""``ep-core ctx-gen``: the weight-sharing workflow of the EP Context design in one command (like
+ORT's ep_weight_sharing_ctx_gen): every model compiles into one shared context binary named after
+the first model, the last session writes it; N models give N ``_ctx.onnx`` files plus one ``.bin``."""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+from typing import Any
+
+from ep_core.tools.cli._common import print_json
+from ep_core.sdk.errors import InvalidArgument
+
+
+def parse_ep_options(text: str | None) -> dict[str, str]:
+    """``"key|value key2|value2"`` as a dict (the ORT tool's spelling)."""
+    out: dict[str, str] = {}
+    for item in (text or "").split():
+        key, sep, value = item.partition("|")
+        if not sep or not key:
+            raise InvalidArgument(f"-i entry {item!r} must look like key|value")
+        out[key] = value
+    return out
+
+
+def generate_shared(
+    models: list[Path],
+    ep: str,
+    ep_options: dict[str, str],
+    session_entries: dict[str, str],
+    output_dir: Path | None = None,
+    overwrite: bool = False,
+) -> list[str]:
+    """Run the sharing group: one session per model, the last with ``ep.stop_share_ep_contexts=1``.
+    Returns the context models written (the shared binary lies beside them)."""
+    from ep_core.sdk.epcontext.sharing import workspace
+    from ep_core.runtime.options import SessionOptions
+    from ep_core.runtime.session import InferenceSession
+
+    if not models:
+        raise InvalidArgument("ctx-gen needs at least one model")
+    outs = []
+    ws = workspace(ep)
+    if not ws.empty:
+        raise InvalidArgument(f"a sharing group for {ep} is already open in this process; finish it first")
+    try:
+        for k, model in enumerate(models):
+            opts = SessionOptions()
+            for key, value in session_entries.items():
+                opts.add_session_config_entry(key, value)
+            opts.add_session_config_entry("ep.context_enable", "1")
+            opts.add_session_config_entry("ep.context_embed_mode", "0")
+            opts.add_session_config_entry("ep.share_ep_contexts", "1")
+            if overwrite:
+                opts.add_session_config_entry("ep.context_overwrite", "1")
+            if k == len(models) - 1:
+                opts.add_session_config_entry("ep.stop_share_ep_contexts", "1")
+            stem = model.name[:-5] if model.name.endswith(".onnx") else model.name
+            folder = output_dir if output_dir is not None else models[0].parent
+            opts.add_session_config_entry("ep.context_file_path", str(folder / f"{stem}_ctx.onnx"))
+            sess = InferenceSession(str(model), opts, providers=[(ep, ep_options)])
+            outs.append(str(sess.context_model_path))
+            sess.close()
+    except BaseException:
+        ws.clear_generation()
+        raise
+    return outs
+
+
+def _ctx_gen(args: argparse.Namespace) -> int:
+    models = [Path(m) for m in args.models.split(",") if m.strip()]
+    entries: dict[str, str] = {}
+    for item in args.option or ():
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise InvalidArgument(f"--option {item!r} must look like KEY=VALUE")
+        entries[key] = value
+    t0 = time.perf_counter()
+    outs = generate_shared(
+        models,
+        args.ep,
+        parse_ep_options(args.i),
+        entries,
+        Path(args.output_dir) if args.output_dir else None,
+        args.overwrite,
+    )
+    folder = Path(outs[0]).parent
+    print_json(
+        {
+            "models": [str(m) for m in models],
+            "context_models": outs,
+            "files": sorted(p.name for p in folder.iterdir() if p.is_file()),
+            "seconds": round(time.perf_counter() - t0, 3),
+        }
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("ctx-gen", help="generate EPContext models sharing one context binary (weight sharing)")
+    p.add_argument("models", help="comma-separated models: m1.onnx,m2.onnx (the binary is named after m1)")
+    p.add_argument("-e", "--ep", required=True, help="execution provider name, e.g. NumbaCpuExecutionProvider")
+    p.add_argument("-i", metavar='"key|value ..."', help="provider options, space-separated key|value pairs")
+    p.add_argument("--option", action="append", metavar="KEY=VALUE", help="session config entry (repeatable)")
+    p.add_argument("--output-dir", help="folder for every output (default: the first model's folder)")
+    p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.set_defaults(func=_ctx_gen)

@@ -1,0 +1,71 @@
+"""``ep-core providers``: every discovered EP with its status and, when unusable, why."""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ep_core.tools.cli._common import print_json, print_table
+
+
+def provider_status() -> list[dict[str, Any]]:
+    from ep_core.runtime.discover import get_registry
+    from ep_core.runtime.select import ep_devices_for, hardware_devices, incompatibility_reasons
+
+    registry = get_registry()
+    devices = hardware_devices(registry)
+    rows: list[dict[str, Any]] = []
+    for h in registry.handles():
+        row: dict[str, Any] = {
+            "name": h.name,
+            "entry_point": h.target,
+            "distribution": h.distribution,
+            "version": None,
+            "vendor": None,
+            "status": "ok",
+            "devices": [],
+            "reasons": [],
+        }
+        if h.load() is None:
+            row["status"] = "load error"
+            row["reasons"] = [h.load_error.summary if h.load_error else "unknown"]
+        else:
+            row["version"] = h.call("ep_factory_version")
+            row["vendor"] = h.call("ep_factory_vendor")
+            eps = ep_devices_for(h, devices)
+            row["devices"] = [
+                d.device.key + (" (simulated)" if d.device.metadata.get("simulated") == "1" else "") for d in eps
+            ]
+            if not eps:
+                row["status"] = "incompatible"
+                row["reasons"] = incompatibility_reasons(h, devices) or ["reports no supported device"]
+        rows.append(row)
+    return rows
+
+
+def _run(args: argparse.Namespace) -> int:
+    rows = provider_status()
+    if args.json:
+        print_json(rows)
+        return 0
+    print_table(
+        ["NAME", "VERSION", "VENDOR", "DISTRIBUTION", "STATUS", "DEVICES / REASON"],
+        [
+            [
+                r["name"],
+                r["version"] or "-",
+                r["vendor"] or "-",
+                r["distribution"] or "(registered by hand)",
+                r["status"],
+                ", ".join(r["devices"]) if r["status"] == "ok" else "; ".join(r["reasons"]),
+            ]
+            for r in rows
+        ],
+    )
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("providers", help="list installed execution providers and their status")
+    p.add_argument("--json", action="store_true", help="machine-readable output")
+    p.set_defaults(func=_run)
