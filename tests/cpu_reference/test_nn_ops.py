@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
-from ep_cpu_reference import conformance
+from ep_core.tools import conformance
 
 NN_OPS = {
     "Conv",

@@ -1,23 +1,27 @@
 """Every onnx node test case (``onnx.backend.test.case.node``) through the reference EP.
 
-Cases in ``ep_cpu_reference.conformance.EXCLUDED`` are skipped with their written reason; the
-comparison is the conformance runner's (dtype, shape, per-case rtol/atol, sequences, optionals)."""
+Cases in the reference EP's exclusions file (docs/conformance/cpu_reference.toml) are skipped with
+their written reason; the comparison is the conformance runner's (``ep_core.tools.conformance``:
+dtype, shape, per-case rtol/atol, sequences, optionals)."""
 
 from __future__ import annotations
 
+import importlib.util
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from ep_cpu_reference import conformance
+from ep_core.tools import conformance
 
+EXCLUSIONS = conformance.load_exclusions(Path(__file__).resolve().parents[2] / "docs/conformance/cpu_reference.toml")
 _CASES = conformance.collect()
 
 
 @pytest.mark.parametrize("case", _CASES, ids=[c.name for c in _CASES])
 def test_node_case(case: object) -> None:
-    reason = conformance.exclusion_reason(case.name)  # type: ignore[attr-defined]
+    reason = EXCLUSIONS.reason(case.name)  # type: ignore[attr-defined]
     if reason is not None:
         pytest.skip(reason)
     with warnings.catch_warnings():
@@ -38,9 +42,10 @@ def test_exclusions_have_reasons_and_match_cases() -> None:
     import re
 
     names = [c.name for c in _CASES]
-    for pattern, reason in conformance.EXCLUDED.items():
-        assert len(reason) > 30, pattern
-        assert any(re.search(pattern, n) for n in names), f"exclusion {pattern!r} matches no case"
+    assert EXCLUSIONS.ep == "CpuReferenceExecutionProvider"
+    for e in EXCLUSIONS.entries:
+        assert len(e.why) > 30, e.cases
+        assert any(re.search(e.cases, n) for n in names), f"exclusion {e.cases!r} matches no case"
 
 
 def test_comparison_is_strict() -> None:
@@ -498,7 +503,7 @@ def test_image_decoder_png_filters_pixel_formats_and_missing_codec() -> None:
         model = _model(node, [_t("x", T.UINT8, [data.size])], [_t("y", T.UINT8, [None, None, None])], opset=20)
         (got,) = _run_model(model, {"x": data})
         np.testing.assert_array_equal(got, want)
-    if not conformance._have_pillow():
+    if importlib.util.find_spec("PIL") is None:
         node = oh.make_node("ImageDecoder", ["x"], ["y"])
         jpeg = np.frombuffer(b"\xff\xd8\xff\xe0" + bytes(20), dtype=np.uint8)
         model = _model(node, [_t("x", T.UINT8, [jpeg.size])], [_t("y", T.UINT8, [None, None, None])], opset=20)

@@ -19,7 +19,7 @@ import pytest
 from onnx import numpy_helper
 
 import ep_core
-from ep_cpu_reference.conformance import assert_close
+from ep_core.tools.conformance import assert_close
 
 DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 FOLDERS = ("simple", "pytorch-converted", "pytorch-operator")

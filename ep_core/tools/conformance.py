@@ -1,0 +1,320 @@
+"""ONNX node conformance of one EP: every case of ``onnx.backend.test.case.node.collect_testcases()``
+run through an ``InferenceSession`` on that EP alone (the CPU fallback off, so nothing else runs a node).
+
+``ep-core conformance [--ep NAME] [--exclusions FILE] [--filter RE] [--json PATH] [--min-percent P]``
+(or ``python -m ep_core.tools.conformance ...``) prints failures per op and a final
+``conformance: P passed, F failed of N (X%)`` line. Without ``--ep`` the EP under test is the one the
+core picks with no providers given: the installed CPU fallback EP.
+
+What an EP cannot pass here is the EP's knowledge, not the core's: an exclusions file (TOML) names
+the EP and lists case-name patterns, each with why. Excluded cases are reported with the reason and
+still count as failed in the percentage. The file format::
+
+    ep = "SomeExecutionProvider"      # the EP the list is for; --ep must match it
+    [[exclude]]
+    cases = "^test_bernoulli"          # regex, searched in each case name
+    why = "what makes the case impossible here"
+    unless_importable = "PIL"          # optional: the cases run when this module imports
+
+The comparison follows onnx's backend runner: same dtype and shape, strings and bools exact, floats
+within the case's rtol/atol, sequences element by element, ``None`` for empty optionals."""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import importlib
+import json
+import re
+import sys
+import time
+import warnings
+from collections.abc import Sequence
+from dataclasses import dataclass
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from ep_core.sdk.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class Exclusion:
+    """Case names matching ``cases`` cannot pass on the EP, for the reason ``why``."""
+
+    cases: str
+    why: str
+    unless_importable: str | None = None
+
+    def applies(self, name: str) -> bool:
+        return re.search(self.cases, name) is not None and not (
+            self.unless_importable and _importable(self.unless_importable)
+        )
+
+
+@dataclass(frozen=True)
+class Exclusions:
+    """One EP's exclusions file."""
+
+    ep: str
+    entries: tuple[Exclusion, ...]
+    source: str
+
+    def reason(self, name: str) -> str | None:
+        """The written reason case ``name`` is excluded, or None if it must run."""
+        return next((e.why for e in self.entries if e.applies(name)), None)
+
+
+@cache
+def _importable(module: str) -> bool:
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return False
+    return True
+
+
+_KEYS = {"cases": str, "why": str, "unless_importable": str}
+
+
+def load_exclusions(path: str | Path) -> Exclusions:
+    """Read an exclusions file; a ``ConfigError`` names the file and the entry at fault."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+
+    try:
+        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ConfigError(f"cannot read the conformance exclusions file {path}: {exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"conformance exclusions file {path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"ep", "exclude"})
+    if unknown or not isinstance(data.get("ep"), str) or not isinstance(data.get("exclude", []), list):
+        raise ConfigError(
+            f'{path} must hold `ep = "NameExecutionProvider"` and [[exclude]] tables'
+            + (f"; unknown keys {unknown}" if unknown else "")
+        )
+    entries = []
+    for i, raw in enumerate(data.get("exclude", [])):
+        where = f"{path}: [[exclude]] #{i + 1}"
+        if not isinstance(raw, dict) or not {"cases", "why"} <= set(raw) or not set(raw) <= set(_KEYS):
+            raise ConfigError(f"{where} must have `cases` and `why` (and optionally `unless_importable`), got {raw!r}")
+        bad = [k for k, v in raw.items() if not isinstance(v, _KEYS[k]) or not v.strip()]
+        if bad:
+            raise ConfigError(f"{where}: {bad} must be non-empty strings")
+        try:
+            re.compile(raw["cases"])
+        except re.error as exc:
+            raise ConfigError(f"{where}: cases = {raw['cases']!r} is not a regular expression: {exc}") from None
+        entries.append(Exclusion(**raw))
+    return Exclusions(data["ep"], tuple(entries), str(path))
+
+
+def default_ep() -> str:
+    """The EP a session runs on when given no providers: the installed CPU fallback EP."""
+    from ep_core.runtime.discover import get_registry
+
+    handle = get_registry().cpu_fallback()
+    if handle is None:
+        raise ConfigError(
+            "no installed EP declares itself the CPU fallback (ep_factory_is_cpu_fallback), or it does not load; "
+            "name the EP under test with --ep NAME (see `ep-core providers`)"
+        )
+    return handle.name
+
+
+def collect(filter_re: str | None = None) -> list[Any]:
+    """The onnx node test cases, optionally only those whose name matches ``filter_re``."""
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    if filter_re:
+        rx = re.compile(filter_re)
+        cases = [c for c in cases if rx.search(c.name)]
+    return cases
+
+
+def to_feed_value(value: Any) -> Any:
+    """A test-case input as a session input: TensorProto -> array (ml_dtypes for float8,
+    bfloat16, int4), NumPy scalar -> 0-d array, sequences element-wise, None stays None."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    if isinstance(value, TensorProto):
+        return numpy_helper.to_array(value)
+    if isinstance(value, np.generic):
+        return np.asarray(value)
+    if isinstance(value, (list, tuple)):
+        return [to_feed_value(v) for v in value]
+    return value
+
+
+def _as_float(a: Any) -> Any:
+    import numpy as np
+
+    return a.astype(np.float32) if a.dtype.kind == "V" or a.dtype.name.startswith(("float8", "bfloat", "float4")) else a
+
+
+def assert_close(expected: Any, actual: Any, rtol: float, atol: float, where: str = "output") -> None:
+    """Raise AssertionError if ``actual`` differs from ``expected`` the way onnx's runner checks."""
+    import numpy as np
+    from onnx import TensorProto, numpy_helper
+
+    if isinstance(expected, TensorProto):
+        expected = numpy_helper.to_array(expected)
+    if expected is None:
+        if actual is not None:
+            raise AssertionError(f"{where}: expected an empty optional (None), got {type(actual).__name__}")
+        return
+    if isinstance(expected, (list, tuple)):
+        if not isinstance(actual, (list, tuple)):
+            raise AssertionError(f"{where}: expected a sequence, got {type(actual).__name__}")
+        if len(actual) != len(expected):
+            raise AssertionError(f"{where}: expected {len(expected)} sequence elements, got {len(actual)}")
+        for i, (e, a) in enumerate(zip(expected, actual, strict=False)):
+            assert_close(e, a, rtol, atol, f"{where}[{i}]")
+        return
+    expected = np.asarray(expected)
+    if not isinstance(actual, np.ndarray):
+        if isinstance(actual, np.generic):
+            actual = np.asarray(actual)
+        else:
+            raise AssertionError(f"{where}: expected numpy.ndarray, got {type(actual).__name__}")
+    if actual.shape != expected.shape:
+        raise AssertionError(f"{where}: shape {actual.shape} != expected {expected.shape}")
+    if expected.dtype == object or expected.dtype.kind in "US":
+        if actual.dtype != object and actual.dtype.kind not in "US":
+            raise AssertionError(f"{where}: dtype {actual.dtype} != expected strings")
+        if actual.tolist() != expected.tolist():
+            raise AssertionError(f"{where}: strings differ: {actual.tolist()!r} != {expected.tolist()!r}")
+        return
+    if actual.dtype != expected.dtype:
+        raise AssertionError(f"{where}: dtype {actual.dtype} != expected {expected.dtype}")
+    if expected.dtype.kind in "biu" or expected.dtype == bool or expected.dtype.name.startswith(("int", "uint")):
+        if expected.dtype.name.startswith(("int2", "int4", "uint2", "uint4")):
+            actual, expected = actual.astype(np.int8), expected.astype(np.int8)
+        np.testing.assert_array_equal(actual, expected, err_msg=where)
+        return
+    r = rtol
+    if expected.dtype.name == "bfloat16":
+        r = max(rtol, 2**-6)  # two bfloat16 ULPs, as onnx's runner allows
+    np.testing.assert_allclose(_as_float(actual), _as_float(expected), rtol=r, atol=atol, err_msg=where)
+
+
+def run_case(case: Any, ep: str | None = None) -> None:
+    """Run one case through a fresh session; raise on any difference. With ``ep`` the session has
+    that EP alone (no CPU fallback); without, the core's default choice."""
+    from ep_core.runtime.options import SessionOptions
+    from ep_core.runtime.session import InferenceSession
+
+    opts = SessionOptions()
+    if ep is not None:
+        opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
+    sess = InferenceSession(case.model.SerializeToString(), opts, providers=[ep] if ep else None)
+    names = [i.name for i in case.model.graph.input]
+    outs = [o.name for o in case.model.graph.output]
+    for inputs, expected in case.data_sets:
+        feed = {n: to_feed_value(v) for n, v in zip(names, inputs, strict=False)}
+        got = sess.run(outs, feed)
+        if len(got) != len(expected):
+            raise AssertionError(f"{len(got)} outputs, expected {len(expected)}")
+        for i, (e, a) in enumerate(zip(expected, got, strict=False)):
+            assert_close(e, a, case.rtol, case.atol, f"output {i} ({outs[i]})")
+
+
+@cache
+def _op_names() -> tuple[str, ...]:
+    from onnx import defs
+
+    return tuple(sorted({s.name for s in defs.get_all_schemas_with_history()}, key=len, reverse=True))
+
+
+def main_op(case: Any) -> str:
+    """The op a case tests: the longest ONNX op name the case name starts with (so expanded
+    function cases count under their op, not the first body node), else the first node's op."""
+    key = case.name[len("test_") :].replace("_", "").lower()
+    for name in _op_names():
+        if key.startswith(name.lower()):
+            return name
+    nodes = case.model.graph.node
+    return nodes[0].op_type if nodes else "?"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--ep", help="EP under test (see `ep-core providers`); default: the CPU fallback EP")
+    parser.add_argument("--exclusions", metavar="FILE", help="the EP's exclusions file (TOML; see above)")
+    parser.add_argument("--filter", metavar="RE", help="only cases whose name matches this regex")
+    parser.add_argument("--json", metavar="PATH", help="write per-case results (status, op, reason) here")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print every failure's reason in full")
+    parser.add_argument(
+        "--min-percent", type=float, metavar="P", help="exit 1 if fewer than this percentage of cases pass"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the cases on the EP and print the report; the exit code honours ``--min-percent``."""
+    from ep_core.runtime.discover import get_registry
+
+    ep = args.ep or default_ep()
+    handle = get_registry().handle(ep)
+    if handle.load() is None:
+        raise ConfigError(f"execution provider {ep!r} is installed but failed to load: {handle.load_error}")
+    exclusions = load_exclusions(args.exclusions) if args.exclusions else None
+    if exclusions is not None and exclusions.ep != ep:
+        raise ConfigError(
+            f"{exclusions.source} lists the exclusions of {exclusions.ep}, but the EP under test is {ep}; "
+            f"pass --ep {exclusions.ep} or that EP's own exclusions file"
+        )
+    cases = collect(args.filter)
+    results: dict[str, dict[str, str]] = {}
+    by_op: dict[str, list[str]] = collections.defaultdict(list)
+    t0 = time.perf_counter()
+    for case in cases:
+        op = main_op(case)
+        reason = exclusions.reason(case.name) if exclusions else None
+        status = "excluded"
+        if reason is None:
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")
+                    run_case(case, ep)
+                status, reason = "passed", ""
+            except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
+                status, reason = "failed", f"{type(exc).__name__}: {exc}"
+        results[case.name] = {"status": status, "op": op, "reason": reason}
+        if status != "passed":
+            by_op[op].append(case.name)
+    elapsed = time.perf_counter() - t0
+
+    print(f"EP under test: {ep}" + (f" (exclusions: {exclusions.source})" if exclusions else ""))
+    for op, names in sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+        print(f"{op}: {len(names)} failed")
+        for n in names:
+            r = results[n]
+            tag = "excluded" if r["status"] == "excluded" else "FAILED"
+            text = r["reason"] if args.verbose else r["reason"].splitlines()[0][:160] if r["reason"] else ""
+            print(f"    {n} [{tag}] {text}")
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as f:
+            json.dump(results, f, indent=1)
+    total = len(cases)
+    passed = sum(r["status"] == "passed" for r in results.values())
+    pct = 100.0 * passed / total if total else 0.0
+    print(f"({elapsed:.1f}s)", file=sys.stderr)
+    print(f"conformance: {passed} passed, {total - passed} failed of {total} ({pct:.2f}%)")
+    return 1 if args.min_percent is not None and pct < args.min_percent else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``python -m ep_core.tools.conformance ...``: the same as ``ep-core conformance ...``."""
+    from ep_core.tools.cli import main as cli_main
+
+    return cli_main(["conformance", *(sys.argv[1:] if argv is None else argv)])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
