@@ -31,8 +31,17 @@ bench: $(STAMP)
 parity: $(STAMP)
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m ep_core.tools.parity.regenerate docs/parity
 
+# Every check runs even when an earlier one fails; the target fails if any did. Import contracts
+# read the contrib EP from its source (PYTHONPATH), not from its non-editable install.
+LINT_DIRS := ep_core ep_cpu_reference ep_cuda_numba plugins_contrib tests benchmarks .ci
 lint: $(STAMP)
-	$(VENV)/bin/ruff check ep_core ep_cpu_reference ep_cuda_numba plugins_contrib tests benchmarks
+	@failed=""; \
+	PYTHONPATH=plugins_contrib/ep_numba_cpu $(VENV)/bin/lint-imports --no-cache --no-logo || failed="$$failed lint-imports"; \
+	$(VENV)/bin/ruff check $(LINT_DIRS) || failed="$$failed ruff-check"; \
+	$(VENV)/bin/ruff format --check $(LINT_DIRS) || failed="$$failed ruff-format"; \
+	$(PY) .ci/count_lines.py || failed="$$failed line-count"; \
+	$(VENV)/bin/mypy || failed="$$failed mypy"; \
+	if [ -n "$$failed" ]; then echo "make lint failed:$$failed"; exit 1; fi
 
 clean:
 	rm -rf $(VENV) build *.egg-info

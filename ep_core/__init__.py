@@ -61,12 +61,8 @@ def __dir__() -> list[str]:
 
 if TYPE_CHECKING:
     from ep_core.runtime.api import get_all_providers, get_available_providers
-    from ep_core.sdk.compute import FusedNode, NodeComputeInfo
-    from ep_core.sdk.devices import EpDevice, HardwareDevice
     from ep_core.runtime.compile_api import CompileApiFlags, ModelCompiler
-    from ep_core.sdk.hookspecs import hookimpl
-    from ep_core.sdk.kernels import KernelDef, KernelRegistry
-    from ep_core.sdk.memory import HOST_MEMORY, DeviceType, MemoryInfo
+    from ep_core.runtime.discover import register_execution_provider_library, unregister_execution_provider_library
     from ep_core.runtime.options import (
         EpSelectionPolicy,
         GraphOptimizationLevel,
@@ -75,7 +71,11 @@ if TYPE_CHECKING:
         SessionOptions,
         load_provider_config,
     )
-    from ep_core.runtime.discover import register_execution_provider_library, unregister_execution_provider_library
     from ep_core.runtime.select import get_ep_devices, hardware_devices
     from ep_core.runtime.session import InferenceSession, ModelMetadata, NodeArg
+    from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+    from ep_core.sdk.devices import EpDevice, HardwareDevice
+    from ep_core.sdk.hookspecs import hookimpl
+    from ep_core.sdk.kernels import KernelDef, KernelRegistry
+    from ep_core.sdk.memory import HOST_MEMORY, DeviceType, MemoryInfo
     from ep_core.sdk.tensor import Tensor

@@ -15,6 +15,9 @@ class CpuReferenceFactory(HostEpFactory):
     ep_vendor = "ep-core"
     ep_version = __version__
 
+    def ep_factory_api_version(self) -> int:
+        return 2
+
     def ep_factory_is_cpu_fallback(self) -> bool:
         return True
 

@@ -55,12 +55,12 @@ class DeviceArena:
     """Thread-safe caching allocator for one device (``alloc``/``free``/``empty``/``stats``)."""
 
     def __init__(self, device_id: int, strategy: str = "kNextPowerOfTwo", limit: int = 0) -> None:
-        from numba import config
+        from ep_cuda_numba.device import simulator_requested
 
         self.device_id = device_id
         self.strategy = strategy
         self.limit = limit
-        self.simulated = bool(config.ENABLE_CUDASIM)
+        self.simulated = simulator_requested()
         self._lock = threading.RLock()
         self._free: dict[int, list[Block]] = {}
         self._live: dict[int, tuple[Block, Any]] = {}

@@ -26,7 +26,8 @@ def simulator_requested() -> bool:
     if "numba" in sys.modules:
         from numba import config
 
-        return bool(config.ENABLE_CUDASIM)
+        # numba.config fills its settings into globals() at import: its py.typed package cannot declare them
+        return bool(config.ENABLE_CUDASIM)  # type: ignore[attr-defined]
     return os.environ.get(SIM_ENV, "0") not in ("", "0")
 
 
@@ -35,9 +36,7 @@ def device_context(device_id: int) -> Any:
     another device's primary context is pushed around each allocation and launch."""
     import contextlib
 
-    from numba import config
-
-    if device_id == 0 or config.ENABLE_CUDASIM:
+    if device_id == 0 or simulator_requested():
         return contextlib.nullcontext()
     from numba import cuda
 
@@ -74,9 +73,7 @@ def probe() -> ProbeResult:
         from numba import cuda
     except Exception as exc:  # a broken install must not break device listing
         return ProbeResult(problems=(f"numba.cuda failed to import ({type(exc).__name__}: {exc}): {INSTALL_HINT}",))
-    from numba import config
-
-    if config.ENABLE_CUDASIM:
+    if simulator_requested():
         dev = HardwareDevice(
             type=DeviceType.GPU,
             vendor="NVIDIA (numba-cuda simulator)",

@@ -14,6 +14,7 @@ from ep_cuda_numba.options import NumbaCudaOptions
 if TYPE_CHECKING:
     from ep_core.sdk.capability import SupportInfo
     from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+    from ep_core.sdk.epcontext.output import ContextOutput
     from ep_core.sdk.graph import GraphView
     from ep_core.sdk.kernels import KernelRegistry
     from ep_cuda_numba.factory import NumbaCudaFactory
@@ -77,15 +78,6 @@ class NumbaCudaEp:
         self.loaded_context_groups: list[Any] = []  # groups rebuilt from EPContext nodes
         self.declined: dict[str, str] = {}  # node -> why a registered kernel cannot run it
 
-    def fusable_ops(self) -> list[tuple[str, str, int, None]]:
-        """Ops fused into generated kernels, for the parity report; none with fusion disabled."""
-        from ep_cuda_numba.fusion import fusable_ops
-
-        return fusable_ops() if self.options.enable_fusion else []
-
-    def context_sources(self) -> tuple[str, ...]:
-        return (EP_NAME, "NumbaCuda")
-
     def note_stream(self, stream: Any) -> None:
         if stream is not None and all(s is not stream for s in self._streams):
             self._streams.append(stream)
@@ -93,6 +85,9 @@ class NumbaCudaEp:
     # --------------------------------------------------------------------- capability
     def ep_get_kernel_registry(self) -> "KernelRegistry":
         return self.registry
+
+    def ep_get_context_sources(self) -> tuple[str, ...]:
+        return ("NumbaCuda",)
 
     def ep_get_capability(self, graph: "GraphView", support: "SupportInfo") -> None:
         from ep_cuda_numba.fusion import find_groups
@@ -139,10 +134,10 @@ class NumbaCudaEp:
             infos.append(group.compute_info())
         return infos
 
-    def ep_get_ep_context_nodes(self) -> list[Any]:
+    def ep_get_ep_context_nodes(self, output: "ContextOutput") -> list[Any]:
         from ep_cuda_numba.epcontext import make_context_node
 
-        return [make_context_node(g, self) for g in self.compiled]
+        return [make_context_node(g, output) for g in self.compiled]
 
     def ep_get_compiled_model_compatibility_info(self, graph: "GraphView") -> str:
         from ep_cuda_numba.epcontext import compatibility_info

@@ -19,6 +19,8 @@ from ep_cuda_numba import EP_NAME, __version__
 
 if TYPE_CHECKING:
     from ep_core.sdk.devices import HardwareDevice
+    from ep_core.sdk.epcontext.output import ContextOutput
+    from ep_core.sdk.kernels import KernelContext
     from ep_cuda_numba.fusion import CompiledGroup
 
 PAYLOAD_FORMAT = "ep_cuda_numba.fused/1"
@@ -26,9 +28,9 @@ COMPAT_PREFIX = "ep_cuda_numba"
 
 
 def _target(device_id: int = 0) -> str:
-    from numba import config
+    from ep_cuda_numba.device import simulator_requested
 
-    if config.ENABLE_CUDASIM:
+    if simulator_requested():
         return "sim"
     from numba import cuda
 
@@ -83,9 +85,9 @@ def validate_compatibility(devices: Sequence["HardwareDevice"], info: str) -> st
     return "SUPPORTED_OPTIMAL"
 
 
-def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
+def make_context_node(group: "CompiledGroup", output: "ContextOutput") -> Any:
     """The EPContext node of one fused group; with ``ep.context_embed_mode=0`` the payload goes to
-    ``<model>_<EP>_<group>.json`` beside the context model (written by ep_core's output)."""
+    ``<model>_<EP>_<group>.json`` beside the context model (staged through ``output``)."""
     from onnx import helper
 
     group.ensure_ptx()
@@ -103,12 +105,11 @@ def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
         if group.simulated
         else f"PTX for {group.ptx_target}; the kernel is regenerated from 'spec' on load"
     )
-    out = _current_output()
-    embed = 1 if out is None else int(out.embed_mode)
+    embed = int(output.embed_mode)
     cache: Any = data
     if embed == 0:
-        rel = f"{out.model_name}_{EP_NAME}_{group.name}.json"
-        out.write_file(rel, data)
+        rel = f"{output.model_name}_{EP_NAME}_{group.name}.json"
+        output.write_file(rel, data)
         cache = rel
     return helper.make_node(
         "EPContext",
@@ -127,20 +128,11 @@ def make_context_node(group: "CompiledGroup", ep: Any) -> Any:
     )
 
 
-def _current_output() -> Any:
-    try:
-        from ep_core.sdk.epcontext.output import current_output
-
-        return current_output()
-    except Exception:  # called outside ep_core's context-model writer (tests, tools): embed
-        return None
-
-
-def load_context_node(node: Any, ctx: Any) -> dict[str, Any]:
+def load_context_node(node: Any, ctx: "KernelContext") -> dict[str, Any]:
     """The fusion spec of one of our EPContext nodes (embedded, or a file beside the model)."""
     from ep_core.sdk.epcontext.payload import context_base_dir, read_context_payload
 
-    base = context_base_dir(getattr(ctx, "model_path", None), getattr(ctx, "session_options", None))
+    base = context_base_dir(ctx.model_path, ctx.session_options)
     data = read_context_payload(node, base)
     try:
         payload = json.loads(data.decode("utf-8") if isinstance(data, bytes) else data)

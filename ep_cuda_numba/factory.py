@@ -41,7 +41,7 @@ class NumbaCudaFactory:
         return __version__
 
     def ep_factory_api_version(self) -> int:
-        return 1
+        return 2
 
     # ------------------------------------------------------------------------- devices
     def ep_factory_probe_hardware_devices(self) -> Sequence[HardwareDevice]:
@@ -147,6 +147,12 @@ class NumbaCudaFactory:
 
         self.streams_created += 1
         return CudaSyncStream(memory_info.device_id)
+
+    def ep_factory_get_fusable_ops(self) -> list[tuple[str, str, int, None]]:
+        """Ops fused into generated kernels (with the EP option ``enable_fusion`` on, its default)."""
+        from ep_cuda_numba.fusion import fusable_ops
+
+        return fusable_ops()
 
     # --------------------------------------------------------------- compiled models
     def ep_factory_validate_compiled_model_compatibility(

@@ -112,8 +112,8 @@ def find_groups(
         if n.index in cand:
             data = n.inputs[:1] if n.op_type == "Clip" else n.inputs
             for name in data:
-                p = graph.producer(name) if name else None
-                g = group_of.get(p.index) if p is not None else None
+                prod = graph.producer(name) if name else None
+                g = group_of.get(prod.index) if prod is not None else None
                 if g is not None and g not in arrived and len(members[g]) < max_nodes:
                     chosen = g
                     break
@@ -129,8 +129,8 @@ def find_groups(
                 mine.add(g)
         left[n.index] = mine
     groups = [g for g in members if len(g) >= 2 and _external_inputs(g) <= MAX_GROUP_INPUTS]
-    for g in groups:
-        _absorb_clip_bounds(graph, g, host or set())
+    for group in groups:
+        _absorb_clip_bounds(graph, group, host or set())
     return groups
 
 
@@ -266,6 +266,7 @@ class CompiledGroup:
     ptx: str | None = None
     ptx_target: str = ""
     launches: dict[str, int] = field(default_factory=lambda: {"fused": 0, "fallback": 0})
+    ep: Any = field(default=None, repr=False, compare=False)  # the NumbaCudaEp that built it
 
     def ensure_ptx(self) -> None:
         """Compile the all-full-shape variant to PTX for the EPContext (GPU only)."""
@@ -281,7 +282,7 @@ class CompiledGroup:
         from numba import cuda, from_dtype, types
 
         kernel, _ = compile_program(self.program, ("full",) * self.program.n_inputs, len(self.out_dtypes))
-        sig = [types.Array(from_dtype(dt), 1, "C") for dt in self.out_dtypes]
+        sig: list[types.Type] = [types.Array(from_dtype(dt), 1, "C") for dt in self.out_dtypes]
         sig += [types.Array(from_dtype(self._input_dtype(i)), 1, "C") for i in range(self.program.n_inputs)]
         sig += [from_dtype(np.dtype(type(p))) for p in self.params]
         ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(sig), cc=(int(cc[0]), int(cc[1])))
@@ -305,16 +306,16 @@ class CompiledGroup:
         group = self
 
         def create_state(ctx: ComputeContext) -> Any:
-            return Runtime(ctx)
+            return Runtime(group.ep, ctx.memory_info, ctx.stream, ctx.allocator)
 
-        def compute(rt: Any, *inputs: Any) -> list[Any]:
+        def compute(rt: Any, *inputs: Any) -> tuple[Any, ...]:
             shapes = [tuple(int(s) for s in x.shape) for x in inputs]
             full = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
             if all(tuple(np.broadcast_shapes(*[shapes[i] for i in d])) == full for d in group.deps if d):
                 group.launches["fused"] += 1
-                return run_program(rt, group.program, inputs, group.params, group.out_dtypes)
+                return tuple(run_program(rt, group.program, inputs, group.params, group.out_dtypes))
             group.launches["fallback"] += 1
-            return group.run_unfused(rt, inputs)
+            return tuple(group.run_unfused(rt, inputs))
 
         return NodeComputeInfo(compute=compute, create_state=create_state, metadata={"source": self.source})
 
@@ -341,7 +342,7 @@ def _build(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
     program, params, out_dtypes, deps = program_from_spec(spec)
     _, source = compile_program(program, ("full",) * program.n_inputs, len(out_dtypes))
     return CompiledGroup(
-        name, spec, program, params, out_dtypes, deps, ep.options.max_threads_per_block, ep.simulated, source
+        name, spec, program, params, out_dtypes, deps, ep.options.max_threads_per_block, ep.simulated, source, ep=ep
     )
 
 

@@ -9,14 +9,20 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from numba import config, cuda
+from numba import cuda
 
+from ep_cuda_numba.device import simulator_requested
 from ep_cuda_numba.stream import raw_stream
 
-SIM = bool(config.ENABLE_CUDASIM)
+if TYPE_CHECKING:
+    from ep_core.sdk.kernels import KernelContext
+    from ep_core.sdk.memory import MemoryInfo
+    from ep_cuda_numba.ep import NumbaCudaEp
+
+SIM = simulator_requested()
 SIM_THREADS = 32
 DEFAULT_TPB = 256
 MAX_BLOCKS = 65535 * 8
@@ -37,24 +43,25 @@ def grid_blocks(n_items: int, threads: int) -> tuple[int, int]:
 
 
 class Runtime:
-    """What a compute function needs at run time: its stream, the arena, the launch width."""
+    """What a compute function needs at run time: its stream, the arena, the launch width. The EP
+    remembers the stream so ``ep_on_run_end`` and ``ep_sync`` can wait for it."""
 
     __slots__ = ("stream", "s", "arena", "tpb", "device")
 
-    def __init__(self, ctx: Any) -> None:
-        self.stream = getattr(ctx, "stream", None)
-        self.s = raw_stream(self.stream)
-        self.arena = getattr(ctx, "allocator", None)
-        ep = getattr(getattr(ctx, "ep", None), "ep", None)
-        opts = getattr(ep, "options", None)
-        self.tpb = int(getattr(opts, "max_threads_per_block", DEFAULT_TPB))
+    def __init__(self, ep: "NumbaCudaEp", memory_info: "MemoryInfo", stream: Any, allocator: Any) -> None:
         from ep_cuda_numba.device import device_context
 
-        mem = getattr(ctx, "memory_info", None)
-        device_id = mem.device_id if mem is not None and not mem.is_host else int(getattr(opts, "device_id", 0))
-        self.device = device_context(device_id)
-        if ep is not None and hasattr(ep, "note_stream"):
-            ep.note_stream(self.stream)
+        self.stream = stream
+        self.s = raw_stream(stream)
+        self.arena = allocator
+        self.tpb = int(ep.options.max_threads_per_block)
+        self.device = device_context(ep.options.device_id if memory_info.is_host else memory_info.device_id)
+        ep.note_stream(stream)
+
+    @classmethod
+    def of(cls, ctx: "KernelContext") -> "Runtime":
+        """The runtime of a registry kernel, from its builder's context."""
+        return cls(ctx.ep, ctx.memory_info, ctx.stream, ctx.allocator)
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
         if self.arena is None:
@@ -82,7 +89,7 @@ class Runtime:
 
     def to_device(self, host: np.ndarray) -> Any:
         """Upload a small host array (attributes, folded constants) at build time."""
-        host = np.ascontiguousarray(host)
+        host = np.ascontiguousarray(host).reshape(np.shape(host))  # ascontiguousarray makes 0-d 1-d
         dev = self.empty(host.shape, host.dtype)
         if host.size:
             dev.copy_to_device(host, stream=self.s)

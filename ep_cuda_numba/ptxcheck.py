@@ -18,8 +18,11 @@ import json
 import sys
 from collections.abc import Iterator
 from typing import Any
+from unittest import mock
 
 import numpy as np
+
+from ep_cuda_numba.device import simulator_requested
 
 
 def _arg_type(a: Any) -> list[Any]:
@@ -45,9 +48,7 @@ def _arg_type(a: Any) -> list[Any]:
 @contextlib.contextmanager
 def record(path: str, execute: bool = True) -> Iterator[list[dict[str, Any]]]:
     """Record every kernel launch made inside the block (simulator only) and write them as JSON."""
-    from numba import config
-
-    if not config.ENABLE_CUDASIM:
+    if not simulator_requested():
         raise RuntimeError("ptxcheck.record needs NUMBA_ENABLE_CUDASIM=1 (it wraps the simulator's launches)")
     from numba.cuda.simulator.kernel import FakeCUDAKernel
 
@@ -87,17 +88,17 @@ def record(path: str, execute: bool = True) -> Iterator[list[dict[str, Any]]]:
 
         return call
 
-    codegen.compile_program = compile_program
-    FakeCUDAKernel.__getitem__ = getitem
     out: list[dict[str, Any]] = []
-    try:
-        yield out
-    finally:
-        codegen.compile_program = orig_compile
-        FakeCUDAKernel.__getitem__ = orig_getitem
-        out.extend(seen.values())
-        with open(path, "w", encoding="utf-8") as fh:
-            json.dump(out, fh)
+    with (
+        mock.patch.object(codegen, "compile_program", compile_program),
+        mock.patch.object(FakeCUDAKernel, "__getitem__", getitem),
+    ):
+        try:
+            yield out
+        finally:
+            out.extend(seen.values())
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(out, fh)
 
 
 def _numba_type(spec: list[Any]) -> Any:
@@ -135,13 +136,12 @@ def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
     from types import SimpleNamespace
 
     import numba.cuda.dispatcher as dispatcher
-    from numba import config
     from numba.cuda import compile_ptx
 
     from ep_cuda_numba import codegen
     from ep_cuda_numba.kernels import matmul
 
-    if config.ENABLE_CUDASIM:
+    if simulator_requested():
         raise RuntimeError("compile_records needs the real CUDA target: unset NUMBA_ENABLE_CUDASIM")
     # device functions compile for "the current device"; there is none, so name the target
     dispatcher.get_current_device = lambda: SimpleNamespace(compute_capability=cc)

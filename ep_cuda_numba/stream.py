@@ -55,9 +55,15 @@ class CudaSyncStream:
 
 def new_event() -> Any:
     """A CUDA event without timing (cheaper); the simulator's Event takes no arguments."""
-    from numba import config, cuda
+    from numba import cuda
 
-    return cuda.event() if config.ENABLE_CUDASIM else cuda.event(timing=False)
+    from ep_cuda_numba.device import simulator_requested
+
+    if simulator_requested():
+        return cuda.event()
+    # numba.cuda's py.typed package imports the simulator's API or the real one at run time; mypy
+    # reads the simulator's (no ``timing`` argument), the real ``cuda.event(timing=True)`` takes it
+    return cuda.event(timing=False)  # type: ignore[call-arg]
 
 
 def raw_stream(stream: Any) -> Any:

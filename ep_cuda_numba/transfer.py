@@ -80,7 +80,7 @@ class CudaDataTransfer:
 
     def to_device(self, host: np.ndarray, device_id: int, stream: Any) -> Any:
         self.copies["h2d"] += 1
-        host = np.ascontiguousarray(host)
+        host = np.ascontiguousarray(host).reshape(np.shape(host))  # ascontiguousarray makes 0-d 1-d
         arena = self.factory.arena(device_id)
         dev = arena.empty(host.shape, host.dtype, stream)
         if host.size == 0:

@@ -9,8 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ep_core.sdk.errors import InvalidGraph
 
 if TYPE_CHECKING:
-    from ep_core.runtime.options import SessionOptions
     from ep_core.runtime.eps import EpInstance
+    from ep_core.runtime.options import SessionOptions
 
 METADATA_PREFIX = "ep_compatibility_info."
 

@@ -9,16 +9,10 @@ from enum import IntFlag
 from pathlib import Path
 from typing import Any
 
-from ep_core.runtime.context_write import (
-    EMBED_KEY,
-    EXTERNAL_INIT_KEY,
-    FILE_PATH_KEY,
-    OVERWRITE_KEY,
-    CompileRequest,
-    compile_request,
-)
-from ep_core.sdk.errors import InvalidArgument
+from ep_core.runtime.context_write import CompileRequest
 from ep_core.runtime.options import SessionOptions
+from ep_core.sdk.epcontext.output import EMBED_KEY, EXTERNAL_INIT_KEY, FILE_PATH_KEY, OVERWRITE_KEY
+from ep_core.sdk.errors import InvalidArgument
 
 
 class CompileApiFlags(IntFlag):
@@ -88,19 +82,19 @@ class ModelCompiler:
         return opts
 
     def _run(self, output: Path | None) -> CompileRequest:
-        from ep_core.runtime.session import InferenceSession
+        from ep_core.runtime.build import build, resolve_request
+        from ep_core.runtime.discover import get_registry
 
         request = CompileRequest(
             error_if_no_nodes_compiled=bool(self.flags & CompileApiFlags.ERROR_IF_NO_NODES_COMPILED),
             error_if_output_exists=bool(self.flags & CompileApiFlags.ERROR_IF_OUTPUT_FILE_EXISTS),
             to_bytes=output is None,
         )
-        opts = self._options_for(output)
-        with compile_request(request):
-            session = InferenceSession(
-                self.model, opts, providers=self.providers, config=self.config, registry=self.registry
-            )
-            session.close()
+        build_request = resolve_request(
+            self.model, self._options_for(output), self.providers, None, self.config, self.registry or get_registry()
+        )
+        build_request.compile = request
+        build(build_request).release()
         self.nodes_compiled = request.nodes_compiled
         return request
 

@@ -10,17 +10,13 @@ and the source model is never overwritten."""
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
-import uuid
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime.compatibility import METADATA_PREFIX
-from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema
 from ep_core.sdk.epcontext.output import (
     EMBED_KEY,
     EXTERNAL_INIT_KEY,
@@ -28,11 +24,12 @@ from ep_core.sdk.epcontext.output import (
     OVERWRITE_KEY,
     PREFIX_KEY,
     ContextOutput,
-    writing_context,
 )
+from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema
 from ep_core.sdk.errors import ConfigError, EpFail, Fail, InvalidArgument
 
 if TYPE_CHECKING:
+    from ep_core.runtime.engine import Built
     from ep_core.runtime.options import SessionOptions
 
 NOTHING_COMPILED = "nothing was compiled"
@@ -40,7 +37,7 @@ NOTHING_COMPILED = "nothing was compiled"
 
 @dataclass
 class CompileRequest:
-    """Set by the compile API around a session: its flags, and whether the model goes to bytes."""
+    """What the compile API asks of a build: its flags, whether the model goes to bytes, and what came out."""
 
     error_if_no_nodes_compiled: bool = False
     error_if_output_exists: bool = True
@@ -50,29 +47,10 @@ class CompileRequest:
     nodes_compiled: int = 0
 
 
-_request: contextvars.ContextVar[CompileRequest | None] = contextvars.ContextVar(
-    "ep_core_compile_request", default=None
-)
-
-
-@contextlib.contextmanager
-def compile_request(request: CompileRequest) -> Iterator[CompileRequest]:
-    token = _request.set(request)
-    try:
-        yield request
-    finally:
-        _request.reset(token)
-
-
-def active_request() -> CompileRequest | None:
-    return _request.get()
-
-
 # ---------------------------------------------------------------------------- where it goes
-def output_path(options: "SessionOptions", model_path: Path | None) -> Path | None:
+def output_path(options: "SessionOptions", model_path: Path | None, req: CompileRequest | None) -> Path | None:
     """The context model's path: ``ep.context_file_path``, else ``<model>_ctx.onnx`` beside the source.
     None when compiling to bytes. Errors when neither a path nor the option is known."""
-    req = active_request()
     if req is not None and req.to_bytes:
         return None
     hint = options.get_session_config_entry(FILE_PATH_KEY)
@@ -88,12 +66,11 @@ def output_path(options: "SessionOptions", model_path: Path | None) -> Path | No
     return model_path.with_name(f"{stem}_ctx.onnx")
 
 
-def check_output_early(options: "SessionOptions", model_path: Path | None) -> None:
+def check_output_early(options: "SessionOptions", model_path: Path | None, req: CompileRequest | None) -> None:
     """Refuse before any compiling: a bytes model without an output path, an existing output
     without ``ep.context_overwrite=1``, an output that is the source model."""
     register_ep_context_schema()
-    out = output_path(options, model_path)
-    req = active_request()
+    out = output_path(options, model_path, req)
     if out is None:
         return
     if model_path is not None and out.resolve() == model_path.resolve():
@@ -121,7 +98,7 @@ def _external_path(out: Path, name: str) -> Path:
 
 
 # ---------------------------------------------------------------------------------- writing
-def generate_context_model(session: Any) -> str | None:
+def generate_context_model(built: "Built", req: CompileRequest | None) -> str | None:
     """Write the EPContext model of a session that just compiled. Returns its path (None when the
     compile API asked for bytes; they are left in its request)."""
     import onnx
@@ -129,11 +106,10 @@ def generate_context_model(session: Any) -> str | None:
     from ep_core.sdk.graph import topo_order
 
     register_ep_context_schema()
-    options = session.options
-    req = active_request()
-    model_path: Path | None = session.model_path
-    out_path = output_path(options, model_path)
-    check_output_early(options, model_path)
+    options = built.options
+    model_path: Path | None = built.model_path
+    out_path = output_path(options, model_path, req)
+    check_output_early(options, model_path, req)
     embed = int(options.get_session_config_entry(EMBED_KEY, "0") or "0")
     prefix = options.get_session_config_entry(PREFIX_KEY, "") or ""
     stem_src = model_path.name if model_path is not None else (out_path.name if out_path is not None else "model")
@@ -152,22 +128,16 @@ def generate_context_model(session: Any) -> str | None:
     if output.folder is not None:
         output.folder.mkdir(parents=True, exist_ok=True)
 
-    main_graph = session.graph
-    compiled = [(ep_i, fused, view) for ep_i, fused, view in session._ctx.compiled if view.proto is main_graph.proto]
-    stack = contextlib.ExitStack()
-    stack.enter_context(writing_context(output))
+    main_graph = built.graph
+    assert main_graph is not None and built.context is not None
+    compiled = [(ep_i, fused, view) for ep_i, fused, view in built.context.compiled if view.proto is main_graph.proto]
     written: list[Path] = []
     try:
         ctx_nodes: dict[str, Any] = {}
         contributing: list[Any] = []
         for ep_i in sorted({e for e, _, _ in compiled}):
-            ep = session.execution_providers[ep_i]
-            try:
-                nodes = ep.call("ep_get_ep_context_nodes")
-            except Exception as exc:
-                if isinstance(exc, (InvalidArgument, Fail)) and not isinstance(exc, EpFail):
-                    raise
-                raise EpFail(f"{ep.name}.ep_get_ep_context_nodes failed: {type(exc).__name__}: {exc}") from exc
+            ep = built.eps[ep_i]
+            nodes = ep.call("ep_get_ep_context_nodes", output=output)
             mine = {f.name: f for e, f, _ in compiled if e == ep_i}
             for node in nodes or ():
                 if node.op_type != EP_CONTEXT_OP or node.domain != MS_DOMAIN:
@@ -191,13 +161,13 @@ def generate_context_model(session: Any) -> str | None:
         if not ctx_nodes:
             msg = (
                 f"{NOTHING_COMPILED}: no execution provider produced EPContext nodes for this model "
-                f"(EPs: {[e.name for e in session.execution_providers]})"
+                f"(EPs: {[e.name for e in built.eps]})"
             )
             if req is not None and req.error_if_no_nodes_compiled:
                 raise Fail(msg + "; the compile API flag ERROR_IF_NO_NODES_COMPILED makes this an error")
             warnings.warn(msg + "; the context model is a copy of the source model", RuntimeWarning, stacklevel=3)
 
-        model = _build_model(session, compiled, ctx_nodes, topo_order)
+        model = _build_model(built, compiled, ctx_nodes, topo_order)
         for ep in contributing:
             info = ep.call("ep_get_compiled_model_compatibility_info", graph=main_graph)
             if info:
@@ -214,7 +184,7 @@ def generate_context_model(session: Any) -> str | None:
             _stage_external_initializers(model, output, ext)
         data = model.SerializeToString()
         output.write_file(out_path.name, data)
-        check_output_early(options, model_path)  # the output must still be absent (or overwritable)
+        check_output_early(options, model_path, req)  # the output must still be absent (or overwritable)
         output._commit()
         written = list(output._committed)
         if req is not None:
@@ -227,8 +197,6 @@ def generate_context_model(session: Any) -> str | None:
                 with contextlib.suppress(OSError):
                     path.unlink()
         raise
-    finally:
-        stack.close()
 
 
 def _set_metadata(model: Any, key: str, value: str) -> None:
@@ -240,14 +208,15 @@ def _set_metadata(model: Any, key: str, value: str) -> None:
     entry.key, entry.value = key, value
 
 
-def _build_model(session: Any, compiled: list[Any], ctx_nodes: dict[str, Any], topo_order: Any) -> Any:
+def _build_model(built: "Built", compiled: list[Any], ctx_nodes: dict[str, Any], topo_order: Any) -> Any:
     import onnx
     from onnx import helper
 
     src = onnx.ModelProto()
-    src.CopyFrom(session.model)
+    src.CopyFrom(built.model)
     graph = src.graph
-    by_name = {n.name: n for n in session.graph.all_nodes}
+    assert built.graph is not None
+    by_name = {n.name: n for n in built.graph.all_nodes}
     replaced: dict[int, str] = {}
     for _, fused, _ in compiled:
         if fused.name in ctx_nodes:
@@ -339,11 +308,11 @@ def _tensor_bytes(t: Any) -> bytes:
     return numpy_helper.to_array(t).tobytes()
 
 
-def prepare_session(options: "SessionOptions", model_path: Path | None, proto: Any) -> None:
+def prepare_session(options: "SessionOptions", model_path: Path | None, proto: Any, req: CompileRequest | None) -> None:
     """Called by the session right after loading: registers the EPContext schema when the model
     uses the com.microsoft domain, and with ``ep.context_enable=1`` refuses a missing or existing
     output before any compiling happens."""
     if options.flag("ep.context_enable") or any(o.domain == MS_DOMAIN for o in proto.opset_import):
         register_ep_context_schema()
     if options.flag("ep.context_enable"):
-        check_output_early(options, model_path)
+        check_output_early(options, model_path, req)

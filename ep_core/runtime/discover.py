@@ -2,7 +2,9 @@
 
 Entry points are listed without importing anything. A factory loads on first use (or when the
 CLI lists providers); a failure becomes a recorded ``PluginLoadError`` instead of breaking the
-other plugins, unless ``EP_CORE_STRICT_PLUGINS=1`` makes it fatal. ``EP_CORE_DISABLE_PLUGIN_AUTOLOAD=1``
+other plugins, unless ``EP_CORE_STRICT_PLUGINS=1`` makes it fatal. The factory's facts are checked
+on load: its name ends in ``ExecutionProvider`` and equals the entry-point name, it names a vendor,
+its version is SemVer (no base class supplies any of them). ``EP_CORE_DISABLE_PLUGIN_AUTOLOAD=1``
 skips entry points entirely (only ``register_execution_provider_library`` adds EPs then).
 
 Any attribute named ``ep_*`` on a plugin is a hook implementation (like pytest's ``pytest_*``),
@@ -25,10 +27,9 @@ from typing import Any
 import pluggy
 
 from ep_core.sdk import hookspecs
-from ep_core.sdk.errors import EpFail, PluginError, UnknownProviderError
+from ep_core.sdk.errors import STRICT_ENV, EpCoreError, EpFail, PluginError, UnknownProviderError, strict_mode
 
 AUTOLOAD_ENV = "EP_CORE_DISABLE_PLUGIN_AUTOLOAD"
-STRICT_ENV = "EP_CORE_STRICT_PLUGINS"
 REQUIRED_FACTORY_HOOKS = (
     "ep_factory_name",
     "ep_factory_vendor",
@@ -92,6 +93,20 @@ def unknown_hook_names(plugin: Any) -> list[str]:
     return problems
 
 
+def hook_error(ep_name: str, hook: str, exc: Exception) -> EpCoreError:
+    """The one place an exception crossing the EP contract is attributed: typed errors keep their
+    type (and code) with the EP and hook prepended; anything else becomes EP_FAIL. The caller
+    raises it ``from exc`` so the original stays the ``__cause__``."""
+    if isinstance(exc, EpCoreError):
+        if exc.message.startswith(ep_name):
+            return exc
+        try:
+            return type(exc)(f"{ep_name}.{hook}: {exc.message}")
+        except TypeError:  # a subclass with another constructor: keep the code, not the class
+            return EpFail(f"{ep_name}.{hook}: [{exc.code.value}] {exc.message}")
+    return EpFail(f"{ep_name}.{hook} failed: {type(exc).__name__}: {exc}")
+
+
 class FactoryHandle:
     """One EP package: its entry point, and the factory once loaded."""
 
@@ -126,7 +141,7 @@ class FactoryHandle:
             if not self._loaded:
                 self._factory = self._registry._load_handle(self)
                 self._loaded = True
-        if self.load_error is not None and _truthy(os.environ.get(STRICT_ENV)):
+        if self.load_error is not None and strict_mode():
             raise PluginError(f"plugin {self.load_error} ({STRICT_ENV}=1 makes this fatal)")
         return self._factory
 
@@ -142,7 +157,10 @@ class FactoryHandle:
         factory = self.factory
         if hookspecs.HOOK_API_VERSIONS.get(hook, 1) > self.api_version:
             return default
-        result = self._registry.call_plugin(factory, hook, factory=factory, **kwargs)
+        try:
+            result = self._registry.call_plugin(factory, hook, factory=factory, **kwargs)
+        except Exception as exc:
+            raise hook_error(self.name, hook, exc) from exc
         return default if result is None else result
 
 
@@ -179,7 +197,7 @@ class PluginRegistry:
             self._handles[ep.name] = FactoryHandle(self, ep.name, ep.value, dist, ep.load)
 
     def _load_handle(self, handle: FactoryHandle) -> Any | None:
-        def fail(summary: str, exc: BaseException | None = None) -> None:
+        def fail(summary: str, exc: BaseException | None = None) -> Any:  # None, for `return fail(...)`
             handle.load_error = PluginLoadError(handle.name, handle.target, handle.distribution, summary, exc)
             return None
 
@@ -207,18 +225,14 @@ class PluginRegistry:
             self._targets.add(id(plugin))
             self._bump()
         try:
-            name = self.call_plugin(plugin, "ep_factory_name", factory=plugin)
-            version = self.call_plugin(plugin, "ep_factory_version", factory=plugin)
+            problems = self._fact_problems(plugin, handle.name)
             api = self.call_plugin(plugin, "ep_factory_api_version", factory=plugin) or 1
         except Exception as exc:
             self._unregister(plugin)
             return fail(f"factory hook raised: {type(exc).__name__}: {exc}", exc)
-        if name != handle.name:
+        if problems:
             self._unregister(plugin)
-            return fail(f"ep_factory_name() returned {name!r} but the entry point is named {handle.name!r}")
-        if not isinstance(version, str) or not _SEMVER.match(version):
-            self._unregister(plugin)
-            return fail(f"ep_factory_version() returned {version!r}, which is not SemVer (like '1.2.3')")
+            return fail("; ".join(problems))
         if int(api) > hookspecs.API_VERSION:
             self._unregister(plugin)
             return fail(
@@ -226,6 +240,33 @@ class PluginRegistry:
             )
         handle.api_version = int(api)
         return plugin
+
+    def _fact_problems(self, plugin: Any, entry_name: str) -> list[str]:
+        """What is wrong with the factory's name, vendor and version (each asked once)."""
+        facts: dict[str, Any] = {}
+        problems: list[str] = []
+        for hook in ("ep_factory_name", "ep_factory_vendor", "ep_factory_version"):
+            try:
+                facts[hook] = self.call_plugin(plugin, hook, factory=plugin)
+            except Exception as exc:  # a missing fact on HostEpFactory raises PluginError naming it
+                detail = exc.message if isinstance(exc, EpCoreError) else str(exc)
+                problems.append(f"{hook}() raised {type(exc).__name__}: {detail}")
+        if "ep_factory_name" in facts:
+            name = facts["ep_factory_name"]
+            if not isinstance(name, str) or not name.endswith("ExecutionProvider") or name == "ExecutionProvider":
+                problems.append(
+                    f"ep_factory_name() returned {name!r}: an EP name must end in 'ExecutionProvider' "
+                    "(like 'AcmeNpuExecutionProvider')"
+                )
+            elif name != entry_name:
+                problems.append(f"ep_factory_name() returned {name!r} but the entry point is named {entry_name!r}")
+        vendor = facts.get("ep_factory_vendor", "?")
+        if not isinstance(vendor, str) or not vendor.strip():
+            problems.append(f"ep_factory_vendor() returned {vendor!r}: a factory must name its vendor")
+        version = facts.get("ep_factory_version", "0.0.0")
+        if not isinstance(version, str) or not _SEMVER.match(version):
+            problems.append(f"ep_factory_version() returned {version!r}, which is not SemVer (like '1.2.3')")
+        return problems
 
     def _unregister(self, plugin: Any) -> None:
         with self._lock:

@@ -1,19 +1,26 @@
 """The session's handle on one EP: the EP object plus what its factory provides for it
-(memory info, allocator, data transfer, sync stream)."""
+(memory info, allocator, data transfer, sync stream).
+
+EP hooks are version-gated like factory hooks: the core never calls an ``ep_*`` hook newer than
+the factory's ``ep_factory_api_version``, and warns when the EP implements one anyway."""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ep_core.runtime.discover import hook_error
 from ep_core.sdk.errors import EpFail
+from ep_core.sdk.hookspecs import HOOK_API_VERSIONS
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 
 if TYPE_CHECKING:
+    from ep_core.runtime.discover import PluginRegistry
+    from ep_core.runtime.options import SessionOptions
+    from ep_core.runtime.select import SelectedEp
     from ep_core.sdk.graph import NodeView
     from ep_core.sdk.kernels import KernelRegistry
-    from ep_core.runtime.options import SessionOptions
-    from ep_core.runtime.discover import PluginRegistry
-    from ep_core.runtime.select import SelectedEp
 
 
 class EpInstance:
@@ -22,25 +29,20 @@ class EpInstance:
         self.handle = selected.handle
         self.name = selected.name
         self.registry = registry
+        self.api_version: int = self.handle.api_version
         self.devices = selected.devices
         self.memory_info: MemoryInfo = self.devices[0].memory_info if self.devices else HOST_MEMORY
-        try:
-            ep = self.handle.call(
-                "ep_factory_create_ep",
-                devices=list(self.devices),
-                ep_options=dict(selected.options),
-                session_options=options,
-            )
-        except Exception as exc:
-            from ep_core.sdk.errors import EpCoreError
-
-            if isinstance(exc, EpCoreError):
-                raise
-            raise EpFail(f"{self.name}: ep_factory_create_ep failed: {type(exc).__name__}: {exc}") from exc
+        ep = self.handle.call(
+            "ep_factory_create_ep",
+            devices=list(self.devices),
+            ep_options=dict(selected.options),
+            session_options=options,
+        )
         if ep is None:
             raise EpFail(f"{self.name}: ep_factory_create_ep returned None")
         registry.register_ep(ep, self.name)
         self.ep = ep
+        self._warn_newer_hooks()
         self.kernel_registry: KernelRegistry | None = self.call("ep_get_kernel_registry")
         self.allocator = None
         self.stream = None
@@ -56,11 +58,44 @@ class EpInstance:
         self.has_run_start = registry.implements(ep, "ep_on_run_start")
         self.has_run_end = registry.implements(ep, "ep_on_run_end")
         self.has_sync = registry.implements(ep, "ep_sync")
-        aliases = getattr(ep, "context_sources", None)
-        self._sources = {self.name, *(aliases() if callable(aliases) else aliases or ())}
+        self._sources = {self.name, *self._context_sources()}
 
     def call(self, hook: str, **kwargs: Any) -> Any:
-        return self.registry.call_plugin(self.ep, hook, ep=self.ep, **kwargs)
+        """Call one EP hook on this EP alone (observers may wrap it); None, without calling, for a
+        hook newer than the factory's API version."""
+        if HOOK_API_VERSIONS.get(hook, 1) > self.api_version:
+            return None
+        try:
+            return self.registry.call_plugin(self.ep, hook, ep=self.ep, **kwargs)
+        except Exception as exc:
+            raise hook_error(self.name, hook, exc) from exc
+
+    def _warn_newer_hooks(self) -> None:
+        newer = {
+            h: v
+            for h, v in HOOK_API_VERSIONS.items()
+            if v > self.api_version and not h.startswith("ep_factory_") and callable(getattr(self.ep, h, None))
+        }
+        if newer:
+            warnings.warn(
+                f"{self.name}: the EP implements {sorted(newer)}, added in ep_core API version {max(newer.values())}, "
+                f"but its factory declares version {self.api_version}, so the core never calls them; return "
+                f"{max(newer.values())} from ep_factory_api_version to use them",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    def _context_sources(self) -> tuple[str, ...]:
+        aliases = self.call("ep_get_context_sources")
+        if aliases is None:
+            return ()
+        if isinstance(aliases, str) or not isinstance(aliases, Iterable):
+            raise EpFail(f"{self.name}.ep_get_context_sources returned {aliases!r}; return a sequence of names")
+        names = tuple(aliases)
+        bad = [a for a in names if not isinstance(a, str)]
+        if bad:
+            raise EpFail(f"{self.name}.ep_get_context_sources returned non-string names {bad!r}")
+        return names
 
     def accepts_context_source(self, source: str) -> bool:
         return source in self._sources
@@ -69,6 +104,12 @@ class EpInstance:
         if self.kernel_registry is None:
             return "no kernel registry"
         return self.kernel_registry.lookup(node).reason
+
+    # -- issue 12, contract diagnostics: InferenceSession.get_partition_diagnostics() includes these
+    def diagnostics(self) -> list[str]:
+        """Kernels this EP's registry refused at registration (type constraint not in the schema,
+        no schema for the op or its ``since``), each naming the EP, op, domain and opsets."""
+        return self.kernel_registry.problems if self.kernel_registry is not None else []
 
     def close(self) -> None:
         try:

@@ -3,22 +3,26 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ep_core.runtime import execute
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 from ep_core.sdk.tensor import Tensor
 
 if TYPE_CHECKING:
+    from ep_core.runtime.engine import Built
     from ep_core.runtime.options import RunOptions
-    from ep_core.runtime.session import InferenceSession
 
 
 class IOBinding:
-    def __init__(self, session: "InferenceSession") -> None:
-        self._session = session
+    """Made by ``InferenceSession.io_binding()``; runs the session's engine through ``execute``."""
+
+    def __init__(self, built: "Built") -> None:
+        self._built = built
         self._inputs: dict[str, Tensor] = {}
         self._outputs: dict[str, MemoryInfo] = {}
         self._results: list[Tensor] | None = None
@@ -30,16 +34,12 @@ class IOBinding:
         if kind == "cpu":
             return HOST_MEMORY
         kind = {"cuda": "gpu"}.get(kind, kind)
-        for ep in self._session.execution_providers:
+        for ep in self._built.eps:
             m = ep.memory_info
             if m.device_type.value.lower() == kind and m.device_id == int(idx or 0):
                 return m
         have = sorted(
-            {"cpu"}
-            | {
-                f"{e.memory_info.device_type.value.lower()}:{e.memory_info.device_id}"
-                for e in self._session.execution_providers
-            }
+            {"cpu"} | {f"{e.memory_info.device_type.value.lower()}:{e.memory_info.device_id}" for e in self._built.eps}
         )
         raise InvalidArgument(f"no execution provider of this session owns device {device!r}; devices: {have}")
 
@@ -53,7 +53,8 @@ class IOBinding:
             self._inputs[name] = Tensor(value, self._memory(device))
 
     def bind_output(self, name: str, device: MemoryInfo | str = "cpu") -> None:
-        names = [v.name for v in self._session.graph.outputs]
+        assert self._built.graph is not None
+        names = [v.name for v in self._built.graph.outputs]
         if name not in names:
             raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {names}")
         self._outputs[name] = self._memory(device)
@@ -71,38 +72,42 @@ class IOBinding:
         self._sync()
 
     def _sync(self) -> None:
-        for ep in self._session.execution_providers:
+        for ep in self._built.eps:
             if ep.has_sync:
                 ep.call("ep_sync")
 
-    def _run(self, run_options: "RunOptions | None") -> None:
-        s = self._session
-        s._check_feed(
-            {k: t.data for k, t in self._inputs.items()},
-            frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host),
+    def run(self, run_options: "RunOptions | None") -> None:
+        """Run with the bound inputs; outputs stay where they were bound (host by default)."""
+        built = self._built
+        if built.program is None or built.graph is None or built.context is None:
+            raise InvalidArgument("the session is closed")
+        feed = {k: t.data for k, t in self._inputs.items()}
+        execute.check_feed(
+            built.graph, feed, frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host)
         )
         placement = {k: t.memory_info for k, t in self._inputs.items() if not t.memory_info.is_host}
-        values = s._run({k: t.data for k, t in self._inputs.items()}, run_options, placement, False)
-        plan = s.program.plan(placement, False)
-        names = [v.name for v in s.graph.outputs]
+        values = execute.run(built, feed, run_options, placement, False)
+        plan = built.program.plan(placement, False)
+        names = [v.name for v in built.graph.outputs]
         results: list[Tensor] = []
         for name, value, have in zip(names, values, plan.output_memory):
             want = self._outputs.get(name, HOST_MEMORY)
             if not (have == want or (have.is_host and want.is_host)):
-                dt, stream = s._ctx.transfer_for(have, want)
+                dt, stream = built.context.transfer_for(have, want)
                 value = dt.copy(value, have, want, stream)
                 have = want
             results.append(Tensor(value, have, self._host_copier(have)))
         self._results = results
 
-    def _host_copier(self, mem: MemoryInfo) -> Any:
+    def _host_copier(self, mem: MemoryInfo) -> Callable[[Any], np.ndarray] | None:
         if mem.is_host:
             return None
-        ctx = self._session._ctx
+        ctx = self._built.context
+        assert ctx is not None
 
         def to_host(value: Any) -> np.ndarray:
             dt, stream = ctx.transfer_for(mem, HOST_MEMORY)
-            return dt.copy(value, mem, HOST_MEMORY, stream)
+            return np.asarray(dt.copy(value, mem, HOST_MEMORY, stream))
 
         return to_host
 

@@ -5,9 +5,8 @@ After a first capability pass, every layout-sensitive node claimed by an EP whos
 does not say no) moves to the internal domain ``com.ms.internal.nhwc`` with a Transpose into
 NHWC before its activation input and one back after its output. Transpose pairs that undo each
 other cancel, and transposes are pushed through unary elementwise ops, so a chain of convolutions
-stays in NHWC. The session then partitions the rewritten graph (the second capability pass); a
-rewritten node its EP does not claim makes the session fall back to the original graph and say
-why."""
+stays in NHWC. ``build`` then partitions the rewritten graph (the second capability pass); a
+rewritten node its EP does not claim makes it fall back to the original graph and say why."""
 
 from __future__ import annotations
 
@@ -19,8 +18,10 @@ from ep_core.sdk.layout import LAYOUT_AGNOSTIC_UNARY, LAYOUT_SENSITIVE_OPS, NHWC
 if TYPE_CHECKING:
     import onnx
 
-    from ep_core.sdk.graph import GraphView
     from ep_core.runtime.eps import EpInstance
+    from ep_core.runtime.partition import Partition
+    from ep_core.sdk.graph import GraphView
+
 
 def to_nhwc_perm(rank: int) -> list[int]:
     return [0, *range(2, rank), 1]
@@ -61,17 +62,20 @@ def _convertible(graph: "GraphView", node: Any) -> int | None:
     return len(info.shape)
 
 
-def transform_to_nhwc(model: "onnx.ModelProto", graph: "GraphView", eps: "list[EpInstance]") -> LayoutResult | None:
-    """The rewritten model, or None when no EP asks for NHWC or nothing qualifies."""
-    nhwc_eps = [i for i, ep in enumerate(eps) if ep.call("ep_get_preferred_data_layout") == "NHWC"]
-    if not nhwc_eps:
-        return None
-    from ep_core.runtime.partition import partition_graph
+def nhwc_eps(eps: "list[EpInstance]") -> frozenset[int]:
+    """Indices of the EPs whose preferred data layout is NHWC."""
+    return frozenset(i for i, ep in enumerate(eps) if ep.call("ep_get_preferred_data_layout") == "NHWC")
 
-    first = partition_graph(graph, eps, layout_trial=frozenset(nhwc_eps))
+
+def transform_to_nhwc(
+    model: "onnx.ModelProto", graph: "GraphView", eps: "list[EpInstance]", first: "Partition"
+) -> LayoutResult | None:
+    """The rewritten model, or None when nothing qualifies. ``first`` is the first capability pass
+    (made with the NHWC EPs as ``layout_trial``): only nodes it gave an NHWC EP are rewritten."""
+    wanting = nhwc_eps(eps)
     chosen: dict[int, tuple[int, str]] = {}
     for idx, (ep_i, _) in first.singles.items():
-        if ep_i in nhwc_eps:
+        if ep_i in wanting:
             node = graph.all_nodes[idx]
             rank = _convertible(graph, node)
             if rank is not None and _wants(eps[ep_i], node):

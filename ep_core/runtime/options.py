@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -262,9 +263,9 @@ def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
         elif p.suffix.lower() == ".toml":
-            try:
+            if sys.version_info >= (3, 11):
                 import tomllib
-            except ModuleNotFoundError:  # Python 3.10
+            else:  # Python 3.10: the same parser, as a package
                 import tomli as tomllib
 
             data = tomllib.loads(text)

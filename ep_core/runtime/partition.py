@@ -1,19 +1,20 @@
 """Assigning nodes to EPs: ask each EP, in priority order, for its capability over the nodes no
-earlier EP claimed; check and record its claims; fail with NOT_IMPLEMENTED, naming everything a
-user needs, if some node is left."""
+earlier EP claimed, and record its claims and rejected claims in a ``Partition``. The caller
+decides what an unclaimed node means (``require_complete`` fails with NOT_IMPLEMENTED, naming
+everything a user needs; the layout transformer's passes read it as data)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ep_core.sdk.capability import FusedClaim, RejectedClaim, SupportInfo
-from ep_core.sdk.errors import EpFail, NotImplementedByAnyEp
+from ep_core.sdk.errors import NotImplementedByAnyEp
 
 if TYPE_CHECKING:
+    from ep_core.runtime.eps import EpInstance
     from ep_core.sdk.graph import GraphView, NodeView
     from ep_core.sdk.kernels import KernelDef
-    from ep_core.runtime.eps import EpInstance
 
 EP_CONTEXT_OP = "EPContext"
 MS_DOMAIN = "com.microsoft"
@@ -27,6 +28,14 @@ class Partition:
     singles: dict[int, tuple[int, "KernelDef"]] = field(default_factory=dict)  # node index -> (ep, def)
     groups: list[tuple[int, FusedClaim]] = field(default_factory=list)  # (ep, claim)
     rejected: list[RejectedClaim] = field(default_factory=list)
+    unclaimed: list[int] = field(default_factory=list)  # node indices no EP claimed, in graph order
+
+    def owners(self) -> dict[str, int]:
+        """Node name -> index of the EP that claimed it."""
+        out = {self.graph.all_nodes[i].name: ep_i for i, (ep_i, _) in self.singles.items()}
+        for ep_i, claim in self.groups:
+            out.update((n.name, ep_i) for n in claim.nodes)
+        return out
 
 
 def _visible_to(ep: "EpInstance", node: "NodeView") -> bool:
@@ -40,8 +49,8 @@ def _visible_to(ep: "EpInstance", node: "NodeView") -> bool:
 def partition_graph(
     graph: "GraphView", eps: "list[EpInstance]", layout_trial: frozenset[int] = frozenset()
 ) -> Partition:
-    """Assign every node; ``layout_trial`` holds the indices of NHWC-preferring EPs when this is
-    the layout transformer's first pass (their NCHW claims may rest on NHWC kernels)."""
+    """Assign every node an EP can take; ``layout_trial`` holds the indices of NHWC-preferring EPs
+    when this is the layout transformer's first pass (their NCHW claims may rest on NHWC kernels)."""
     result = Partition(graph)
     unclaimed = {n.index for n in graph.all_nodes}
     for ep_index, ep in enumerate(eps):
@@ -51,12 +60,8 @@ def partition_graph(
         if not len(view):
             continue
         support = SupportInfo(ep.name, view, ep.kernel_registry, layout_trial=ep_index in layout_trial)
-        try:
-            ep.call("ep_get_capability", graph=view, support=support)
-        except Exception as exc:
-            raise EpFail(
-                f"{ep.name}.ep_get_capability failed on graph {graph.name!r}: {type(exc).__name__}: {exc}"
-            ) from exc
+        returned = ep.call("ep_get_capability", graph=view, support=support)
+        support.check_return(returned)
         result.rejected.extend(support.rejected)
         for claim in support.singles:
             result.singles[claim.node.index] = (ep_index, claim.kernel_def)
@@ -64,18 +69,26 @@ def partition_graph(
         for group in support.fused:
             result.groups.append((ep_index, group))
             unclaimed.difference_update(n.index for n in group.nodes)
-    if unclaimed and not layout_trial:
-        node = graph.all_nodes[min(unclaimed)]
-        declined = []
-        for ep in eps:
-            reason = ep.decline_reason(node)
-            declined.append(f"{ep.name} ({reason})" if reason else ep.name)
-        more = f" and {len(unclaimed) - 1} more node(s)" if len(unclaimed) > 1 else ""
-        raise NotImplementedByAnyEp(
-            f"no execution provider can run {node.describe()}{more} in graph {graph.name!r}. "
-            f"Declined by: {'; '.join(declined) or 'no EP selected'}"
-        )
+    result.unclaimed = sorted(unclaimed)
     return result
+
+
+def require_complete(partition: Partition, eps: "list[EpInstance]") -> None:
+    """NOT_IMPLEMENTED naming the first unclaimed node and why each EP declined it."""
+    if not partition.unclaimed:
+        return
+    graph = partition.graph
+    node = graph.all_nodes[partition.unclaimed[0]]
+    declined = []
+    for ep in eps:
+        reason = ep.decline_reason(node)
+        declined.append(f"{ep.name} ({reason})" if reason else ep.name)
+    rest = len(partition.unclaimed) - 1
+    more = f" and {rest} more node(s)" if rest else ""
+    raise NotImplementedByAnyEp(
+        f"no execution provider can run {node.describe()}{more} in graph {graph.name!r}. "
+        f"Declined by: {'; '.join(declined) or 'no EP selected'}"
+    )
 
 
 def fused_inputs_outputs(
@@ -99,13 +112,3 @@ def fused_inputs_outputs(
             if o and (o in graph_outputs or any(c.index not in members for c in graph.consumers(o))):
                 outs.append(o)
     return tuple(ins), tuple(outs)
-
-
-def describe_assignment(part: Partition, eps: "list[EpInstance]", fused_names: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for idx, (ep_i, _) in part.singles.items():
-        out[part.graph.all_nodes[idx].name] = {"ep": eps[ep_i].name, "fused_node": None}
-    for k, (ep_i, group) in enumerate(part.groups):
-        for n in group.nodes:
-            out[n.name] = {"ep": eps[ep_i].name, "fused_node": fused_names[k]}
-    return out

@@ -1,8 +1,8 @@
 """One graph made runnable: partitioned, its kernels built, its fused groups compiled, and a plan
 of steps (kernels, fused nodes, device copies) with every value's slot and last use known.
 
-The per-run loop touches only a list of ``(compute, input slots, output slots, slots to free)``
-tuples, so framework cost per node stays a few microseconds."""
+The per-run loop touches only a list of ``Step`` tuples and checks every result against the EP
+contract (``contract.py``), so framework cost per node stays under a microsecond."""
 
 from __future__ import annotations
 
@@ -12,17 +12,23 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any
 
+from ep_core.runtime.contract import OutputSpec, check_all, check_result, expect
+from ep_core.runtime.partition import Partition, fused_inputs_outputs, partition_graph, require_complete
 from ep_core.sdk.compute import ComputeContext, FusedNode, NodeComputeInfo
-from ep_core.sdk.errors import EpCoreError, EpFail, Fail, InvalidGraph
-from ep_core.sdk.graph import GraphView, topo_order
+from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN
+from ep_core.sdk.errors import EpCoreError, EpFail, Fail, InvalidGraph, ModelRequiresCompilation
+from ep_core.sdk.graph import GraphView, NodeView, topo_order
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
-from ep_core.runtime.partition import Partition, fused_inputs_outputs, partition_graph
 
 if TYPE_CHECKING:
-    from ep_core.runtime.profiling import Profiler
+    from pathlib import Path
+
     from ep_core.runtime.eps import EpInstance
+    from ep_core.runtime.profiling import Profiler
+    from ep_core.sdk.config import SessionConfig
 
 # ops whose output must not be computed once: random draws, and ops with side effects on state
 NON_FOLDABLE_OPS = frozenset(
@@ -41,6 +47,7 @@ NON_FOLDABLE_OPS = frozenset(
         "EPContext",
     }
 )
+DISABLE_COMPILE_KEY = "session.disable_compile"
 NONE_SLOT = 0  # always None: missing optional inputs
 SINK_SLOT = 1  # written by missing optional outputs, never read
 
@@ -63,6 +70,16 @@ class Unit:
     release: Callable[[Any], None] | None = None
 
 
+# (compute, input getter, output slots, slots to free, output specs): all the run loop reads
+Step = tuple[
+    Callable[..., Any],
+    Callable[[list[Any]], Sequence[Any]],
+    tuple[int, ...],
+    tuple[int, ...],
+    tuple[OutputSpec | None, ...],
+]
+
+
 @dataclass(frozen=True)
 class StepInfo:
     kind: str  # "node" | "fused" | "copy"
@@ -70,13 +87,14 @@ class StepInfo:
     op_type: str
     ep: str
     detail: str = ""
+    outputs: tuple[str, ...] = ()  # the step's output names, for contract errors
 
 
 @dataclass
 class Plan:
     slots: dict[str, int]
     template: list[Any]
-    steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...]]]
+    steps: list[Step]
     infos: list[StepInfo]
     input_slots: dict[str, int]
     output_slots: list[int]
@@ -98,17 +116,20 @@ class Plan:
 
 
 class _KernelCtx:
-    """What a kernel builder can ask (``ep_core.sdk.kernels.KernelContext``)."""
+    """Exactly ``ep_core.sdk.kernels.KernelContext``: ``ep`` is the EP's own object, never the
+    core's ``EpInstance``."""
 
-    def __init__(self, program: "GraphProgram", node: Any, ep: "EpInstance") -> None:
+    __slots__ = ("_program", "node", "ep", "memory_info", "stream", "allocator", "session_options", "model_path")
+
+    def __init__(self, program: "GraphProgram", node: NodeView, ep: "EpInstance") -> None:
         self._program = program
         self.node = node
-        self.ep = ep
-        self.memory_info = ep.memory_info
-        self.stream = ep.stream
-        self.allocator = ep.allocator
-        self.session_options = program.session.options
-        self.model_path = program.session.model_path  # where EPContext files are found
+        self.ep: Any = ep.ep
+        self.memory_info: MemoryInfo = ep.memory_info
+        self.stream: Any = ep.stream
+        self.allocator: Any = ep.allocator
+        self.session_options: SessionConfig = program.session.options
+        self.model_path: Path | None = program.session.model_path  # where EPContext files are found
 
     def constant(self, name: str) -> Any:
         return self.node.graph.constant_value(name) if name else None
@@ -181,7 +202,11 @@ def model_hash(model_bytes: bytes) -> str:
 
 
 class GraphProgram:
-    def __init__(self, graph: GraphView, session: SessionContext, path: str = "") -> None:
+    def __init__(
+        self, graph: GraphView, session: SessionContext, path: str = "", partition: Partition | None = None
+    ) -> None:
+        """``partition``: the graph's partition when the caller already made it (the layout
+        transformer's second pass); otherwise this program partitions its graph itself."""
         self.graph = graph
         self.session = session
         self.path = path
@@ -190,7 +215,10 @@ class GraphProgram:
         self._constant_copies: dict[tuple[str, MemoryInfo], Any] = {}  # shared by every plan variant
         self._folded: dict[str, tuple[Any, ...]] = {}  # unit name -> outputs computed at creation
         t0 = time.perf_counter_ns()
-        self.partition: Partition = partition_graph(graph, session.eps)
+        if partition is None:
+            partition = partition_graph(graph, session.eps)
+        require_complete(partition, session.eps)
+        self.partition: Partition = partition
         self._trace("partition", t0)
         t0 = time.perf_counter_ns()
         self.units: list[Unit] = self._build_units()
@@ -227,7 +255,7 @@ class GraphProgram:
                 ) from exc
             units.append(
                 Unit(
-                    name=self._qual(node.name),
+                    name=self.qualified(node.name),
                     op_type=node.op_type,
                     ep_index=ep_i,
                     inputs=tuple(node.inputs) + node.implicit_inputs,
@@ -252,12 +280,9 @@ class GraphProgram:
             by_ep.setdefault(ep_i, []).append((claim, fused, view))
         for ep_i, items in by_ep.items():
             ep = eps[ep_i]
-            try:
-                infos = ep.call("ep_compile", graphs=[v for _, _, v in items], fused_nodes=[f for _, f, _ in items])
-            except EpCoreError:
-                raise
-            except Exception as exc:
-                raise EpFail(f"{ep.name}.ep_compile failed: {type(exc).__name__}: {exc}") from exc
+            if self.session.options.flag(DISABLE_COMPILE_KEY):
+                _refuse_compiling(ep.name, items)
+            infos = ep.call("ep_compile", graphs=[v for _, _, v in items], fused_nodes=[f for _, f, _ in items])
             if infos is None or len(infos) != len(items):
                 raise EpFail(
                     f"{ep.name}.ep_compile returned {0 if infos is None else len(infos)} compute infos for "
@@ -274,7 +299,7 @@ class GraphProgram:
                 self.session.compiled.append((ep_i, fused, view))
                 units.append(
                     Unit(
-                        name=self._qual(fused.name),
+                        name=self.qualified(fused.name),
                         op_type="FusedNode",
                         ep_index=ep_i,
                         inputs=fused.inputs,
@@ -289,7 +314,7 @@ class GraphProgram:
         units.sort(key=lambda u: u.order_key)
         return units
 
-    def _qual(self, name: str) -> str:
+    def qualified(self, name: str) -> str:
         return f"{self.path}/{name}" if self.path else name
 
     def _topological_units(self) -> list[Unit]:
@@ -301,16 +326,16 @@ class GraphProgram:
         edges: list[set[int]] = [set() for _ in self.units]
         for j, u in enumerate(self.units):
             for name in u.inputs:
-                i = producer.get(name)
-                if i is not None and i != j:
-                    edges[i].add(j)
+                src = producer.get(name)
+                if src is not None and src != j:
+                    edges[src].add(j)
         return [self.units[i] for i in topo_order(len(self.units), [sorted(e) for e in edges])]
 
     def subgraph_runner(self, node: Any, attr_name: str) -> SubgraphRunner:
         key = (node.index, attr_name)
         if key not in self._subprograms:
             sub = node.subgraphs[attr_name]
-            self._subprograms[key] = GraphProgram(sub, self.session, self._qual(f"{node.name}/{attr_name}"))
+            self._subprograms[key] = GraphProgram(sub, self.session, self.qualified(f"{node.name}/{attr_name}"))
         return SubgraphRunner(self._subprograms[key])
 
     def subprograms(self) -> list["GraphProgram"]:
@@ -353,7 +378,8 @@ class GraphProgram:
             loc[name] = HOST_MEMORY
             constants.add(name)
 
-        steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[int, ...]]] = []
+        # (compute, input slots, output slots, output specs): made into ``Step``s once frees are known
+        steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[OutputSpec | None, ...]]] = []
         infos: list[StepInfo] = []
 
         def moved(name: str, need: MemoryInfo) -> int:
@@ -372,8 +398,8 @@ class GraphProgram:
                 template[dst] = cached
                 constants.add(key)
             else:
-                steps.append((_copy_fn(dt, have, need, stream), (slot(name),), (dst,), ()))
-                infos.append(StepInfo("copy", key, "MemcpyTransfer", "core", f"{have} -> {need}"))
+                steps.append((_copy_fn(dt, have, need, stream), (slot(name),), (dst,), (None,)))
+                infos.append(StepInfo("copy", key, "MemcpyTransfer", "core", f"{have} -> {need}", (key,)))
             loc[key] = need
             return dst
 
@@ -384,10 +410,10 @@ class GraphProgram:
             if self._foldable(u, mem, constants):
                 outputs = self._folded.get(u.name)
                 if outputs is None:
+                    assert u.compute is not None  # every unit is built with one
                     try:
-                        outputs = self._folded[u.name] = tuple(
-                            u.compute(*[template[slots[n]] if n else None for n in u.inputs])
-                        )
+                        res = u.compute(*[template[slots[n]] if n else None for n in u.inputs])
+                        outputs = self._folded[u.name] = check_all(expect(graph, u.outputs), res, u.outputs)
                     except Exception as exc:
                         raise _unit_error(u, ep.name, exc) from exc
                 for name, value in zip(u.outputs, outputs):
@@ -415,8 +441,8 @@ class GraphProgram:
                     continue
                 outs.append(slot(name))
                 loc[name] = HOST_MEMORY if (mem.is_host or j in u.host_outputs) else mem
-            steps.append((u.compute, tuple(ins), tuple(outs), ()))
-            infos.append(StepInfo("fused" if u.fused_nodes else "node", u.name, u.op_type, ep.name))
+            steps.append((u.compute, tuple(ins), tuple(outs), expect(graph, u.outputs)))
+            infos.append(StepInfo("fused" if u.fused_nodes else "node", u.name, u.op_type, ep.name, "", u.outputs))
 
         output_slots: list[int] = []
         output_memory: list[MemoryInfo] = []
@@ -442,10 +468,12 @@ class GraphProgram:
         for s, k in last.items():
             if s not in keep:
                 frees[k].append(s)
-        steps = [(fn, ins_, outs_, tuple(frees[k])) for k, (fn, ins_, outs_, _) in enumerate(steps)]
+        run_steps: list[Step] = [
+            (fn, _getter(ins_), outs_, tuple(frees[k]), want) for k, (fn, ins_, outs_, want) in enumerate(steps)
+        ]
         constant_slots = frozenset(slots[c] for c in constants)
         copy_outputs = tuple(i for i, s_ in enumerate(output_slots) if s_ in constant_slots)
-        return Plan(slots, template, steps, infos, input_slots, output_slots, output_memory, folded, copy_outputs)
+        return Plan(slots, template, run_steps, infos, input_slots, output_slots, output_memory, folded, copy_outputs)
 
     def _foldable(self, u: Unit, mem: MemoryInfo, constants: set[str]) -> bool:
         """Deterministic host nodes whose every input is known at creation (ORT's constant
@@ -465,12 +493,15 @@ class GraphProgram:
             return self._execute_profiled(plan, vals, events)
         k = -1
         try:
-            for k, (fn, ins, outs, frees) in enumerate(plan.steps):  # noqa: B007 - k names the failing step
-                res = fn(*[vals[i] for i in ins])
-                if len(res) < len(outs):
-                    raise EpFail(f"returned {len(res)} outputs, the node has {len(outs)}")
-                for o, r in zip(outs, res):
+            for k, (fn, get, outs, frees, want) in enumerate(plan.steps):  # noqa: B007 - k names the failing step
+                res = fn(*get(vals))
+                # the EP contract (contract.py): compares only; messages are built on failure
+                if res.__class__ is not tuple or len(res) != len(outs):
+                    res = check_result(res, plan.infos[k].outputs)
+                for o, r, w in zip(outs, res, want):
                     vals[o] = r
+                    if w is not None and (r.__class__ is not w.cls or r.dtype is not w.dtype or r.shape != w.shape):
+                        w.accept(r)
                 for f in frees:
                     vals[f] = None
         except Exception as exc:
@@ -482,14 +513,16 @@ class GraphProgram:
         outer_events = getattr(_PROFILING, "events", None)
         _PROFILING.events = events
         try:
-            for k, (fn, ins, outs, frees) in enumerate(plan.steps):
+            for k, (fn, get, outs, frees, want) in enumerate(plan.steps):
                 t0 = clock()
-                res = fn(*[vals[i] for i in ins])
+                res = fn(*get(vals))
                 t1 = clock()
-                if len(res) < len(outs):
-                    raise EpFail(f"returned {len(res)} outputs, the node has {len(outs)}")
-                for o, r in zip(outs, res):
+                if res.__class__ is not tuple or len(res) != len(outs):
+                    res = check_result(res, plan.infos[k].outputs)
+                for o, r, w in zip(outs, res, want):
                     vals[o] = r
+                    if w is not None and (r.__class__ is not w.cls or r.dtype is not w.dtype or r.shape != w.shape):
+                        w.accept(r)
                 for f in frees:
                     vals[f] = None
                 info = plan.infos[k]
@@ -518,6 +551,29 @@ class GraphProgram:
                 u.release(u.state)
         for sub in self._subprograms.values():
             sub.release()
+
+
+def _refuse_compiling(ep_name: str, items: list[tuple[Any, FusedNode, GraphView]]) -> None:
+    """``session.disable_compile=1``: an EP may load precompiled EPContext nodes (also through
+    ``ep_compile``) but compile nothing else; a group that would be compiled fails the session."""
+    fresh = [
+        f for claim, f, _ in items if not all(n.op_type == EP_CONTEXT_OP and n.domain == MS_DOMAIN for n in claim.nodes)
+    ]
+    if fresh:
+        groups = "; ".join(f"{f.name} (nodes {list(f.node_names)})" for f in fresh[:5])
+        more = f" and {len(fresh) - 5} more" if len(fresh) > 5 else ""
+        raise ModelRequiresCompilation(
+            f"{ep_name} needs to compile {len(fresh)} fused group(s), but {DISABLE_COMPILE_KEY}=1 allows only "
+            f"precompiled EPContext nodes: {groups}{more}. Compile the model once (ep.context_enable=1 or "
+            f"`ep-core compile`) and load the _ctx.onnx model, or unset {DISABLE_COMPILE_KEY}"
+        )
+
+
+def _getter(slots: tuple[int, ...]) -> Callable[[list[Any]], Sequence[Any]]:
+    """Reads a step's inputs from the value list in one C call (a comprehension costs ~0.1 us)."""
+    if len(slots) == 1:
+        return itemgetter(slice(slots[0], slots[0] + 1))  # itemgetter(i) would return the bare value
+    return itemgetter(*slots) if slots else itemgetter(slice(0, 0))
 
 
 def _copy_fn(dt: Any, src: MemoryInfo, dst: MemoryInfo, stream: Any) -> Callable[[Any], tuple[Any]]:

@@ -10,11 +10,11 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from ep_core.runtime.discover import FactoryHandle, PluginRegistry, get_registry
+from ep_core.runtime.options import EpSelectionPolicy, ProviderConfig, SessionOptions
 from ep_core.sdk.devices import EpDevice, HardwareDevice, dedupe_devices, host_cpu_device
 from ep_core.sdk.errors import ConfigError, UnknownProviderError
 from ep_core.sdk.memory import DeviceType
-from ep_core.runtime.options import EpSelectionPolicy, ProviderConfig, SessionOptions
-from ep_core.runtime.discover import FactoryHandle, PluginRegistry, get_registry
 
 ProviderSpec = Any  # "Name" | ("Name", {options})
 
@@ -169,8 +169,8 @@ def select_providers(
             eps = _pick_device(handle, devices_of(handle), entry.device, where)
             add(handle, eps, {k: _opt_str(v) for k, v in entry.options.items()})
     elif options.provider_devices:
-        for eps, opts in options.provider_devices:
-            add(registry.handle(eps[0].ep_name), list(eps), opts)
+        for devs, opts in options.provider_devices:
+            add(registry.handle(devs[0].ep_name), list(devs), opts)
     elif options.ep_selection_delegate is not None or options.ep_selection_policy is not None:
         available = get_ep_devices(registry)
         if options.ep_selection_delegate is not None:

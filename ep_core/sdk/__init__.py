@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from ep_core.sdk.capability import SupportInfo
 from ep_core.sdk.compute import ComputeContext, FusedNode, NodeComputeInfo
-from ep_core.sdk.config import SessionConfig
+from ep_core.sdk.config import RunConfig, SessionConfig
 from ep_core.sdk.devices import EpDevice, HardwareDevice
 from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
 from ep_core.sdk.errors import (
@@ -20,32 +20,46 @@ from ep_core.sdk.errors import (
     Fail,
     InvalidArgument,
     InvalidGraph,
+    ModelRequiresCompilation,
     NoSuchFile,
     NotImplementedByAnyEp,
     StatusCode,
 )
 from ep_core.sdk.graph import GraphView, NodeView, ValueInfo
+from ep_core.sdk.grouping import convex_groups
 from ep_core.sdk.hookspecs import API_VERSION, ENTRY_POINT_GROUP, hookimpl
 from ep_core.sdk.kernels import KernelContext, KernelDef, KernelRegistry
 from ep_core.sdk.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN
 from ep_core.sdk.memory import HOST_MEMORY, DeviceType, MemoryInfo, MemType
+from ep_core.sdk.protocols import (
+    Allocator,
+    DataTransfer,
+    EpProfiler,
+    ExecutionProvider,
+    ExecutionProviderFactory,
+    SyncNotification,
+    SyncStream,
+)
 from ep_core.sdk.tensor import Tensor
 
 __all__ = [
     "API_VERSION",
-    "ENTRY_POINT_GROUP",
-    "HOST_MEMORY",
-    "LAYOUT_SENSITIVE_OPS",
-    "NHWC_DOMAIN",
+    "Allocator",
     "ComputeContext",
     "ConfigError",
+    "DataTransfer",
     "DeviceType",
+    "ENTRY_POINT_GROUP",
     "EpCoreError",
     "EpDevice",
     "EpFail",
+    "EpProfiler",
+    "ExecutionProvider",
+    "ExecutionProviderFactory",
     "Fail",
     "FusedNode",
     "GraphView",
+    "HOST_MEMORY",
     "HardwareDevice",
     "HostEpFactory",
     "InvalidArgument",
@@ -53,17 +67,24 @@ __all__ = [
     "KernelContext",
     "KernelDef",
     "KernelRegistry",
+    "LAYOUT_SENSITIVE_OPS",
     "MemType",
     "MemoryInfo",
+    "ModelRequiresCompilation",
+    "NHWC_DOMAIN",
     "NoSuchFile",
     "NodeComputeInfo",
     "NodeView",
     "NotImplementedByAnyEp",
     "RegistryEp",
+    "RunConfig",
     "SessionConfig",
     "StatusCode",
     "SupportInfo",
+    "SyncNotification",
+    "SyncStream",
     "Tensor",
     "ValueInfo",
+    "convex_groups",
     "hookimpl",
 ]

@@ -1,13 +1,17 @@
 """How an EP claims nodes, and how the core checks its claims.
 
 Each invalid claim is dropped with a recorded reason; the partition goes on. Validation happens
-at claim time so the EP's own later claims see a consistent state."""
+at claim time so the EP's own later claims see a consistent state. A claim that breaks the
+contract (a node not offered, claimed twice, an empty group, a returned value instead of calls)
+raises ``EpFail`` in strict mode (``EP_CORE_STRICT_PLUGINS=1``)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
+
+from ep_core.sdk.errors import STRICT_ENV, EpFail, strict_mode
 
 if TYPE_CHECKING:
     from ep_core.sdk.graph import GraphView, NodeView
@@ -52,8 +56,28 @@ class SupportInfo:
     def __post_init__(self) -> None:
         self._available = {n.index for n in self.graph.nodes}
 
-    def _reject(self, nodes: Iterable["NodeView"], reason: str) -> None:
-        self.rejected.append(RejectedClaim(self.ep_name, tuple(n.name for n in nodes), reason))
+    def _reject(self, nodes: Iterable["NodeView"], reason: str, broken_contract: bool = False) -> None:
+        self._record(tuple(n.name for n in nodes), reason, broken_contract)
+
+    def _record(self, names: tuple[str, ...], reason: str, broken_contract: bool) -> None:
+        self.rejected.append(RejectedClaim(self.ep_name, names, reason))
+        if broken_contract and strict_mode():
+            raise EpFail(f"{self.rejected[-1]} ({STRICT_ENV}=1 makes this fatal)")
+
+    def check_return(self, value: object) -> None:
+        """Called by the core with what ``ep_get_capability`` returned: claims are made by calling
+        this object, so a returned value (say, a list of nodes) would claim nothing, silently.
+        Records it as a rejected claim; raises ``EpFail`` in strict mode."""
+        if value is None:
+            return
+        items = list(value) if isinstance(value, (list, tuple, set, frozenset)) else None
+        what = f"a {type(value).__name__}" + ("" if items is None else f" of {len(items)} item(s)")
+        names = tuple(n.name for n in items or () if isinstance(getattr(n, "name", None), str))
+        reason = (
+            f"ep_get_capability returned {what}; claims are made by calling support.add_single_node(node) "
+            "/ support.add_nodes_to_fuse(nodes), the return value is ignored"
+        )
+        self._record(names, reason, broken_contract=True)
 
     def _check_available(self, nodes: Sequence["NodeView"]) -> str | None:
         for n in nodes:
@@ -82,19 +106,18 @@ class SupportInfo:
     def add_single_node(self, node: "NodeView") -> bool:
         """Claim one node for the EP's kernel registry; False (and a recorded reason) if refused."""
         problem = self._check_available([node])
-        if problem is None:
-            if self.registry is None:
-                problem = f"{self.ep_name} has no kernel registry to serve single nodes"
-            else:
-                found = self._lookup(node)
-                if found.entry is None:
-                    problem = found.reason
-                else:
-                    self._claimed.add(node.index)
-                    self.singles.append(SingleNodeClaim(node, found.entry.kernel_def))
-                    return True
-        self._reject([node], problem)
-        return False
+        if problem is None and self.registry is None:
+            problem = f"{self.ep_name} has no kernel registry to serve single nodes"
+        if problem is not None:
+            self._reject([node], problem, broken_contract=True)
+            return False
+        found = self._lookup(node)
+        if found.entry is None:
+            self._reject([node], found.reason)
+            return False
+        self._claimed.add(node.index)
+        self.singles.append(SingleNodeClaim(node, found.entry.kernel_def))
+        return True
 
     def add_nodes_to_fuse(self, nodes: Sequence["NodeView"], drop_constant_initializers: bool = False) -> bool:
         """Claim a group to be compiled into one fused node; False (and a reason) if refused."""
@@ -105,7 +128,11 @@ class SupportInfo:
         elif len({n.index for n in nodes}) != len(nodes):
             problem = "a node appears twice in the group"
         else:
-            problem = self._check_available(nodes) or _convexity_problem(self.graph, nodes)
+            problem = self._check_available(nodes)
+        if problem is not None:
+            self._reject(nodes, problem, broken_contract=True)
+            return False
+        problem = _convexity_problem(self.graph, nodes)
         if problem is not None:
             self._reject(nodes, problem)
             return False

@@ -6,6 +6,7 @@ session's options."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Protocol, runtime_checkable
 
 
@@ -20,3 +21,15 @@ class SessionConfig(Protocol):
     def flag(self, key: str) -> bool:
         """A ``"0"``/``"1"`` session config entry as a bool (``False`` when unset)."""
         ...
+
+
+@runtime_checkable
+class RunConfig(Protocol):
+    """What ``ep_on_run_start`` / ``ep_on_run_end`` get as ``run_options`` (None when the caller
+    gave none): the run's tag and its config entries, read-only."""
+
+    @property
+    def run_tag(self) -> str: ...
+
+    @property
+    def config_entries(self) -> Mapping[str, str]: ...

@@ -7,7 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
 from ep_core.sdk.devices import EpDevice, HardwareDevice
-from ep_core.sdk.errors import ConfigError
+from ep_core.sdk.errors import ConfigError, PluginError
 from ep_core.sdk.memory import HOST_MEMORY, DeviceType
 
 if TYPE_CHECKING:
@@ -27,27 +27,42 @@ class RegistryEp:
         return self.registry
 
     def ep_get_capability(self, graph: "GraphView", support: "SupportInfo") -> None:
+        """Claim what the registry serves; a node whose op it has but whose opset or types it does
+        not serve is still asked for, so the refusal and its reason show in the diagnostics."""
         for node in graph.nodes:
-            if support.can_serve(node):
+            if self.registry.has_op(node.op_type, node.domain) or support.can_serve(node):
                 support.add_single_node(node)
 
 
 class HostEpFactory:
-    """Factory for an EP that runs on the host CPU with NumPy arrays."""
+    """Factory for an EP that runs on the host CPU with NumPy arrays.
 
-    ep_name = ""
-    ep_vendor = "ep-core"
-    ep_version = "0.1.0"
+    A subclass declares ``ep_name`` (ending in ``ExecutionProvider``, equal to its entry-point
+    name), ``ep_vendor`` and ``ep_version`` (SemVer). There are no defaults: discovery refuses a
+    factory that forgets one instead of listing it under another vendor or version."""
+
+    ep_name: str
+    ep_vendor: str
+    ep_version: str
     option_names: tuple[str, ...] = ()
 
+    def _fact(self, attr: str) -> str:
+        value = getattr(self, attr, None)
+        if value is None:
+            raise PluginError(
+                f"{type(self).__name__} does not declare {attr}: HostEpFactory gives no default, "
+                f"set {attr} on the factory class"
+            )
+        return str(value)
+
     def ep_factory_name(self) -> str:
-        return self.ep_name
+        return self._fact("ep_name")
 
     def ep_factory_vendor(self) -> str:
-        return self.ep_vendor
+        return self._fact("ep_vendor")
 
     def ep_factory_version(self) -> str:
-        return self.ep_version
+        return self._fact("ep_version")
 
     def ep_factory_get_supported_devices(self, devices: Sequence[HardwareDevice]) -> list[EpDevice]:
         return [EpDevice(self.ep_name, self.ep_vendor, d, HOST_MEMORY) for d in devices if d.type is DeviceType.CPU]

@@ -3,6 +3,7 @@ branch on ``err.code`` the way they would on an ``OrtStatus``."""
 
 from __future__ import annotations
 
+import os
 from enum import Enum
 
 
@@ -15,6 +16,7 @@ class StatusCode(str, Enum):
     INVALID_GRAPH = "INVALID_GRAPH"
     NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
     EP_FAIL = "EP_FAIL"
+    MODEL_REQUIRES_COMPILATION = "MODEL_REQUIRES_COMPILATION"
 
 
 class EpCoreError(Exception):
@@ -55,6 +57,13 @@ class EpFail(EpCoreError):
     code = StatusCode.EP_FAIL
 
 
+class ModelRequiresCompilation(EpCoreError):
+    """``session.disable_compile=1`` and an EP would compile part of the model (only precompiled
+    EPContext nodes may be loaded), as ORT's ``ORT_MODEL_REQUIRES_COMPILATION``."""
+
+    code = StatusCode.MODEL_REQUIRES_COMPILATION
+
+
 class ConfigError(InvalidArgument):
     """A session option, provider option or config file entry is unknown or has a bad value."""
 
@@ -65,3 +74,13 @@ class UnknownProviderError(InvalidArgument):
 
 class PluginError(Fail):
     """A plugin failed to load or validate; raised only in strict mode, else recorded."""
+
+
+# -- strict mode (issue 12): an EP author's contract mistakes raise instead of being recorded
+STRICT_ENV = "EP_CORE_STRICT_PLUGINS"
+
+
+def strict_mode() -> bool:
+    """Whether ``EP_CORE_STRICT_PLUGINS=1``: an EP's mistakes (load errors, refused kernels, bad
+    claims) raise; otherwise they are recorded and shown (``ep-core providers``, diagnostics)."""
+    return os.environ.get(STRICT_ENV, "").strip().lower() in ("1", "true", "yes", "on")

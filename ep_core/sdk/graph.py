@@ -271,7 +271,7 @@ class GraphView:
 
     def initializer(self, name: str) -> "np.ndarray | None":
         """The initializer's value (cached), or None if ``name`` is not a constant here."""
-        cache = self.__dict__.setdefault("_init_cache", {})
+        cache: dict[str, np.ndarray] = self.__dict__.setdefault("_init_cache", {})
         if name in cache:
             return cache[name]
         proto = self.initializer_protos.get(name)
@@ -293,9 +293,10 @@ class GraphView:
             if prod is not None:
                 if prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
                     attrs = prod.attributes
-                    if "value" in attrs:
-                        return attrs["value"]
                     import numpy as np
+
+                    if "value" in attrs:
+                        return np.asarray(attrs["value"])  # a TENSOR attribute: already an ndarray
 
                     for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
                         if key in attrs:

@@ -15,38 +15,67 @@ lets an implementation take a subset of the arguments), a wrapper uses it to kno
 
 All hooks are ``firstresult``: the addressed plugin answers. Hooks marked *optional* may be left
 out; the documented default applies. ``API_VERSION`` grows when hooks are added; each hook says the
-version that introduced it, and the core never calls a hook newer than a factory declares.
+version that introduced it (``HOOK_API_VERSIONS``), and the core never calls a hook, factory or EP
+level, newer than the factory's ``ep_factory_api_version`` (default 1).
+
+Version 2 brought the last pieces of the contract that lived outside this module into it:
+
+* ``ep_get_context_sources`` (EP) replaces the ``context_sources`` attribute: the aliases under
+  which EPContext nodes' ``source`` names the EP.
+* ``ep_factory_get_fusable_ops`` (factory) replaces the ``fusable_ops()`` method the parity report
+  read: what a compiling EP can fuse.
+* ``ep_get_ep_context_nodes`` gets the ``output`` (``ContextOutput``) it writes context files
+  through as an argument, replacing the ``current_output()`` context variable.
+* ``session.disable_compile=1`` is enforced by the core for every EP: a group that would be
+  compiled (anything but EPContext nodes) fails the session with ``MODEL_REQUIRES_COMPILATION``.
+* Kernel builders get a fully typed ``KernelContext`` whose ``ep`` is the EP's own object.
+* EP-level hooks are version-gated like factory hooks.
+
+A version-1 factory keeps working unchanged: its EP's ``ep_get_ep_context_nodes`` may omit
+``output`` (pluggy passes an implementation only the arguments it names).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import pluggy
 
 if TYPE_CHECKING:
     from ep_core.sdk.capability import SupportInfo
     from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+    from ep_core.sdk.config import RunConfig, SessionConfig
     from ep_core.sdk.devices import EpDevice, HardwareDevice
+    from ep_core.sdk.epcontext.output import ContextOutput
     from ep_core.sdk.graph import GraphView
-    from ep_core.sdk.kernels import KernelRegistry
+    from ep_core.sdk.kernels import KernelDef, KernelRegistry
     from ep_core.sdk.memory import MemoryInfo
-    from ep_core.sdk.config import SessionConfig
+    from ep_core.sdk.protocols import (
+        Allocator,
+        DataTransfer,
+        EpProfiler,
+        ExecutionProvider,
+        ExecutionProviderFactory,
+        SyncStream,
+    )
 
 PROJECT = "ep_core"
-API_VERSION = 1
+API_VERSION = 2
 ENTRY_POINT_GROUP = "ep_core.execution_providers"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
-# hook name -> API version that introduced it (all of them are version 1 today)
+# hook name -> API version that introduced it
 HOOK_API_VERSIONS: dict[str, int] = {}
 
 
-def _since(version: int):  # type: ignore[no-untyped-def]
-    def deco(fn):  # type: ignore[no-untyped-def]
+_Spec = TypeVar("_Spec", bound=Callable[..., Any])
+
+
+def _since(version: int) -> Callable[[_Spec], _Spec]:
+    def deco(fn: _Spec) -> _Spec:
         HOOK_API_VERSIONS[fn.__name__] = version
         return hookspec(firstresult=True)(fn)
 
@@ -57,54 +86,56 @@ def _since(version: int):  # type: ignore[no-untyped-def]
 
 
 @_since(1)
-def ep_factory_name(factory: Any) -> str:
+def ep_factory_name(factory: "ExecutionProviderFactory") -> str:
     """The EP's name, ending in ``ExecutionProvider`` (e.g. ``CpuReferenceExecutionProvider``).
     Required; must equal the entry-point name."""
 
 
 @_since(1)
-def ep_factory_vendor(factory: Any) -> str:
+def ep_factory_vendor(factory: "ExecutionProviderFactory") -> str:
     """The vendor who owns the EP. Required."""
 
 
 @_since(1)
-def ep_factory_vendor_id(factory: Any) -> int:
+def ep_factory_vendor_id(factory: "ExecutionProviderFactory") -> int:
     """PCI vendor id of the EP's vendor. Optional, default 0."""
 
 
 @_since(1)
-def ep_factory_version(factory: Any) -> str:
+def ep_factory_version(factory: "ExecutionProviderFactory") -> str:
     """The EP's version as SemVer 2.0 (``1.2.3``). Required; validated at load."""
 
 
 @_since(1)
-def ep_factory_api_version(factory: Any) -> int:
+def ep_factory_api_version(factory: "ExecutionProviderFactory") -> int:
     """The ep_core contract version the factory was written for. Optional, default 1."""
 
 
 @_since(1)
-def ep_factory_is_cpu_fallback(factory: Any) -> bool:
+def ep_factory_is_cpu_fallback(factory: "ExecutionProviderFactory") -> bool:
     """True if this EP can serve as the session's CPU fallback (appended after the selected EPs
     unless ``session.disable_cpu_ep_fallback=1``). Optional, default False. The first discovered
     factory that says True is the fallback; the core names no concrete EP."""
 
 
 @_since(1)
-def ep_factory_probe_hardware_devices(factory: Any) -> "Sequence[HardwareDevice]":
+def ep_factory_probe_hardware_devices(factory: "ExecutionProviderFactory") -> "Sequence[HardwareDevice]":
     """Hardware devices only this factory knows how to find (GPUs, NPUs, simulated devices).
     Called lazily, the first time devices are enumerated; may import heavy libraries. The host CPU
     is found by the core. Optional, default none."""
 
 
 @_since(1)
-def ep_factory_get_supported_devices(factory: Any, devices: "Sequence[HardwareDevice]") -> "Sequence[EpDevice]":
+def ep_factory_get_supported_devices(
+    factory: "ExecutionProviderFactory", devices: "Sequence[HardwareDevice]"
+) -> "Sequence[EpDevice]":
     """From all known hardware devices, the ones this EP supports, each as an ``EpDevice`` with
     the memory info of its device memory. Required (``GetSupportedDevices``)."""
 
 
 @_since(1)
 def ep_factory_get_hardware_device_incompatibility_details(
-    factory: Any, device: "HardwareDevice"
+    factory: "ExecutionProviderFactory", device: "HardwareDevice"
 ) -> "Sequence[str] | None":
     """Why this EP cannot use ``device``, as sentences a person can act on ("numba-cuda is not
     installed: pip install 'ep-core[cuda]'"). Optional, default None (no known reason)."""
@@ -112,11 +143,11 @@ def ep_factory_get_hardware_device_incompatibility_details(
 
 @_since(1)
 def ep_factory_create_ep(
-    factory: Any,
+    factory: "ExecutionProviderFactory",
     devices: "Sequence[EpDevice]",
     ep_options: Mapping[str, str],
     session_options: "SessionConfig",
-) -> Any:
+) -> "ExecutionProvider":
     """A new EP object for one session on ``devices``. ``ep_options`` are this provider's options
     (the ``ep.<name>.<key>`` session config entries, prefix removed); reject unknown keys or bad
     values with ``ep_core.sdk.errors.ConfigError`` naming the allowed ones. The EP object implements
@@ -124,13 +155,13 @@ def ep_factory_create_ep(
 
 
 @_since(1)
-def ep_factory_release_ep(factory: Any, ep: Any) -> None:
+def ep_factory_release_ep(factory: "ExecutionProviderFactory", ep: "ExecutionProvider") -> None:
     """Release an EP created by this factory when its session closes. Optional."""
 
 
 @_since(1)
 def ep_factory_validate_compiled_model_compatibility(
-    factory: Any, devices: "Sequence[HardwareDevice]", compatibility_info: str
+    factory: "ExecutionProviderFactory", devices: "Sequence[HardwareDevice]", compatibility_info: str
 ) -> str:
     """Judge a compiled model's ``ep_compatibility_info.<EP>`` string: one of
     ``NOT_APPLICABLE``, ``SUPPORTED_OPTIMAL``, ``SUPPORTED_PREFER_RECOMPILATION``, ``UNSUPPORTED``
@@ -138,18 +169,20 @@ def ep_factory_validate_compiled_model_compatibility(
 
 
 @_since(1)
-def ep_factory_create_allocator(factory: Any, memory_info: "MemoryInfo", allocator_options: Mapping[str, str]) -> Any:
+def ep_factory_create_allocator(
+    factory: "ExecutionProviderFactory", memory_info: "MemoryInfo", allocator_options: Mapping[str, str]
+) -> "Allocator | None":
     """An allocator for ``memory_info`` that may be shared across sessions (``alloc(nbytes)``,
     ``free(buf)``, ``stats()``). Optional, default None: host memory from NumPy."""
 
 
 @_since(1)
-def ep_factory_release_allocator(factory: Any, allocator: Any) -> None:
+def ep_factory_release_allocator(factory: "ExecutionProviderFactory", allocator: "Allocator") -> None:
     """Release an allocator from ``ep_factory_create_allocator``. Optional."""
 
 
 @_since(1)
-def ep_factory_create_data_transfer(factory: Any) -> Any:
+def ep_factory_create_data_transfer(factory: "ExecutionProviderFactory") -> "DataTransfer | None":
     """A data-transfer object for the devices this factory serves, implementing
     ``can_copy(src: MemoryInfo, dst: MemoryInfo) -> bool`` and
     ``copy(value, src: MemoryInfo, dst: MemoryInfo, stream) -> value`` (returns the copy).
@@ -157,30 +190,41 @@ def ep_factory_create_data_transfer(factory: Any) -> Any:
 
 
 @_since(1)
-def ep_factory_is_stream_aware(factory: Any) -> bool:
+def ep_factory_is_stream_aware(factory: "ExecutionProviderFactory") -> bool:
     """True if the EP's kernels run asynchronously on sync streams. Optional, default False."""
 
 
 @_since(1)
 def ep_factory_create_sync_stream_for_device(
-    factory: Any, memory_info: "MemoryInfo", stream_options: Mapping[str, str]
-) -> Any:
+    factory: "ExecutionProviderFactory", memory_info: "MemoryInfo", stream_options: Mapping[str, str]
+) -> "SyncStream | None":
     """A sync stream for one session on one memory device, implementing ``synchronize()`` and
     ``create_notification()`` (whose result has ``activate()`` and ``wait_on_device(stream)``).
     Called only for stream-aware factories. Optional, default None."""
 
 
 @_since(1)
-def ep_factory_get_custom_op_domains(factory: Any) -> "Sequence[Any] | None":
+def ep_factory_get_custom_op_domains(factory: "ExecutionProviderFactory") -> "Sequence[Any] | None":
     """Custom op domains (``onnx.defs.OpSchema`` lists) the EP adds so models using them check.
     Optional, default None."""
+
+
+@_since(2)
+def ep_factory_get_fusable_ops(
+    factory: "ExecutionProviderFactory",
+) -> "Sequence[tuple[str, str, int, int | None] | KernelDef] | KernelRegistry | None":
+    """What a compiling EP can fuse, for reports (``ep-core parity``); the session never asks.
+    ``(domain, op_type, since_version, end_version)`` tuples (``end_version`` None: up to the
+    newest opset; domain ``""`` or ``"ai.onnx"`` is the default domain), ``KernelDef``s, or a
+    ``KernelRegistry`` of compile-only defs (its builders are never called). Optional, default
+    None: the EP declares no fusable ops (an empty sequence declares that it fuses nothing)."""
 
 
 # ================================================================================= EP level
 
 
 @_since(1)
-def ep_get_capability(ep: Any, graph: "GraphView", support: "SupportInfo") -> None:
+def ep_get_capability(ep: "ExecutionProvider", graph: "GraphView", support: "SupportInfo") -> None:
     """Claim nodes of ``graph`` (its ``nodes`` are the ones no EP has claimed yet) through
     ``support.add_single_node(node)`` (served by the EP's kernel registry) and
     ``support.add_nodes_to_fuse(nodes, drop_constant_initializers=...)`` (compiled by
@@ -189,57 +233,68 @@ def ep_get_capability(ep: Any, graph: "GraphView", support: "SupportInfo") -> No
 
 @_since(1)
 def ep_compile(
-    ep: Any, graphs: "Sequence[GraphView]", fused_nodes: "Sequence[FusedNode]"
+    ep: "ExecutionProvider", graphs: "Sequence[GraphView]", fused_nodes: "Sequence[FusedNode]"
 ) -> "Sequence[NodeComputeInfo]":
     """Compile each fused group (``graphs[i]``, with its ``fused_nodes[i]`` name, inputs and
     outputs) into a ``NodeComputeInfo``. Required if the EP fuses."""
 
 
 @_since(1)
-def ep_get_kernel_registry(ep: Any) -> "KernelRegistry | None":
+def ep_get_kernel_registry(ep: "ExecutionProvider") -> "KernelRegistry | None":
     """The registry serving nodes claimed with ``add_single_node``. Optional, default None."""
 
 
 @_since(1)
-def ep_get_ep_context_nodes(ep: Any) -> "Sequence[Any] | None":
+def ep_get_ep_context_nodes(ep: "ExecutionProvider", output: "ContextOutput") -> "Sequence[Any] | None":
     """After ``ep_compile`` with ``ep.context_enable=1``: one ``EPContext`` NodeProto per fused
-    node, named like it, for the core to write into the ``_ctx.onnx`` model. Optional."""
+    node, named like it, for the core to write into the ``_ctx.onnx`` model. ``output`` (API
+    version 2) says where the model goes (embed mode, folder, model name, ``binary_name(ep)``) and
+    stages the context files the EP writes (``write_file``), committed with the model. Optional."""
+
+
+@_since(2)
+def ep_get_context_sources(ep: "ExecutionProvider") -> "Sequence[str]":
+    """Further names under which an EPContext node's ``source`` attribute may name this EP (older
+    or short names, e.g. ``NumbaCuda``); only nodes whose source the EP accepts are offered to it.
+    Optional, default none: the EP's own name, which is always accepted."""
 
 
 @_since(1)
-def ep_get_preferred_data_layout(ep: Any) -> str:
+def ep_get_preferred_data_layout(ep: "ExecutionProvider") -> str:
     """``NCHW`` or ``NHWC``. Optional, default ``NCHW``."""
 
 
 @_since(1)
-def ep_should_convert_data_layout_for_op(ep: Any, domain: str, op_type: str, target_layout: str) -> bool | None:
+def ep_should_convert_data_layout_for_op(
+    ep: "ExecutionProvider", domain: str, op_type: str, target_layout: str
+) -> bool | None:
     """Whether the layout transformer should convert this op to ``target_layout``; None lets the
     core decide. Optional."""
 
 
 @_since(1)
-def ep_on_run_start(ep: Any, run_options: Any) -> None:
+def ep_on_run_start(ep: "ExecutionProvider", run_options: "RunConfig | None") -> None:
     """Called before each run that uses this EP. Optional."""
 
 
 @_since(1)
-def ep_on_run_end(ep: Any, run_options: Any, sync_stream: bool) -> None:
+def ep_on_run_end(ep: "ExecutionProvider", run_options: "RunConfig | None", sync_stream: bool) -> None:
     """Called after each run; ``sync_stream`` says whether the EP must finish its work before
     returning. Optional."""
 
 
 @_since(1)
-def ep_sync(ep: Any) -> None:
+def ep_sync(ep: "ExecutionProvider") -> None:
     """Block until all work the EP queued has finished. Optional."""
 
 
 @_since(1)
-def ep_get_compiled_model_compatibility_info(ep: Any, graph: "GraphView") -> str | None:
+def ep_get_compiled_model_compatibility_info(ep: "ExecutionProvider", graph: "GraphView") -> str | None:
     """A string recorded as ``ep_compatibility_info.<EP>`` in compiled models, describing what
     the compiled code depends on. Optional."""
 
 
 @_since(1)
-def ep_create_profiler(ep: Any) -> Any:
+def ep_create_profiler(ep: "ExecutionProvider") -> "EpProfiler | None":
     """A profiler with ``start(epoch_ns)`` and ``stop() -> list[dict]`` (Chrome-trace events) that
     the session merges into its trace. Optional."""

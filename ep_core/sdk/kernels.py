@@ -5,18 +5,24 @@ type constraint, which inputs/outputs live in host memory). A ``KernelRegistry``
 kernel *builders*: ``builder(node, ctx) -> compute`` runs once per node at session creation
 (parse attributes, fold constants), and ``compute(*inputs) -> sequence of outputs`` runs per
 inference with nothing left to decide. Lookup picks the newest def whose range contains the
-node's opset and whose type constraints admit the node's input types; a miss says what exists."""
+node's opset and whose type constraints admit the node's input types; a miss says what exists.
+Defs are checked against onnx's schemas when registered (see ``KernelRegistry``)."""
 
 from __future__ import annotations
 
+import functools
 import threading
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
-from ep_core.sdk.errors import NotImplementedByAnyEp
+from ep_core.sdk.errors import STRICT_ENV, EpFail, NotImplementedByAnyEp, strict_mode
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
+    from ep_core.sdk.config import SessionConfig
     from ep_core.sdk.graph import NodeView
     from ep_core.sdk.memory import MemoryInfo
 
@@ -33,13 +39,37 @@ ALL_TENSORS = NUMERIC + ("tensor(bool)", "tensor(string)", "tensor(complex64)", 
 
 
 class KernelContext(Protocol):
-    """What a kernel builder may ask about its node beyond the node itself."""
+    """Everything a kernel builder may ask beyond the node itself; nothing else crosses. Read the
+    attributes directly: the core sets every one of them (``None`` where the doc says so)."""
 
     @property
-    def memory_info(self) -> "MemoryInfo": ...
+    def node(self) -> "NodeView":
+        """The node being built (the builder's first argument)."""
 
     @property
-    def stream(self) -> Any: ...
+    def ep(self) -> Any:
+        """The EP object this kernel belongs to: what ``ep_factory_create_ep`` returned."""
+
+    @property
+    def memory_info(self) -> "MemoryInfo":
+        """The memory the EP's kernels read and write (host memory for host EPs)."""
+
+    @property
+    def stream(self) -> Any:
+        """The EP's sync stream for this session, or None (not stream-aware, or host memory)."""
+
+    @property
+    def allocator(self) -> Any:
+        """The factory's allocator for ``memory_info``, or None (host memory from NumPy)."""
+
+    @property
+    def session_options(self) -> "SessionConfig":
+        """The session's configuration, read-only."""
+
+    @property
+    def model_path(self) -> "Path | None":
+        """The model file the session was created from (EPContext files resolve against its
+        folder), or None for a model given as bytes."""
 
     def constant(self, name: str) -> Any:
         """The value of an input known at session creation (initializer or Constant), or None."""
@@ -65,6 +95,9 @@ KernelBuilder = Callable[["NodeView", KernelContext], Compute]
 class KernelDef:
     """Which nodes a kernel serves.
 
+    ``since_version`` is the first opset served; without ``end_version`` the kernel serves every
+    later schema version too (a def with a higher ``since`` for the same op takes over from
+    there), so an EP declares ``since`` only, and ``end_version`` where semantics changed.
     ``type_constraints`` maps a schema type-constraint name (``T``, ``T1`` ...) to the type strings
     the kernel accepts; constraints not named accept whatever the schema allows.
     ``host_inputs``/``host_outputs`` list positions that live in host memory whatever the EP's
@@ -82,14 +115,14 @@ class KernelDef:
 
     @property
     def domain_key(self) -> str:
-        return "ai.onnx" if self.domain in ("", "ai.onnx") else self.domain
+        return _domain_key(self.domain)
 
     def covers(self, opset: int) -> bool:
         return self.since_version <= opset and (self.end_version is None or opset <= self.end_version)
 
     def version_range(self) -> str:
-        end = "" if self.end_version is None else str(self.end_version)
-        return f"{self.since_version}-{end}" if end != str(self.since_version) else str(end)
+        """``14+``, ``7-12`` or ``13``."""
+        return _range_text(self.since_version, self.end_version)
 
 
 @dataclass(frozen=True)
@@ -109,6 +142,28 @@ class LookupResult:
         return self.entry is not None
 
 
+def _domain_key(domain: str) -> str:
+    return "ai.onnx" if domain in ("", "ai.onnx") else domain
+
+
+def _range_text(since: int, end: int | None) -> str:
+    if end is None:
+        return f"{since}+"
+    return str(since) if end == since else f"{since}-{end}"
+
+
+def _merged_ranges(defs: Iterable[KernelDef]) -> str:
+    """The opsets some defs cover, overlapping and adjacent ranges merged: ``1-10, 13+``."""
+    unbounded = 1 << 30
+    merged: list[list[int]] = []
+    for s, e in sorted((d.since_version, unbounded if d.end_version is None else d.end_version) for d in defs):
+        if merged and s <= merged[-1][1] + 1:
+            merged[-1][1] = max(merged[-1][1], e)
+        else:
+            merged.append([s, e])
+    return ", ".join(_range_text(s, None if e == unbounded else e) for s, e in merged)
+
+
 def _schema(op_type: str, version: int, domain: str) -> Any:
     from onnx import defs
 
@@ -118,13 +173,82 @@ def _schema(op_type: str, version: int, domain: str) -> Any:
         return None
 
 
+@dataclass(frozen=True)
+class SchemaVersion:
+    """One version of an op's ONNX schema: the opsets it is in effect for and its type constraints."""
+
+    since: int
+    end: int | None  # the opset before the next version; None for the newest
+    constraints: Mapping[str, frozenset[str]]
+
+
+@functools.cache
+def _schema_index() -> dict[tuple[str, str], tuple[SchemaVersion, ...]]:
+    """(domain key, op) -> its schema versions, oldest first (walking every schema costs ~30 ms)."""
+    from onnx import defs
+
+    by_op: dict[tuple[str, str], list[Any]] = {}
+    for s in defs.get_all_schemas_with_history():
+        by_op.setdefault((_domain_key(s.domain), s.name), []).append(s)
+    index = {}
+    for key, schemas in by_op.items():
+        schemas.sort(key=lambda s: s.since_version)
+        ends = [n.since_version - 1 for n in schemas[1:]] + [None]
+        index[key] = tuple(
+            SchemaVersion(
+                s.since_version, end, {tc.type_param_str: frozenset(tc.allowed_type_strs) for tc in s.type_constraints}
+            )
+            for s, end in zip(schemas, ends, strict=True)
+        )
+    return index
+
+
+@functools.cache
+def _onnx_domains() -> frozenset[str]:
+    return frozenset(d for d, _ in _schema_index())
+
+
+def schema_versions(kernel_def: KernelDef) -> tuple[SchemaVersion, ...] | None:
+    """The ONNX schema versions ``kernel_def`` serves: its ``since`` (and ``end``, if any) expanded
+    over the op's history, each version's opset range derived from the schema. Empty when the op or
+    its ``since`` names no schema; None for a domain onnx has no schemas for (custom ops)."""
+    key = (kernel_def.domain_key, kernel_def.op_type)
+    if key[0] not in _onnx_domains():
+        return None
+    if key not in _schema_index():
+        _schema_index.cache_clear()  # a schema registered at run time (onnx.defs.register_schema)
+    history = _schema_index().get(key)
+    if not history:
+        return ()
+    if history[0].since > kernel_def.since_version:
+        return ()
+    end = kernel_def.end_version
+    return tuple(
+        v for v in history if (v.end is None or v.end >= kernel_def.since_version) and (end is None or v.since <= end)
+    )
+
+
+_ALL_REGISTRIES: "weakref.WeakSet[KernelRegistry]" = weakref.WeakSet()
+
+
+def registry_problems(ep_name: str) -> list[str]:
+    """Kernels refused so far by every registry of ``ep_name`` in this process (``ep-core
+    providers`` shows them; a registry that loads its kernels lazily reports once loaded)."""
+    return list(dict.fromkeys(p for r in list(_ALL_REGISTRIES) if r.ep_name == ep_name for p in r.problems))
+
+
 @dataclass
 class _OpSlot:
     entries: list[KernelEntry] = field(default_factory=list)
 
 
 class KernelRegistry:
-    """Kernels of one EP, keyed by (domain, op_type)."""
+    """Kernels of one EP, keyed by (domain, op_type).
+
+    Each def is checked against onnx's schemas as it is added: one whose op or ``since`` names no
+    schema, or whose type constraints name one that no schema version it serves has, is refused
+    with a recorded problem (``problems``; lookups of that op say why), or ``EpFail`` in strict mode
+    (``EP_CORE_STRICT_PLUGINS=1``)."""
 
     def __init__(self, ep_name: str, kernel_package: str | None = None) -> None:
         """``kernel_package`` names a package whose modules register kernels on import; it is
@@ -133,9 +257,11 @@ class KernelRegistry:
         self.ep_name = ep_name
         self.kernel_package = kernel_package
         self._ops: dict[tuple[str, str], _OpSlot] = {}
+        self._refused: dict[tuple[str, str], list[str]] = {}
         self._type_cache: dict[tuple[str, str, int], Any] = {}
         self._loaded = kernel_package is None
         self._load_lock = threading.Lock()
+        _ALL_REGISTRIES.add(self)
 
     def ensure_loaded(self) -> "KernelRegistry":
         """This registry with every kernel module of ``kernel_package`` imported (thread-safe)."""
@@ -149,13 +275,50 @@ class KernelRegistry:
                     self._loaded = True
         return self
 
+    @property
+    def problems(self) -> list[str]:
+        """Every kernel refused at registration, with why."""
+        return [p for ps in self._refused.values() for p in ps]
+
     # --------------------------------------------------------------------- registration
+    def _refusal(self, d: KernelDef) -> str | None:
+        """Why ``d`` cannot be registered, or None."""
+        where = f"{self.ep_name}: kernel {d.domain_key}::{d.op_type} for opsets {d.version_range()}"
+        if d.end_version is not None and d.end_version < d.since_version:
+            return f"{where}: end {d.end_version} is before since {d.since_version}"
+        versions = schema_versions(d)
+        if versions is None:
+            return None  # a domain onnx has no schemas for: nothing to check against
+        if not versions:
+            history = _schema_index().get((d.domain_key, d.op_type))
+            if not history:
+                return f"{where}: onnx has no op {d.op_type!r} in domain {d.domain_key!r}"
+            return (
+                f"{where}: no schema at opset {d.since_version}; {d.op_type} versions begin at opsets "
+                f"{[v.since for v in history]}, so register it with since={history[0].since} or later"
+            )
+        names = sorted({c for v in versions for c in v.constraints})
+        unknown = [c for c in d.type_constraints if c not in names]
+        if unknown:
+            return (
+                f"{where}: type constraint {', '.join(map(repr, unknown))} does not exist in its schema "
+                f"(versions {[v.since for v in versions]} have {names})"
+            )
+        return None
+
     def add(self, kernel_def: KernelDef, builder: KernelBuilder) -> None:
+        problem = self._refusal(kernel_def)
+        if problem is not None:
+            problem += "; the kernel is not registered"
+            self._refused.setdefault((kernel_def.domain_key, kernel_def.op_type), []).append(problem)
+            if strict_mode():
+                raise EpFail(f"{problem} ({STRICT_ENV}=1 makes this fatal)")
+            return
         slot = self._ops.setdefault((kernel_def.domain_key, kernel_def.op_type), _OpSlot())
         for e in slot.entries:
             d = e.kernel_def
             if d.since_version == kernel_def.since_version and d.type_constraints == kernel_def.type_constraints:
-                raise ValueError(
+                raise EpFail(
                     f"{self.ep_name}: kernel {kernel_def.domain_key}::{kernel_def.op_type} "
                     f"since {kernel_def.since_version} registered twice"
                 )
@@ -203,7 +366,7 @@ class KernelRegistry:
         return [e.kernel_def for e in self]
 
     def has_op(self, op_type: str, domain: str = "") -> bool:
-        return (("ai.onnx" if domain in ("", "ai.onnx") else domain), op_type) in self._ops
+        return (_domain_key(domain), op_type) in self._ops
 
     def _formal_types(self, node: "NodeView") -> Any:
         """(input type_strs, output type_strs) per schema formal parameter, cached per op version."""
@@ -246,16 +409,20 @@ class KernelRegistry:
         """The kernel for ``node``, or why there is none (versions and types that exist).
         ``domain`` looks the node up as if it were in another domain (the layout transformer
         asks whether an NCHW node has an NHWC kernel)."""
-        key = node.domain_key if domain is None else ("ai.onnx" if domain in ("", "ai.onnx") else domain)
+        key = node.domain_key if domain is None else _domain_key(domain)
         slot = self._ops.get((key, node.op_type))
+        refused = self._refused.get((key, node.op_type))
+        why_refused = f" (refused at registration: {'; '.join(refused)})" if refused else ""
         if slot is None:
-            return LookupResult(None, f"{self.ep_name} has no kernel for {key}::{node.op_type}")
+            return LookupResult(None, f"{self.ep_name} has no kernel for {key}::{node.op_type}{why_refused}")
         in_range = [e for e in slot.entries if e.kernel_def.covers(node.opset)]
         if not in_range:
-            have = ", ".join(e.kernel_def.version_range() for e in slot.entries)
+            kernels = "kernel covers" if len(slot.entries) == 1 else "kernels cover"
             return LookupResult(
                 None,
-                f"{self.ep_name} has {node.op_type} for opsets {have} but the node is opset {node.opset}",
+                f"{self.ep_name}'s {key}::{node.op_type} {kernels} opsets "
+                f"{_merged_ranges(e.kernel_def for e in slot.entries)}, but the model imports {key} opset "
+                f"{node.opset}{why_refused}",
             )
         seen = self._constraint_values(node)
         misses = []
@@ -279,28 +446,20 @@ class KernelRegistry:
 
     # ------------------------------------------------------------------------ validation
     def validate(self) -> list[str]:
-        """Problems with the registry against the pinned onnx's schemas: unknown ops, type
-        constraint names that do not exist, type strings the schema does not allow."""
-        problems: list[str] = []
+        """Problems with the registry against the pinned onnx's schemas: the kernels refused at
+        registration, and type strings that no schema version a kernel serves allows."""
+        problems: list[str] = self.problems
         for entry in self:
             d = entry.kernel_def
-            schema = _schema(d.op_type, d.end_version or d.since_version, d.domain)
-            if schema is None:
-                if d.domain_key in ("ai.onnx", "ai.onnx.ml"):
-                    problems.append(f"{d.domain_key}::{d.op_type} opset {d.since_version}: no such ONNX schema")
-                continue
-            allowed = {tc.type_param_str: set(tc.allowed_type_strs) for tc in schema.type_constraints}
+            allowed: dict[str, set[str]] = {}
+            for v in schema_versions(d) or ():  # None: a custom domain, nothing to check against
+                for name, schema_types in v.constraints.items():
+                    allowed.setdefault(name, set()).update(schema_types)
             for name, types in d.type_constraints.items():
-                if name not in allowed:
-                    problems.append(
-                        f"{d.domain_key}::{d.op_type} since {d.since_version}: type constraint {name!r} "
-                        f"does not exist (schema has {sorted(allowed)})"
-                    )
-                    continue
-                extra = set(types) - allowed[name]
+                extra = set(types) - allowed.get(name, set(types))
                 if extra:
                     problems.append(
-                        f"{d.domain_key}::{d.op_type} since {d.since_version}: {name} lists {sorted(extra)} "
-                        "which the schema does not allow"
+                        f"{d.domain_key}::{d.op_type} {d.version_range()}: {name} lists {sorted(extra)}, which no "
+                        "schema version it serves allows"
                     )
         return problems

@@ -28,7 +28,8 @@ class Tensor:
 
     @property
     def dtype(self) -> np.dtype:
-        return np.dtype(self.data.dtype)
+        dtype: np.dtype = np.dtype(self.data.dtype)  # ``data`` is Any: host array or device array
+        return dtype
 
     def device_name(self) -> str:
         return self.memory_info.device_type.value.lower()

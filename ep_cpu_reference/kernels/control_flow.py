@@ -34,14 +34,14 @@ def _stack(parts: list[Any], axis: int, node: Any, out_index: int) -> np.ndarray
     return np.zeros(shape, dtype=dtype)
 
 
-def _owned(outs: list[Any]) -> list[Any]:
+def _owned(outs: list[Any]) -> tuple[Any, ...]:
     """``outs`` with read-only arrays copied: a body output computed once from constants is a
     shared read-only array (see nn_common.frozen), and a control-flow output may be a graph
     output, which the caller owns."""
     for i, v in enumerate(outs):
         if type(v) is np.ndarray and not v.flags.writeable:
             outs[i] = v.copy()
-    return outs
+    return tuple(outs)  # the EP contract: a kernel returns a tuple
 
 
 def _truthy(cond: Any, node: Any) -> bool:
@@ -61,7 +61,7 @@ def build_if(node: Any, ctx: Any) -> Callable[..., Any]:
         if len(branch.output_names) != n_out:
             raise ValueError(f"{node.describe()}: {label} has {len(branch.output_names)} outputs, the node has {n_out}")
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         explicit, outer = _split_args(node, args)
         branch = then_b if _truthy(explicit[0], node) else else_b
         return _owned(branch.run([], outer))
@@ -80,7 +80,7 @@ def build_loop(node: Any, ctx: Any) -> Callable[..., Any]:
             f"{node.describe()}: body has {len(body.output_names)} outputs, needs at least cond + {n_carried} carried"
         )
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         explicit, outer = _split_args(node, args)
         max_trip, cond, carried = explicit[0], explicit[1], explicit[2:]
         limit = None if max_trip is None else int(np.asarray(max_trip).reshape(()))
@@ -151,7 +151,7 @@ def build_scan(node: Any, ctx: Any) -> Callable[..., Any]:
     out_axes = list(node.attr("scan_output_axes", [0] * n_scan_out))
     out_dirs = list(node.attr("scan_output_directions", [0] * n_scan_out))
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         explicit, outer = _split_args(node, args)
         states, scan_inputs = explicit[:n_state], [np.asarray(x) for x in explicit[n_state:]]
         in_axes = [a + x.ndim if a < 0 else a for a, x in zip(in_axes_attr, scan_inputs, strict=False)]
@@ -171,7 +171,7 @@ def build_scan8(node: Any, ctx: Any) -> Callable[..., Any]:
     n_scan_out = len(node.outputs) - n_state
     dirs = list(node.attr("directions", [0] * m))
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         explicit, outer = _split_args(node, args)
         seq_lens = explicit[0]
         states = [np.asarray(s) for s in explicit[1 : 1 + n_state]]
@@ -197,7 +197,7 @@ def build_scan8(node: Any, ctx: Any) -> Callable[..., Any]:
                     n_scan_out,
                 )
             )
-        return [np.stack([r[k] for r in per_batch], axis=0) for k in range(n_state + n_scan_out)]
+        return tuple(np.stack([r[k] for r in per_batch], axis=0) for k in range(n_state + n_scan_out))
 
     return compute
 
@@ -208,7 +208,7 @@ def build_sequence_map(node: Any, ctx: Any) -> Callable[..., Any]:
     body = ctx.subgraph("body")
     n_out = len(node.outputs)
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         explicit, outer = _split_args(node, args)
         seq = explicit[0]
         if not isinstance(seq, list):
@@ -221,6 +221,6 @@ def build_sequence_map(node: Any, ctx: Any) -> Callable[..., Any]:
             feed = [item] + [x[i] if isinstance(x, list) else x for x in explicit[1:]]
             for k, r in enumerate(body.run(feed, outer)):
                 outs[k].append(r)
-        return outs
+        return tuple(outs)
 
     return compute

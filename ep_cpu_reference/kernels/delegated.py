@@ -77,10 +77,13 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
     def compute(*inputs: Any) -> Sequence[Any]:
         feed = {n: v for n, v in zip(feed_names, inputs, strict=False) if n and v is not None}
         results = evaluator.run(None, feed)
+        assert isinstance(results, list)  # a dict only for run(..., intermediate=True)
         if string_labels is not None:
             results = [string_labels[np.asarray(results[0], dtype=np.int64)], *results[1:]]
+        # onnx.reference returns str arrays ('<U'); an ONNX string tensor is an object array
+        results = [r.astype(object) if isinstance(r, np.ndarray) and r.dtype.kind == "U" else r for r in results]
         by_name = dict(zip(present, results, strict=False))
-        return [by_name.get(o) for o in outs]
+        return tuple(by_name.get(o) for o in outs)
 
     return compute
 

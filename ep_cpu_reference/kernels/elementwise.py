@@ -365,7 +365,10 @@ _reg("Min", 1, _variadic(np.minimum))
 
 @REGISTRY.register("Where", since=9)
 def build_where(node: Any, ctx: Any) -> Fn:
-    return lambda c, x, y: (np.where(c, x, y).astype(x.dtype, copy=False),)
+    def where(c: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray]:
+        return (np.where(c, x, y).astype(x.dtype, copy=False),)
+
+    return where
 
 
 # -------------------------------------------------------------------------------------- Clip

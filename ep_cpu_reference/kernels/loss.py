@@ -60,13 +60,13 @@ def build_nll(node: Any, ctx: Any) -> Fn:
 def build_softmax_cross_entropy(node: Any, ctx: Any) -> Fn:
     """Outputs the loss and, if asked, log_softmax(scores) over axis 1."""
     reduction, ignore = _attrs(node)
-    want_logp = len(node.outputs) > 1 and bool(node.outputs[1])
+    want_logp = len(node.outputs) > 1  # one value per declared output, even an omitted one
 
-    def compute(scores: Any, labels: Any, weights: Any = None) -> list[Any]:
+    def compute(scores: Any, labels: Any, weights: Any = None) -> tuple[Any, ...]:
         s = scores.astype(np.float64)
         m = s.max(axis=1, keepdims=True)
         logp = s - m - np.log(np.exp(s - m).sum(axis=1, keepdims=True))
-        out = [nll(node, logp, labels, weights, reduction, ignore).astype(scores.dtype)]
-        return out + [logp.astype(scores.dtype)] if want_logp else out
+        loss = nll(node, logp, labels, weights, reduction, ignore).astype(scores.dtype)
+        return (loss, logp.astype(scores.dtype)) if want_logp else (loss,)
 
     return compute

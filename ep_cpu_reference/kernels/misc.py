@@ -31,20 +31,20 @@ def _rng(node: Any) -> Callable[[], np.random.RandomState]:
 
 
 # ----------------------------------------------------------------------------------- Dropout
-def _dropout(x: Any, ratio: float, training: bool, rng: Callable[[], Any], want_mask: bool) -> list[Any]:
+def _dropout(x: Any, ratio: float, training: bool, rng: Callable[[], Any], want_mask: bool) -> tuple[Any, ...]:
     if not training or ratio == 0:
-        out = [x]
+        out = x
         mask = np.ones(x.shape, dtype=bool)
     else:
         mask = rng().uniform(0.0, 1.0, x.shape) >= ratio
-        out = [(mask * x * (1.0 / (1.0 - ratio))).astype(x.dtype)]
-    return out + [mask] if want_mask else out
+        out = (mask * x * (1.0 / (1.0 - ratio))).astype(x.dtype)
+    return (out, mask) if want_mask else (out,)
 
 
 @REGISTRY.register("Dropout", since=1, end=11)
 def build_dropout_attr(node: Any, ctx: Any) -> Fn:
     """Opsets 1-11: inference only (identity; the mask is all ones)."""
-    want_mask = len(node.outputs) > 1 and bool(node.outputs[1])
+    want_mask = len(node.outputs) > 1  # one value per declared output, even an omitted one
     return lambda x: _dropout(x, 0.0, False, _rng(node), want_mask)
 
 
@@ -52,10 +52,10 @@ def build_dropout_attr(node: Any, ctx: Any) -> Fn:
 def build_dropout(node: Any, ctx: Any) -> Fn:
     """Opset 12+: ratio and training_mode are inputs; training drops with probability ratio
     and scales the kept values by 1/(1-ratio)."""
-    want_mask = len(node.outputs) > 1 and bool(node.outputs[1])
+    want_mask = len(node.outputs) > 1  # one value per declared output, even an omitted one
     rng = _rng(node)
 
-    def compute(x: Any, ratio: Any = None, training: Any = None) -> list[Any]:
+    def compute(x: Any, ratio: Any = None, training: Any = None) -> tuple[Any, ...]:
         r = 0.5 if ratio is None else float(np.asarray(ratio))
         t = False if training is None else bool(np.asarray(training))
         if t and not 0 <= r < 1:

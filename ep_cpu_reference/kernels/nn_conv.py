@@ -30,6 +30,10 @@ from ep_cpu_reference.registry import REGISTRY
 _DW_IM2COL_MAX_ELEMS = 1 << 23
 
 
+# (kernel, strides, dilations, pads_begin, pads_end, out_spatial) for one input shape
+_ConvPlan = tuple[list[int], list[int], list[int], list[int], list[int], list[int]]
+
+
 class _ConvGeom:
     """Conv attributes parsed once; pads resolved per input shape (cached)."""
 
@@ -40,9 +44,9 @@ class _ConvGeom:
         self.kernel = [int(k) for k in ks] if ks else (list(w_shape[2:]) if w_shape is not None else None)
         self.auto_pad = node.attr("auto_pad", "NOTSET")
         self.pads = node.attr("pads")
-        self._cache: dict[tuple[int, ...], tuple[list[int], list[int], list[int]]] = {}
+        self._cache: dict[tuple[int, ...], _ConvPlan] = {}
 
-    def resolve(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> tuple[Any, ...]:
+    def resolve(self, x_shape: Sequence[int], w_shape: Sequence[int]) -> _ConvPlan:
         key = tuple(x_shape) + (-1,) + tuple(w_shape)
         got = self._cache.get(key)
         if got is None:

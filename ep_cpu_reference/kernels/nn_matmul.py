@@ -251,6 +251,7 @@ def build_attention(node: Any, ctx: Any) -> Any:
     precision = node.attr("softmax_precision")
     left = int(node.attr("left_window_size", -1))
     right = int(node.attr("right_window_size", -1))
+    n_out = len(node.outputs)  # the EP contract: one value per declared output
 
     def compute(q, k, v, attn_mask=None, past_key=None, past_value=None, nonpad_kv_seqlen=None):  # type: ignore[no-untyped-def]
         if (past_key is None) != (past_value is None):
@@ -312,6 +313,6 @@ def build_attention(node: Any, ctx: Any) -> Any:
         y = matmul(probs.astype(dt), vv)
         if three_d:
             y = y.transpose(0, 2, 1, 3).reshape(b, q_len, -1)
-        return (y, present_k, present_v, np.asarray(qk_out).astype(dt))
+        return (y, present_k, present_v, np.asarray(qk_out).astype(dt))[:n_out]
 
     return compute

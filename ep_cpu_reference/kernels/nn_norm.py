@@ -49,7 +49,7 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
             y = xc * a.reshape(_param_shape(a, x.ndim)) + b.reshape(_param_shape(b, x.ndim))
             rm = (mean * momentum + bm * (1 - momentum)).astype(mean.dtype)
             rv = (var * momentum + bv * (1 - momentum)).astype(var.dtype)
-            return (y.astype(odt), rm, rv)
+            return (y.astype(odt), rm, rv)[:n_out]
         got = folded.get((dt, x.ndim)) if all_const else None
         if got is None:
             a, b = fold(scale, bias, mean, var, dt)
@@ -114,8 +114,12 @@ def _stash(node: Any, x: np.ndarray) -> np.ndarray:
 
 @REGISTRY.register("LayerNormalization", since=first_since("LayerNormalization"))
 def build_layer_norm(node: Any, ctx: Any) -> Any:
+    from onnx import helper
+
     axis_attr = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
+    stat_dtype = helper.tensor_dtype_to_np_dtype(int(node.attr("stash_type", 1)))  # Mean/InvStdDev's type U
+    n_out = len(node.outputs)
 
     def compute(x: np.ndarray, scale: np.ndarray, b: Any = None) -> tuple[Any, ...]:
         axis = axis_attr + x.ndim if axis_attr < 0 else axis_attr
@@ -130,7 +134,7 @@ def build_layer_norm(node: Any, ctx: Any) -> Any:
         y = d * inv * scale.astype(xc.dtype)
         if b is not None:
             y = y + b.astype(xc.dtype)
-        return (y.astype(x.dtype), mean.astype(xc.dtype), inv.astype(xc.dtype))
+        return (y.astype(x.dtype), mean.astype(stat_dtype), inv.astype(stat_dtype))[:n_out]
 
     return compute
 

@@ -85,6 +85,7 @@ def build_max_pool(node: Any, ctx: Any) -> Any:
     geom = _PoolGeom(node)
     storage_order = int(node.attr("storage_order", 0))
     want_idx = len(node.outputs) > 1 and bool(node.outputs[1])
+    skipped = (None,) if len(node.outputs) > 1 and not want_idx else ()  # Indices declared but omitted
 
     def compute(x: np.ndarray) -> tuple[Any, ...]:
         insp, pb, pe, pe_all, out, taps = geom.resolve(x.shape)
@@ -94,7 +95,7 @@ def build_max_pool(node: Any, ctx: Any) -> Any:
         if not want_idx:
             for _, sl in taps[1:]:
                 np.maximum(y, xp[sl], out=y)
-            return (y,)
+            return (y, *skipped)
         best = np.zeros(y.shape, dtype=np.int64)
         for t, (_, sl) in enumerate(taps[1:], start=1):
             v = xp[sl]

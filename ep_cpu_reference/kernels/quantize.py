@@ -18,7 +18,7 @@ from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
 
-_INT_RANGES = {
+_INT_RANGES: dict[int, tuple[int, int]] = {  # element type -> (lowest, highest) value
     TensorProto.UINT8: (0, 255),
     TensorProto.INT8: (-128, 127),
     TensorProto.UINT16: (0, 65535),

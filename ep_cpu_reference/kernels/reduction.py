@@ -103,7 +103,8 @@ def _fixed_axes(node: Any, op: str, axes: list[int], keepdims: bool, noop: bool)
         if x.size == 0 or (x.dtype != np.float32 and x.dtype != np.float64):
             return (_reduce(node, op, x, axes, keepdims, noop),)
         axis = by_rank.get(x.ndim) or plan(x)
-        r = fast.reduce(x, axis=axis, keepdims=keepdims)
+        # numpy's stubs overload reduce() on keepdims=True and keepdims=False literals, with none for a bool
+        r = fast.reduce(x, axis=axis, keepdims=keepdims)  # type: ignore[call-overload]
         if not isinstance(r, np.ndarray):
             r = np.asarray(r)
         if op == "ReduceMean":

@@ -392,8 +392,8 @@ def _split_fixed(node: Any, axis: int, sizes: list[int] | None, n_out: int) -> F
 
     index = per_shape(plan)
 
-    def compute(x: Any, split: Any = None) -> list[Any]:
-        return [x[i] for i in index(x.shape)]
+    def compute(x: Any, split: Any = None) -> tuple[Any, ...]:
+        return tuple(x[i] for i in index(x.shape))
 
     return compute
 
@@ -415,9 +415,9 @@ def build_split(node: Any, ctx: Any) -> Fn:
     if split_c is not None:
         return _split_fixed(node, axis, ints(split_c) or None, n_out)
 
-    def compute(x: Any, split: Any = None) -> list[Any]:
+    def compute(x: Any, split: Any = None) -> tuple[Any, ...]:
         a = norm_axis(node, axis, x.ndim)
-        return np.split(x, _split_bounds(node, x.shape[a], ints(split) or None, n_out), axis=a)
+        return tuple(np.split(x, _split_bounds(node, x.shape[a], ints(split) or None, n_out), axis=a))
 
     return compute
 
@@ -560,9 +560,9 @@ def _pad_apply(x: Any, crop: Any, width: list[tuple[int, int]], mode: str, value
             if b or e:
                 y = _pad_axis(y, axis, b, e, mode)
                 if y is None:
-                    return np.pad(x, width, mode=mode)
+                    return np.pad(x, width, mode="reflect" if mode == "reflect" else "edge")
         return y if y is not x else x.copy()
-    return np.pad(x, width, mode=mode)
+    return np.pad(x, width, mode="wrap")  # the last mode _pad_plan admits
 
 
 @REGISTRY.register("Pad", since=1, end=1)
@@ -640,12 +640,12 @@ def build_gather(node: Any, ctx: Any) -> Fn:
             return lambda *args: (value,)
         return fold_frozen(compute, first_only=True)
 
-    def compute(x: Any, indices: Any) -> tuple[Any]:
+    def gather(x: Any, indices: Any) -> tuple[Any]:
         a = norm_axis(node, axis, x.ndim)
         idx = indices if indices.dtype == np.int64 else indices.astype(np.int64)
         return (np.take(x, np.where(idx < 0, idx + x.shape[a], idx), axis=a),)
 
-    return compute
+    return gather
 
 
 @REGISTRY.register("GatherElements", since=11)
@@ -775,13 +775,13 @@ def _sort_key(x: Any, largest: bool) -> Any:
     return -key if largest else key
 
 
-def _topk(node: Any, x: Any, k: int, axis: int, largest: bool, sorted_: bool) -> list[Any]:
+def _topk(node: Any, x: Any, k: int, axis: int, largest: bool, sorted_: bool) -> tuple[Any, Any]:
     a = norm_axis(node, axis, x.ndim)
     if not 0 <= k <= x.shape[a]:
         raise ValueError(f"{node.describe()}: k={k} is out of range for axis length {x.shape[a]}")
     order = np.argsort(_sort_key(x, largest), axis=a, kind="stable")  # ties: lower index first
     idx = np.take(order, np.arange(k), axis=a)
-    return [np.take_along_axis(x, idx, axis=a), idx.astype(np.int64)]
+    return (np.take_along_axis(x, idx, axis=a), idx.astype(np.int64))
 
 
 @REGISTRY.register("TopK", since=1, end=9)
@@ -835,8 +835,9 @@ def build_unique(node: Any, ctx: Any) -> Fn:
     """sorted=0 orders the unique values by first occurrence."""
     axis = node.attr("axis")
     sorted_ = int(node.attr("sorted", 1))
+    n_out = len(node.outputs)  # outputs 2-4 are optional: one value per declared output
 
-    def compute(x: Any) -> list[Any]:
+    def compute(x: Any) -> tuple[Any, ...]:
         a = None if axis is None else norm_axis(node, int(axis), x.ndim)
         y, first, inverse, counts = np.unique(x, return_index=True, return_inverse=True, return_counts=True, axis=a)
         inverse = inverse.reshape(-1)
@@ -846,7 +847,7 @@ def build_unique(node: Any, ctx: Any) -> Fn:
             rank[order] = np.arange(order.size)
             y = np.take(y, order, axis=0 if a is None else a)
             first, counts, inverse = first[order], counts[order], rank[inverse]
-        return [y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64)]
+        return (y, first.astype(np.int64), inverse.astype(np.int64), counts.astype(np.int64))[:n_out]
 
     return compute
 

@@ -30,7 +30,7 @@ def build_adagrad(node: Any, ctx: Any) -> Callable[..., Any]:
     eps = float(node.attr("epsilon", 1e-6))
     norm = float(node.attr("norm_coefficient", 0.0))
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         r, t, (xs, gs, hs) = _groups(node, args, 1)
         rate = r / (1 + t * decay)
         new_x, new_h = [], []
@@ -39,7 +39,7 @@ def build_adagrad(node: Any, ctx: Any) -> Callable[..., Any]:
             h_new = h + g_reg * g_reg
             new_x.append((x - rate * g_reg / (np.sqrt(h_new) + eps)).astype(x.dtype))
             new_h.append(h_new.astype(h.dtype))
-        return new_x + new_h
+        return (*new_x, *new_h)
 
     return compute
 
@@ -54,7 +54,7 @@ def build_momentum(node: Any, ctx: Any) -> Callable[..., Any]:
     if mode not in ("standard", "nesterov"):
         raise ValueError(f"{node.describe()}: mode must be 'standard' or 'nesterov', got {mode!r}")
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         r, t, (xs, gs, vs) = _groups(node, args, 1)
         b = beta if t > 0 else 1.0
         new_x, new_v = [], []
@@ -64,7 +64,7 @@ def build_momentum(node: Any, ctx: Any) -> Callable[..., Any]:
             step = v_new if mode == "standard" else g_reg + alpha * v_new
             new_x.append((x - r * step).astype(x.dtype))
             new_v.append(v_new.astype(v.dtype))
-        return new_x + new_v
+        return (*new_x, *new_v)
 
     return compute
 
@@ -77,7 +77,7 @@ def build_adam(node: Any, ctx: Any) -> Callable[..., Any]:
     norm = float(node.attr("norm_coefficient", 0.0))
     norm_post = float(node.attr("norm_coefficient_post", 0.0))
 
-    def compute(*args: Any) -> list[Any]:
+    def compute(*args: Any) -> tuple[Any, ...]:
         r, t, (xs, gs, vs, hs) = _groups(node, args, 2)
         rate = r * np.sqrt(1 - beta**t) / (1 - alpha**t) if t > 0 else r
         new_x, new_v, new_h = [], [], []
@@ -89,6 +89,6 @@ def build_adam(node: Any, ctx: Any) -> Callable[..., Any]:
             new_x.append(x_new.astype(x.dtype))
             new_v.append(v_new.astype(v.dtype))
             new_h.append(h_new.astype(h.dtype))
-        return new_x + new_v + new_h
+        return (*new_x, *new_v, *new_h)
 
     return compute

@@ -114,7 +114,7 @@ def im2col(x, col, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, zero):
 
 @register_versions("Conv", 1, {"T": FLOAT_T})
 def build_conv(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     group = int(node.attr("group", 1))
 
     def compute(x: Any, w: Any, b: Any = None) -> tuple[Any]:
@@ -242,7 +242,7 @@ def conv_transpose_direct(x, w, bias, out, C, H, W, M, KH, KW, OH, OW, sh, sw, p
 
 @register_versions("ConvTranspose", 1, {"T": FLOAT_T})
 def build_conv_transpose(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     group = int(node.attr("group", 1))
 
     def compute(x: Any, w: Any, b: Any = None) -> tuple[Any]:
@@ -348,7 +348,7 @@ def pool2d(x, out, H, W, KH, KW, OH, OW, sh, sw, ph, pw, phe, pwe, dh, dw, is_ma
 
 def _pool_builder(is_max: bool) -> Any:
     def build(node: Any, ctx: Any) -> Any:
-        rt = Runtime(ctx)
+        rt = Runtime.of(ctx)
         kernel_shape = [int(v) for v in node.attr("kernel_shape")]
         ceil_mode = int(node.attr("ceil_mode", 0))
         count_pad = bool(node.attr("count_include_pad", 0))
@@ -426,7 +426,7 @@ def _bn_ok(node: Any) -> str | None:
 
 @register_versions("BatchNormalization", 9, {"T": FLOAT_T, "T1": FLOAT_T, "T2": FLOAT_T})
 def build_batchnorm(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     eps = float(node.attr("epsilon", 1e-5))
 
     def compute(x: Any, scale: Any, bias: Any, mean: Any, var: Any) -> tuple[Any]:

@@ -17,7 +17,7 @@ from ep_cuda_numba.registry import ALL_T, INDEX_T, register_versions, support_ch
 
 @register_versions("Transpose", 1, {"T": ALL_T})
 def build_transpose(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     perm_attr = node.attr("perm")
 
     def compute(x: Any) -> tuple[Any]:
@@ -34,7 +34,7 @@ def build_transpose(node: Any, ctx: Any) -> Any:
 
 @register_versions("Concat", 4, {"T": ALL_T})
 def build_concat(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis"))
 
     def compute(*xs: Any) -> tuple[Any]:
@@ -84,7 +84,7 @@ def slice_plan(
 
 @register_versions("Slice", 10, {"T": ALL_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3, 4))
 def build_slice(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
 
     def compute(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
         shape, strides, base = slice_plan(tuple(int(s) for s in x.shape), starts, ends, axes, steps)
@@ -107,7 +107,7 @@ def gather_kernel(out, data, idx, axis_len, inner, n_idx):
 
 @register_versions("Gather", 1, {"T": ALL_T, "Tind": INDEX_T})
 def build_gather(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis", 0))
 
     def compute(data: Any, idx: Any) -> tuple[Any]:
@@ -180,7 +180,7 @@ def _pad_ok(node: Any) -> str | None:
 
 @register_versions("Pad", 11, {"T": ALL_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3))
 def build_pad(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     mode = _PAD_MODES[node.attr("mode", "constant")]
 
     def compute(x: Any, pads: Any, cval: Any = None, axes: Any = None) -> tuple[Any]:

@@ -38,7 +38,7 @@ class ElementwiseNode:
     def __init__(self, node: Any, ctx: Any, n_data: int | None = None) -> None:
         self.node = node
         self.op = node.op_type
-        self.rt = Runtime(ctx)
+        self.rt = Runtime.of(ctx)
         self.n_data = n_data
         self._programs: dict[tuple[np.dtype, int], tuple[Program, np.dtype]] = {}
 

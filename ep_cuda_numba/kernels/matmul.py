@@ -210,7 +210,7 @@ def matmul(rt: Runtime, a: Any, b: Any) -> Any:
 
 @register_versions("MatMul", 1, {"T": FLOAT_T})
 def build_matmul(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
 
     def compute(a: Any, b: Any) -> tuple[Any]:
         return (matmul(rt, a, b),)
@@ -220,7 +220,7 @@ def build_matmul(node: Any, ctx: Any) -> Any:
 
 @register_versions("Gemm", 7, {"T": FLOAT_T})
 def build_gemm(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from numba import cuda, float64
+from onnx import helper
 
 from ep_cuda_numba.kernels.shape_ops import gather_strided
 from ep_cuda_numba.launch import SIM, Runtime, c_strides, flat, prod
@@ -217,7 +218,7 @@ def reduce(rt: Runtime, x: Any, axes: Sequence[int] | None, keepdims: bool, code
 
 
 def build_reduce(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     codes = _REDUCE[node.op_type]
     keepdims = bool(node.attr("keepdims", 1))
     noop_empty = bool(node.attr("noop_with_empty_axes", 0))
@@ -245,7 +246,7 @@ for _op in _REDUCE:
 
 def _softmax_builder(log: bool) -> Any:
     def build(node: Any, ctx: Any) -> Any:
-        rt = Runtime(ctx)
+        rt = Runtime.of(ctx)
         axis_attr = int(node.attr("axis", -1 if node.opset >= 13 else 1))
 
         def compute(x: Any) -> tuple[Any]:
@@ -273,10 +274,12 @@ register_versions("LogSoftmax", 1, {"T": FLOAT_T})(_softmax_builder(True))
 
 @register_versions("LayerNormalization", 17, {"T": FLOAT_T, "U": FLOAT_T})
 def build_layernorm(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
     want_stats = any(node.outputs[1:])
+    n_out = len(node.outputs)  # the EP contract: one value per declared output
+    stat_dtype = helper.tensor_dtype_to_np_dtype(int(node.attr("stash_type", 1)))  # Mean/InvStdDev's type U
 
     def compute(x: Any, scale: Any, bias: Any = None) -> tuple[Any, ...]:
         shape = tuple(int(s) for s in x.shape)
@@ -286,8 +289,8 @@ def build_layernorm(node: Any, ctx: Any) -> Any:
         bias_f = _full_param(rt, bias, shape[axis:]) if bias is not None else scale_f
         out = rt.empty(shape, x.dtype)
         stat_shape = shape[:axis] + (1,) * (len(shape) - axis)
-        mean = rt.empty(stat_shape, x.dtype)
-        rstd = rt.empty(stat_shape, x.dtype)
+        mean = rt.empty(stat_shape, stat_dtype)
+        rstd = rt.empty(stat_shape, stat_dtype)
         if rows and R:
             rt.launch_blocks(
                 layernorm_rows,
@@ -305,7 +308,7 @@ def build_layernorm(node: Any, ctx: Any) -> Any:
                 bias is not None,
                 want_stats,
             )
-        return (out, mean, rstd)
+        return (out, mean, rstd)[:n_out]
 
     return compute
 
@@ -322,7 +325,7 @@ def _full_param(rt: Runtime, p: Any, shape: tuple[int, ...]) -> Any:
 
 def _global_pool(codes: tuple[int, int, int]) -> Any:
     def build(node: Any, ctx: Any) -> Any:
-        rt = Runtime(ctx)
+        rt = Runtime.of(ctx)
 
         def compute(x: Any) -> tuple[Any]:
             shape = tuple(int(s) for s in x.shape)

@@ -107,7 +107,7 @@ def resize_kernel(x, out, H, W, OH, OW, scale_h, scale_w, ct, linear, nmode):
 
 @register_versions("Resize", 11, {"T1": FLOAT_T}, host_inputs=(1, 2, 3))
 def build_resize(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     linear = node.attr("mode", "nearest") == "linear"
     ct = COORD_MODES[node.attr("coordinate_transformation_mode", "half_pixel")]
     nmode = NEAREST_MODES[node.attr("nearest_mode", "round_prefer_floor")]

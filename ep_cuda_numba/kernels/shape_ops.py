@@ -115,7 +115,7 @@ def build_constant(node: Any, ctx: Any) -> Any:
     value = node.graph.constant_value(node.outputs[0])
     if value is None:
         raise InvalidArgument(f"{node.describe()}: only value/value_float(s)/value_int(s) constants are supported")
-    dev = Runtime(ctx).to_device(np.asarray(value))
+    dev = Runtime.of(ctx).to_device(np.asarray(value))
 
     def compute() -> tuple[Any]:
         return (dev,)
@@ -131,7 +131,7 @@ def fill_kernel(out, value):
 
 @register_versions("ConstantOfShape", 9, {"T1": ("tensor(int64)",), "T2": ALL_T}, host_inputs=(0,))
 def build_constant_of_shape(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
     v = node.attr("value")
     value = np.zeros(1, np.float32) if v is None else np.asarray(v).reshape(-1)[:1]
 
@@ -179,7 +179,7 @@ def gather_strided(rt: Runtime, x: Any, out_shape: tuple[int, ...], xstrides: tu
 
 @register_versions("Expand", 8, {"T": ALL_T}, host_inputs=(1,))
 def build_expand(node: Any, ctx: Any) -> Any:
-    rt = Runtime(ctx)
+    rt = Runtime.of(ctx)
 
     def compute(x: Any, shape: Any) -> tuple[Any]:
         target = tuple(int(s) for s in np.asarray(shape).reshape(-1))

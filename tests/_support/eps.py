@@ -43,11 +43,13 @@ class FusingEp:
             in_names = fused.inputs
             out_names = fused.outputs
 
-            def compute(state: Any, *inputs: Any, steps=steps, in_names=in_names, out_names=out_names) -> list[Any]:
+            def compute(
+                state: Any, *inputs: Any, steps=steps, in_names=in_names, out_names=out_names
+            ) -> tuple[Any, ...]:
                 env = dict(zip(in_names, inputs))
                 for fn, ins, out in steps:
                     env[out] = fn(env[ins[0]], env[ins[1]])
-                return [env[o] for o in out_names]
+                return tuple(env[o] for o in out_names)
 
             infos.append(NodeComputeInfo(compute=compute))
         return infos
@@ -56,6 +58,7 @@ class FusingEp:
 class FusingFactory(HostEpFactory):
     ep_name = "FusingTestExecutionProvider"
     ep_vendor = "tests"
+    ep_version = "1.0.0"
 
     def __init__(self, bad_claim: bool = False) -> None:
         self.bad_claim = bad_claim

@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+from ep_core.runtime.layout import NHWC_DOMAIN
 from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
 from ep_core.sdk.kernels import FLOATS, KernelRegistry
-from ep_core.runtime.layout import NHWC_DOMAIN
 
 NAME = "NhwcTestExecutionProvider"
 
@@ -80,6 +80,7 @@ class NhwcEp(RegistryEp):
 class NhwcFactory(HostEpFactory):
     ep_name = NAME
     ep_vendor = "tests"
+    ep_version = "1.0.0"
 
     def __init__(self, with_conv: bool = True, convert_maxpool: bool = True) -> None:
         self.registry = make_registry(with_conv)

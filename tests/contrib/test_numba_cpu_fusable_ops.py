@@ -1,5 +1,5 @@
-"""The Numba CPU EP declares what it fuses (the parity report's ``fusable_ops()`` protocol) from
-its real op table, and refuses nodes of opsets older than the table says."""
+"""The Numba CPU EP declares what it fuses (the ``ep_factory_get_fusable_ops`` hook the parity
+report reads) from its real op table, and refuses nodes of opsets older than the table says."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def test_declared_ops_are_the_supported_op_table():
     names = [op for _, op, _, _ in declared]
     assert set(names) == set(ELEMENTWISE) | set(CONTRACTIONS) | {"BatchNormalization"}
     assert all(d == "" and end is None and since == SINCE[op] for d, op, since, end in declared)
-    assert factory.fusable_ops() == declared
+    assert factory.ep_factory_get_fusable_ops() == declared
+    assert factory.ep_factory_api_version() == 2  # the hook is version 2: an older factory is never asked
 
 
 def test_parity_static_mode_shows_the_fusable_ops():

@@ -13,8 +13,8 @@ from _support.models import make_model
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
-from ep_core.sdk.hookspecs import hookimpl
 from ep_core.runtime.discover import get_registry
+from ep_core.sdk.hookspecs import hookimpl
 
 NAME = "FakeNpuTestExecutionProvider"
 

@@ -44,6 +44,8 @@ from ep_core.sdk.ep_base import HostEpFactory
 
 class TypoFactory(HostEpFactory):
     ep_name = "TypoTestExecutionProvider"
+    ep_vendor = "tests"
+    ep_version = "1.0.0"
     def ep_factory_create_ep(self, devices, ep_options, session_options):
         return None
     def ep_factory_get_suported_devices(self, devices):
@@ -57,6 +59,8 @@ from ep_core.sdk.ep_base import HostEpFactory
 
 class BadArgFactory(HostEpFactory):
     ep_name = "BadArgTestExecutionProvider"
+    ep_vendor = "tests"
+    ep_version = "1.0.0"
     def ep_factory_create_ep(self, devices, ep_options, session_options, logger):
         return None
 

@@ -173,6 +173,8 @@ def test_factory_declaring_a_newer_api_is_refused() -> None:
 
     class Future(HostEpFactory):
         ep_name = "FutureTestExecutionProvider"
+        ep_vendor = "tests"
+        ep_version = "1.0.0"
 
         def ep_factory_api_version(self) -> int:
             return 99

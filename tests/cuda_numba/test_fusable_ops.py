@@ -1,5 +1,5 @@
 """The Numba-CUDA EP declares the elementwise ops its fusion generator supports (the parity
-report's ``fusable_ops()`` protocol)."""
+report's ``ep_factory_get_fusable_ops`` hook)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,13 @@ def test_declared_ops_are_the_generator_table():
     since = {op: s for _, op, s, _ in declared}
     assert since["Gelu"] == 20 and since["Relu"] == 1 and since["Where"] == 9
     assert all(d == "" and end is None for d, _, _, end in declared)
+
+
+def test_the_factory_hook_declares_them_under_contract_version_2():
+    from ep_cuda_numba.factory import factory
+
+    assert factory.ep_factory_api_version() == 2
+    assert factory.ep_factory_get_fusable_ops() == fusable_ops()
 
 
 def test_parity_static_mode_shows_the_fusable_ops():

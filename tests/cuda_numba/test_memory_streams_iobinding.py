@@ -191,10 +191,17 @@ def test_reshape_family_returns_views_of_device_arrays() -> None:
     x = _x()
     dx = cuda.to_device(x)
     values = [dx]
+    inst = sess.execution_providers[0]
     for n in sess.graph.all_nodes:
-        kdef, compute = registry().build(
-            n, SimpleNamespace(stream=None, allocator=None, constant=sess.graph.constant_value)
+        ctx = SimpleNamespace(
+            node=n,
+            ep=inst.ep,
+            memory_info=inst.memory_info,
+            stream=None,
+            allocator=None,
+            constant=sess.graph.constant_value,
         )
+        kdef, compute = registry().build(n, ctx)
         extra = [sess.graph.initializer(i) for i in n.inputs[1:]]
         values.append(compute(values[-1], *extra)[0])
 

@@ -109,3 +109,19 @@ def test_a_new_kernel_is_compiled_once_the_counter_sees_it(count_compiles, tmp_p
     sess = InferenceSession(str(path), providers=[NUMBA])
     assert count_compiles.numba >= 1 and count_compiles.ep_compile == 1
     np.testing.assert_allclose(sess.run(None, {"x": np.ones(4, np.float32)})[0], np.full(4, k, np.float32))
+
+
+def test_disable_compile_loads_the_context_model_and_the_core_refuses_the_source(compiled):
+    """``session.disable_compile=1``: the EP never reads it; the core lets EPContext nodes load and
+    fails a session that would compile, instead of the EP quietly leaving its nodes to the CPU."""
+    from ep_core import SessionOptions
+    from ep_core.sdk.errors import ModelRequiresCompilation
+
+    c = compiled("magika", 1)
+    so = SessionOptions()
+    so.add_session_config_entry("session.disable_compile", "1")
+    got = InferenceSession(str(c.ctx), so, providers=[NUMBA]).run(None, c.feed)
+    for a, b in zip(got, c.expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(ModelRequiresCompilation, match=f"{NUMBA} needs to compile .*session.disable_compile=1"):
+        InferenceSession(str(c.source), so, providers=[NUMBA])

@@ -40,14 +40,7 @@ def crashing_add(a: Any, b: Any) -> Any:
     raise RuntimeError("planted crash in Add")
 
 
-class _Ep(RegistryEp):
-    def __init__(self, name: str, registry: KernelRegistry, fusable: Any = None) -> None:
-        super().__init__(name, registry)
-        if fusable is not None:
-            self.fusable_ops = lambda: fusable
-
-
-class _FusingEp(_Ep):
+class _FusingEp(RegistryEp):
     """A compile-based EP: every Relu becomes a one-node fused group run by NumPy."""
 
     def ep_get_capability(self, graph: Any, support: Any) -> None:
@@ -58,7 +51,7 @@ class _FusingEp(_Ep):
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[Any]) -> list[Any]:
         from ep_core.sdk.compute import NodeComputeInfo
 
-        return [NodeComputeInfo(compute=lambda state, x: [np.maximum(x, x.dtype.type(0))]) for _ in fused_nodes]
+        return [NodeComputeInfo(compute=lambda state, x: (np.maximum(x, x.dtype.type(0)),)) for _ in fused_nodes]
 
 
 class TestFactory(HostEpFactory):
@@ -77,10 +70,16 @@ class TestFactory(HostEpFactory):
         self._fusable = fusable
         self._fail = fail_create
 
+    def ep_factory_api_version(self) -> int:
+        return 2
+
+    def ep_factory_get_fusable_ops(self) -> Any:
+        return self._fusable
+
     def ep_factory_create_ep(self, devices: Sequence[Any], ep_options: Mapping[str, str], session_options: Any) -> Any:
         if self._fail:
             raise RuntimeError("planted failure in create_ep")
-        return (_FusingEp if self._fuses else _Ep)(self.ep_name, self._registry, self._fusable)
+        return (_FusingEp if self._fuses else RegistryEp)(self.ep_name, self._registry)
 
 
 def add_registry(name: str, fn: Callable[[Any, Any], Any], types: Sequence[str] = NUMERIC) -> KernelRegistry:
@@ -138,13 +137,14 @@ def broken_ep() -> Iterator[str]:
 
 
 def planted_static_registry(name: str) -> KernelRegistry:
-    """Known static facts: Softmax 13+ float only, Add 7-12, a bogus constraint name, an EP-only
-    custom op and a delegated op."""
+    """Known static facts: Softmax 13+ float only, Add 7-12, Relu 14+, a kernel with a bogus
+    constraint name (refused at registration), an EP-only custom op and a delegated op."""
     reg = KernelRegistry(name)
     noop = _binary(exact_add)
     reg.register("Softmax", since=13, types={"T": ("tensor(float)",)})(noop)
     reg.register("Add", since=7, end=12, types={"T": FLOATS})(noop)
-    reg.register("Relu", since=14, types={"T3": ("tensor(float)",)})(noop)
+    reg.register("Relu", since=14, types={"T": ("tensor(float)",)})(noop)
+    reg.register("Elu", since=6, types={"T3": ("tensor(float)",)})(noop)
     reg.register("MyOp", since=1, domain="com.example")(noop)
     reg.add(KernelDef("Tanh", since_version=13, delegated=True), noop)
     return reg

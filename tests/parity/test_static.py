@@ -73,7 +73,7 @@ def test_planted_registry_facts_are_reported(planted_static_ep: str) -> None:
     assert [(s["from"], s["to"], s["status"]) for s in covered] == [(7, 12, "partial")]  # floats only
     assert "tensor(int32)" in covered[0]["missing_types"]["T"]
     assert "13+" in add["gaps_vs_reference"]
-    assert any("Relu" in p and "'T3' does not exist" in p for p in st["bad_type_constraints"])
+    assert any("Elu" in p and "'T3' does not exist" in p for p in st["registry_problems"])  # refused
     assert any("Add 7-12" in p and "bfloat16" in p for p in st["bad_type_constraints"])  # not allowed before 13
     assert "com.example::MyOp" in st["ep_only"]
     assert _op(st, "MyOp", "com.example")["in_onnx"] is False
@@ -102,7 +102,7 @@ def test_ep_that_declares_nothing_has_zero_coverage(claims_nothing_ep: str) -> N
 
 def test_malformed_fusable_ops_name_the_ep_and_the_item() -> None:
     assert normalize_fusable("X", [("", "Relu", 14, None)])[0].op_type == "Relu"
-    with pytest.raises(FusableOpsError, match=r"X.fusable_ops\(\) item \('Relu', 14\)"):
+    with pytest.raises(FusableOpsError, match=r"X.ep_factory_get_fusable_ops\(\) item \('Relu', 14\)"):
         normalize_fusable("X", [("Relu", 14)])
 
 

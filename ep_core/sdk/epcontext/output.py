@@ -1,20 +1,19 @@
 """Where an EPContext model is being written, as EPs see it while they build their context nodes.
 
-``ContextOutput`` stages every file an EP writes and commits them together with the model, so a
-failed generation leaves nothing behind."""
+The core passes a ``ContextOutput`` to ``ep_get_ep_context_nodes(ep, output)``. It stages every
+file an EP writes and commits them together with the model, so a failed generation leaves nothing
+behind."""
 
 from __future__ import annotations
 
 import contextlib
-import contextvars
 import os
 import uuid
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ep_core.sdk.errors import ConfigError, Fail, InvalidArgument
+from ep_core.sdk.errors import ConfigError, InvalidArgument
 
 if TYPE_CHECKING:
     from ep_core.sdk.config import SessionConfig
@@ -25,13 +24,11 @@ PREFIX_KEY = "ep.context_node_name_prefix"
 EXTERNAL_INIT_KEY = "ep.context_model_external_initializers_file_name"
 OVERWRITE_KEY = "ep.context_overwrite"
 
-_output: contextvars.ContextVar["ContextOutput | None"] = contextvars.ContextVar("ep_core_context_output", default=None)
-
 
 @dataclass
 class ContextOutput:
-    """Where the context model goes, for the EPs building their EPContext nodes (read it with
-    ``current_output()`` inside ``ep_get_ep_context_nodes``)."""
+    """Where the context model goes, for the EPs building their EPContext nodes (the ``output``
+    argument of ``ep_get_ep_context_nodes``)."""
 
     model_path: Path | None  # None when the model goes to bytes
     folder: Path | None
@@ -95,21 +92,3 @@ class ContextOutput:
             with contextlib.suppress(OSError):
                 tmp.unlink()
         self._pending.clear()
-
-
-def current_output() -> ContextOutput:
-    """The context model being written (valid inside ``ep_get_ep_context_nodes``)."""
-    out = _output.get()
-    if out is None:
-        raise Fail("current_output() is only valid while ep_core writes an EPContext model")
-    return out
-
-
-@contextlib.contextmanager
-def writing_context(output: ContextOutput) -> Iterator[ContextOutput]:
-    """Makes ``output`` the ``current_output()`` while the runtime asks EPs for context nodes."""
-    token = _output.set(output)
-    try:
-        yield output
-    finally:
-        _output.reset(token)

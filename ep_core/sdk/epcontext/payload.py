@@ -16,8 +16,10 @@ from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN
 from ep_core.sdk.errors import InvalidGraph
 
 if TYPE_CHECKING:
-    from ep_core.sdk.graph import GraphView
+    import onnx
+
     from ep_core.sdk.config import SessionConfig
+    from ep_core.sdk.graph import GraphView, NodeView
 
 CONTEXT_FILE_PATH_KEY = "ep.context_file_path"
 
@@ -83,9 +85,8 @@ class ContextNode:
         return value
 
 
-def is_ep_context_node(node: Any) -> bool:
-    proto = getattr(node, "proto", node)
-    return proto.op_type == EP_CONTEXT_OP and proto.domain == MS_DOMAIN
+def is_ep_context_node(node: "NodeView | onnx.NodeProto") -> bool:
+    return node.op_type == EP_CONTEXT_OP and node.domain == MS_DOMAIN
 
 
 def context_base_dir(model_path: str | os.PathLike[str] | None, options: "SessionConfig | None") -> Path | None:

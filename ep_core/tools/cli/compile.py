@@ -7,8 +7,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ep_core.tools.cli._common import add_provider_args, print_json, provider_list
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.tools.cli._common import add_provider_args, print_json, provider_list
 
 
 def parse_options(items: list[str] | None) -> dict[str, str]:

@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ep_core.tools.cli._common import print_json
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.tools.cli._common import print_json
 
 
 def parse_ep_options(text: str | None) -> dict[str, str]:
@@ -34,9 +34,9 @@ def generate_shared(
 ) -> list[str]:
     """Run the sharing group: one session per model, the last with ``ep.stop_share_ep_contexts=1``.
     Returns the context models written (the shared binary lies beside them)."""
-    from ep_core.sdk.epcontext.sharing import workspace
     from ep_core.runtime.options import SessionOptions
     from ep_core.runtime.session import InferenceSession
+    from ep_core.sdk.epcontext.sharing import workspace
 
     if not models:
         raise InvalidArgument("ctx-gen needs at least one model")
@@ -100,7 +100,7 @@ def _ctx_gen(args: argparse.Namespace) -> int:
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("ctx-gen", help="generate EPContext models sharing one context binary (weight sharing)")
     p.add_argument("models", help="comma-separated models: m1.onnx,m2.onnx (the binary is named after m1)")
-    p.add_argument("-e", "--ep", required=True, help="execution provider name, e.g. NumbaCpuExecutionProvider")
+    p.add_argument("-e", "--ep", required=True, help="execution provider name (`ep-core providers` lists them)")
     p.add_argument("-i", metavar='"key|value ..."', help="provider options, space-separated key|value pairs")
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="session config entry (repeatable)")
     p.add_argument("--output-dir", help="folder for every output (default: the first model's folder)")

@@ -1,4 +1,5 @@
-"""``ep-core providers``: every discovered EP with its status and, when unusable, why."""
+"""``ep-core providers``: every discovered EP with its status and, when unusable, why; and the
+problems found in a usable one (kernels its registry refused), listed under the table."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from ep_core.tools.cli._common import print_json, print_table
 def provider_status() -> list[dict[str, Any]]:
     from ep_core.runtime.discover import get_registry
     from ep_core.runtime.select import ep_devices_for, hardware_devices, incompatibility_reasons
+    from ep_core.sdk.kernels import registry_problems
 
     registry = get_registry()
     devices = hardware_devices(registry)
@@ -25,6 +27,7 @@ def provider_status() -> list[dict[str, Any]]:
             "status": "ok",
             "devices": [],
             "reasons": [],
+            "problems": [],
         }
         if h.load() is None:
             row["status"] = "load error"
@@ -39,6 +42,8 @@ def provider_status() -> list[dict[str, Any]]:
             if not eps:
                 row["status"] = "incompatible"
                 row["reasons"] = incompatibility_reasons(h, devices) or ["reports no supported device"]
+            # registries built so far (at import, for an EP that registers its kernels eagerly)
+            row["problems"] = registry_problems(h.name)
         rows.append(row)
     return rows
 
@@ -56,12 +61,17 @@ def _run(args: argparse.Namespace) -> int:
                 r["version"] or "-",
                 r["vendor"] or "-",
                 r["distribution"] or "(registered by hand)",
-                r["status"],
+                r["status"] + (f" ({len(r['problems'])} problem(s))" if r["problems"] else ""),
                 ", ".join(r["devices"]) if r["status"] == "ok" else "; ".join(r["reasons"]),
             ]
             for r in rows
         ],
     )
+    problems = [(r["name"], p) for r in rows for p in r["problems"]]
+    if problems:
+        print(f"\n{len(problems)} problem(s) in usable providers (EP_CORE_STRICT_PLUGINS=1 makes them fatal):")
+        for name, problem in problems:
+            print(f"  {name}: {problem}")
     return 0
 
 

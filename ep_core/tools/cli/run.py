@@ -8,8 +8,8 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from ep_core.tools.cli._common import add_provider_args, print_json, provider_list
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.tools.cli._common import add_provider_args, print_json, provider_list
 
 
 def random_feed(session: Any, dims: dict[str, int], seed: int = 0) -> dict[str, Any]:
@@ -74,18 +74,21 @@ def _run(args: argparse.Namespace) -> int:
     per_ep = Counter(a["ep"] for a in assignment.values())
     fused = sorted({a["fused_node"] for a in assignment.values() if a["fused_node"]})
     trace = sess.end_profiling() if args.profile else None
-    result = {
+    providers = sess.get_providers()
+    out_info = {
+        o.name: {"shape": list(np.shape(v)), "dtype": str(getattr(v, "dtype", type(v).__name__))}
+        for o, v in zip(sess.get_outputs(), outputs)
+    }
+    rejected = sess.get_partition_diagnostics()
+    result: dict[str, object] = {
         "model": str(model),
-        "providers": sess.get_providers(),
+        "providers": providers,
         "session_creation_s": round(t_create, 4),
         "run_s_best": round(min(times), 6),
         "nodes_per_provider": dict(per_ep),
         "fused_nodes": fused,
-        "outputs": {
-            o.name: {"shape": list(np.shape(v)), "dtype": str(getattr(v, "dtype", type(v).__name__))}
-            for o, v in zip(sess.get_outputs(), outputs)
-        },
-        "rejected_claims": sess.get_partition_diagnostics(),
+        "outputs": out_info,
+        "rejected_claims": rejected,
     }
     if args.show_assignment:
         result["assignment"] = assignment
@@ -94,17 +97,17 @@ def _run(args: argparse.Namespace) -> int:
     if args.json:
         print_json(result)
         return 0
-    print(f"model      {result['model']}")
-    print(f"providers  {', '.join(result['providers'])} (priority order)")
+    print(f"model      {model}")
+    print(f"providers  {', '.join(providers)} (priority order)")
     print(f"session    created in {t_create * 1000:.1f} ms; best run {min(times) * 1000:.2f} ms of {len(times)}")
     print("nodes per provider:")
     for ep, n in per_ep.most_common():
         print(f"  {ep:40s} {n}")
     if fused:
         print(f"fused nodes: {len(fused)}")
-    for name, info in result["outputs"].items():
+    for name, info in out_info.items():
         print(f"output {name}: shape {info['shape']} {info['dtype']}")
-    for line in result["rejected_claims"]:
+    for line in rejected:
         print(f"rejected: {line}")
     if args.show_assignment:
         print("assignment (node -> provider [fused node]):")

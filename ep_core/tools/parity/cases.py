@@ -181,8 +181,8 @@ def _feed_for(
 
 def model_case(name: str, seed: int = 0) -> Case:
     """A zoo model with deterministic random feeds (seeded), compared only against the oracle."""
-    from ep_core.sdk.graph import GraphView, opset_map
     from ep_core.runtime.load import check_and_infer, load_model
+    from ep_core.sdk.graph import GraphView, opset_map
     from ep_core.tools.zoo import fetch_model
 
     path = fetch_model(name)

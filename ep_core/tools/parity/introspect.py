@@ -1,20 +1,20 @@
 """What an EP declares it can run: its kernel registry and, for compile-based EPs, the ops it
 can fuse.
 
-The fusable-ops protocol (``fusable_ops``)
-------------------------------------------
+Fusable ops (the ``ep_factory_get_fusable_ops`` hook)
+-----------------------------------------------------
 A compile-based EP has no per-node kernel registry, so the parity report cannot see its coverage.
-It may declare it with an optional method ``fusable_ops()`` on the **EP object** (checked first)
-or on its **factory**, returning either
+It declares it with the optional factory hook ``ep_factory_get_fusable_ops`` (contract version 2,
+see ``ep_core.sdk.hookspecs``), returning either
 
 * an iterable of ``(domain, op_type, since_version, end_version)`` tuples (``end_version`` None
   means "up to the newest opset"; ``domain`` "" or "ai.onnx" is the default domain), or of
   :class:`~ep_core.sdk.kernels.KernelDef` (type constraints are then checked like kernels'), or
 * a :class:`~ep_core.sdk.kernels.KernelRegistry` of compile-only defs (the builders are never called).
 
-The name has no ``ep_`` prefix on purpose: it is not a hook the session calls, only a
-declaration the report reads. An EP without it is reported as declaring no fusable ops; its
-runtime results still count (what actually ran is taken from the session's node assignment)."""
+It is a factory hook because the answer describes the EP package, not one session. An EP without
+it (or answering None) is reported as declaring no fusable ops; its runtime results still count
+(what actually ran is taken from the session's node assignment)."""
 
 from __future__ import annotations
 
@@ -22,11 +22,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ep_core.runtime.discover import FactoryHandle, PluginRegistry, get_registry
 from ep_core.sdk.errors import EpCoreError
+from ep_core.sdk.hookspecs import HOOK_API_VERSIONS
 from ep_core.sdk.kernels import KernelDef, KernelRegistry
-from ep_core.runtime.discover import PluginRegistry, get_registry
 
-FUSABLE_ATTR = "fusable_ops"
+FUSABLE_HOOK = "ep_factory_get_fusable_ops"
 
 
 class EpLoadFailure(Exception):
@@ -39,7 +40,7 @@ class EpLoadFailure(Exception):
 
 
 class FusableOpsError(ValueError):
-    """An EP's ``fusable_ops()`` answer does not follow the protocol."""
+    """An EP's ``ep_factory_get_fusable_ops`` answer does not follow the protocol."""
 
 
 @dataclass
@@ -74,7 +75,8 @@ class EpDescription:
 
 
 def normalize_fusable(ep_name: str, declared: Any) -> list[KernelDef]:
-    """The ``fusable_ops()`` answer as KernelDefs, or a ``FusableOpsError`` naming the bad item."""
+    """The ``ep_factory_get_fusable_ops`` answer as KernelDefs, or a ``FusableOpsError`` naming the
+    bad item."""
     if declared is None:
         return []
     if isinstance(declared, KernelRegistry):
@@ -85,7 +87,7 @@ def normalize_fusable(ep_name: str, declared: Any) -> list[KernelDef]:
         items = list(declared)
     except TypeError:
         raise FusableOpsError(
-            f"{ep_name}.fusable_ops() returned {type(declared).__name__}; return tuples "
+            f"{ep_name}.{FUSABLE_HOOK}() returned {type(declared).__name__}; return tuples "
             "(domain, op_type, since, end), KernelDefs or a KernelRegistry (see ep_core.tools.parity.introspect)"
         ) from None
     for item in items:
@@ -103,28 +105,33 @@ def normalize_fusable(ep_name: str, declared: Any) -> list[KernelDef]:
             )
         if not ok:
             raise FusableOpsError(
-                f"{ep_name}.fusable_ops() item {item!r} is not (domain: str, op_type: str, since: int, "
+                f"{ep_name}.{FUSABLE_HOOK}() item {item!r} is not (domain: str, op_type: str, since: int, "
                 "end: int | None) nor a KernelDef"
             )
         out.append(KernelDef(op_type=op, domain=domain, since_version=since, end_version=end))
     return out
 
 
-def _fusable_from(ep_name: str, *owners: Any) -> tuple[list[KernelDef], bool]:
-    for owner in owners:
-        attr = getattr(owner, FUSABLE_ATTR, None)
-        if attr is None:
-            continue
-        declared = attr() if callable(attr) else attr
-        return normalize_fusable(ep_name, declared), True
-    return [], False
+def declared_fusable(handle: FactoryHandle) -> tuple[list[KernelDef], bool]:
+    """(fusable ops, whether the EP declares any answer) from the factory hook. A factory that
+    implements the hook but declares an API version older than the hook's is refused, not ignored."""
+    since = HOOK_API_VERSIONS[FUSABLE_HOOK]
+    if handle.api_version < since and callable(getattr(handle.factory, FUSABLE_HOOK, None)):
+        raise FusableOpsError(
+            f"{handle.name} implements {FUSABLE_HOOK} (ep_core API version {since}) but its factory declares "
+            f"version {handle.api_version}; return {since} from ep_factory_api_version"
+        )
+    declared = handle.call(FUSABLE_HOOK)
+    if declared is None:
+        return [], False
+    return normalize_fusable(handle.name, declared), True
 
 
 def describe_ep(name: str, registry: PluginRegistry | None = None) -> EpDescription:
     """Create the EP once (as a session would, on its first supported device), read its kernel
     registry and fusable ops, and release it. Raises ``EpLoadFailure`` with the reason."""
-    from ep_core.runtime.options import SessionOptions
     from ep_core.runtime.eps import EpInstance
+    from ep_core.runtime.options import SessionOptions
     from ep_core.runtime.select import SelectedEp, ep_devices_for, hardware_devices, incompatibility_reasons
 
     registry = registry or get_registry()
@@ -152,7 +159,7 @@ def describe_ep(name: str, registry: PluginRegistry | None = None) -> EpDescript
     try:
         kernels = instance.kernel_registry
         try:
-            fusable, declared = _fusable_from(name, instance.ep, handle.factory)
+            fusable, declared = declared_fusable(handle)
         except FusableOpsError as exc:
             raise EpLoadFailure(name, str(exc)) from None
         return EpDescription(
@@ -175,7 +182,8 @@ def reference_ep_name(registry: PluginRegistry | None = None) -> str:
     handle = registry.cpu_fallback()
     if handle is None:
         raise EpLoadFailure(
-            "CpuReferenceExecutionProvider",
-            "no CPU fallback (reference) EP is installed or loadable; reinstall ep-core (`pip install -e .`)",
+            "reference (CPU fallback) EP",
+            "no installed EP declares itself the CPU fallback (ep_factory_is_cpu_fallback), or it does not load; "
+            "reinstall ep-core (`pip install -e .`) or name the oracle with `ep-core parity-report --reference EP`",
         )
     return handle.name

@@ -3,10 +3,11 @@
     NUMBA_ENABLE_CUDASIM=1 python -m ep_core.tools.parity.regenerate docs/parity
 
 Writes ``<slug>.md``, ``<slug>.json`` and ``<slug>.html`` per EP and an index ``README.md``.
-Each target keeps its runtime bounded: the CUDA simulator runs one OS thread per CUDA thread, so
-the Numba-CUDA EP gets node tests of its own ops with small inputs and no real models (the report
-states why). An EP that is not installed or fails to load is listed in the index with the reason,
-and the exit code is 3 unless ``--allow-missing``."""
+Which EPs, and how far each is run, is read from a targets file (default ``<out_dir>/targets.toml``,
+i.e. ``docs/parity/targets.toml``): ep-core itself names no EP. A target may skip its real models
+when an environment variable is set (a simulator too slow for them), saying why in its report.
+An EP that is not installed or fails to load is listed in the index with the reason, and the
+exit code is 3 unless ``--allow-missing``."""
 
 from __future__ import annotations
 
@@ -14,18 +15,20 @@ import argparse
 import os
 import sys
 import time
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, fields
 from pathlib import Path
+from typing import Any
 
-SIM_MODEL_SKIP = (
-    "real models are not run under the CUDA simulator (NUMBA_ENABLE_CUDASIM=1): it runs one OS "
-    "thread per CUDA thread, so one model takes many minutes; run on a GPU for model parity"
-)
+from ep_core.sdk.errors import ConfigError
+
+TARGETS_FILE = "targets.toml"
 
 
 @dataclass(frozen=True)
 class Target:
+    """One EP's report: what runs, and why it is bounded that way (``why`` is shown in the index)."""
+
     ep: str
     slug: str
     why: str
@@ -33,49 +36,112 @@ class Target:
     include_expanded: bool = True
     max_elements: int | None = None
     models: tuple[str, ...] = ()
-    simulator: bool = False
-    ops: tuple[str, ...] = field(default_factory=tuple)
+    ops: tuple[str, ...] = ()
+    skip_models_when: tuple[tuple[str, str], ...] = ()  # (variable, value): all must match
+    skip_models_reason: str = ""
+
+    def models_skipped(self) -> str | None:
+        """The reason to skip the models in this environment, or None to run them."""
+        if self.skip_models_when and all(os.environ.get(k) == v for k, v in self.skip_models_when):
+            return self.skip_models_reason
+        return None
 
 
-TARGETS: tuple[Target, ...] = (
-    Target(
-        "CpuReferenceExecutionProvider",
-        "cpu_reference",
-        "the oracle itself, against the ONNX expected outputs",
-        models=("magika", "ppocr_cls"),
-    ),
-    Target(
-        "NumbaCudaExecutionProvider",
-        "numba_cuda",
-        "node tests of the ops it registers, inputs up to 512 elements, no expanded cases",
-        only_ep_ops=True,
-        include_expanded=False,
-        max_elements=512,
-        models=("magika", "ppocr_cls"),
-        simulator=True,
-    ),
-    Target(
-        "NumbaCpuExecutionProvider",
-        "numba_cpu",
-        "all node tests (the *_expanded ones are where it fuses groups) and real models magika and ppocr_cls",
-        models=("magika", "ppocr_cls"),
-    ),
-)
+@dataclass(frozen=True)
+class Targets:
+    """A targets file: environment defaults (set before any EP loads, unless already set) and targets."""
+
+    env: Mapping[str, str]
+    targets: tuple[Target, ...]
 
 
-def regenerate(out_dir: Path, targets: Sequence[Target], progress: bool | None = None) -> list[tuple[Target, str]]:
-    """Write every target's reports; returns (target, problem) for those that could not run."""
+_TYPES: dict[str, type] = {
+    "ep": str,
+    "slug": str,
+    "why": str,
+    "only_ep_ops": bool,
+    "include_expanded": bool,
+    "max_elements": int,
+    "models": list,
+    "ops": list,
+    "skip_models_when": dict,
+    "skip_models_reason": str,
+}
+
+
+def _target(path: Path, i: int, raw: Any) -> Target:
+    where = f"{path}: [[target]] #{i + 1}"
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{where} is not a table")
+    known = {f.name for f in fields(Target)}
+    unknown = sorted(set(raw) - known)
+    if unknown:
+        raise ConfigError(f"{where} has unknown keys {unknown}; known keys: {sorted(known)}")
+    missing = [k for k in ("ep", "slug", "why") if k not in raw]
+    if missing:
+        raise ConfigError(f"{where} lacks {missing}")
+    for key, value in raw.items():
+        if not isinstance(value, _TYPES[key]) or (key == "max_elements" and isinstance(value, bool)):
+            raise ConfigError(f"{where} ({raw['ep']}): {key} = {value!r} should be of type {_TYPES[key].__name__}")
+    when = raw.get("skip_models_when", {})
+    if not all(isinstance(v, str) for v in when.values()):
+        raise ConfigError(f"{where} ({raw['ep']}): skip_models_when values must be strings, got {when!r}")
+    if bool(when) != bool(raw.get("skip_models_reason")):
+        raise ConfigError(f"{where} ({raw['ep']}): skip_models_when and skip_models_reason go together")
+    return Target(
+        **{
+            **raw,
+            "models": tuple(raw.get("models", ())),
+            "ops": tuple(raw.get("ops", ())),
+            "skip_models_when": tuple(sorted(when.items())),
+        }
+    )
+
+
+def load_targets(path: Path) -> Targets:
+    """Read a targets file; a ``ConfigError`` names the file and the entry at fault."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise ConfigError(f"no parity targets file {path}; write one (see docs/parity/{TARGETS_FILE})") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+    unknown = sorted(set(data) - {"env", "target"})
+    if unknown:
+        raise ConfigError(f"{path} has unknown tables {unknown}; it holds [env] and [[target]]")
+    env = data.get("env", {})
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise ConfigError(f"{path}: [env] maps variable names to strings, got {env!r}")
+    targets = tuple(_target(path, i, raw) for i, raw in enumerate(data.get("target", [])))
+    if not targets:
+        raise ConfigError(f"{path} names no [[target]]")
+    for key in ("ep", "slug"):
+        values = [getattr(t, key) for t in targets]
+        dupes = sorted({v for v in values if values.count(v) > 1})
+        if dupes:
+            raise ConfigError(f"{path}: {key} {dupes} appears in more than one [[target]]")
+    return Targets(env=env, targets=targets)
+
+
+def regenerate(
+    out_dir: Path, targets: Sequence[Target], progress: bool | None = None, listed: Sequence[Target] = ()
+) -> list[tuple[Target, str]]:
+    """Write every target's reports; returns (target, problem) for those that could not run. The index
+    also keeps the earlier reports of ``listed`` targets not run now (``--only``)."""
     from ep_core.tools.parity import EpLoadFailure, build_report
     from ep_core.tools.parity.progress import ProgressBar
     from ep_core.tools.parity.render import render_text, write_report
 
     out_dir.mkdir(parents=True, exist_ok=True)
     missing: list[tuple[Target, str]] = []
-    done: list[tuple[Target, dict]] = []
+    done: list[tuple[Target, dict[str, Any]]] = []
     for t in targets:
         t0 = time.monotonic()
         print(f"== {t.ep}: {t.why}", file=sys.stderr)
-        on_sim = t.simulator and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
         try:
             report = build_report(
                 t.ep,
@@ -87,7 +153,7 @@ def regenerate(out_dir: Path, targets: Sequence[Target], progress: bool | None =
                 include_expanded=t.include_expanded,
                 max_elements=t.max_elements,
                 models=t.models,
-                skip_models_reason=SIM_MODEL_SKIP if on_sim else None,
+                skip_models_reason=t.models_skipped(),
                 progress=ProgressBar(progress),
             )
         except EpLoadFailure as exc:
@@ -99,25 +165,30 @@ def regenerate(out_dir: Path, targets: Sequence[Target], progress: bool | None =
         sys.stderr.write(render_text(report.data))
         print(f"   wrote {t.slug}.md/.json/.html in {time.monotonic() - t0:.0f}s", file=sys.stderr)
         done.append((t, report.data))
-    _write_index(out_dir, done, missing)
+    _write_index(out_dir, done, missing, listed or targets)
     return missing
 
 
-def _write_index(out_dir: Path, done: Sequence[tuple[Target, dict]], missing: Sequence[tuple[Target, str]]) -> None:
+def _write_index(
+    out_dir: Path,
+    done: Sequence[tuple[Target, dict[str, Any]]],
+    missing: Sequence[tuple[Target, str]],
+    listed: Sequence[Target],
+) -> None:
     """The index lists every target: fresh reports, reports left from an earlier run (``--only``),
     and targets that could not be generated, with the reason."""
     import json
 
     fresh = {t.ep for t, _ in done} | {t.ep for t, _ in missing}
     done = list(done)
-    for t in TARGETS:
+    for t in listed:
         old = out_dir / f"{t.slug}.json"
         if t.ep not in fresh and old.is_file():
             try:
                 done.append((t, json.loads(old.read_text(encoding="utf-8"))))
             except (OSError, ValueError):
                 pass
-    order = {t.ep: i for i, t in enumerate(TARGETS)}
+    order = {t.ep: i for i, t in enumerate(listed)}
     done.sort(key=lambda td: order.get(td[0].ep, 99))
     lines = [
         "# Parity reports",
@@ -158,20 +229,26 @@ def main(argv: Sequence[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("out_dir", type=Path, help="folder for the reports (docs/parity)")
+    parser.add_argument("--targets", type=Path, help=f"targets file (default: OUT_DIR/{TARGETS_FILE})")
     parser.add_argument("--only", metavar="EP,EP", help="regenerate just these EPs")
     parser.add_argument("--allow-missing", action="store_true", help="exit 0 even if an EP could not be loaded")
     parser.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
     args = parser.parse_args(argv)
-    # Before anything imports numba: without a GPU the CUDA EP can only run on the simulator.
-    os.environ.setdefault("NUMBA_ENABLE_CUDASIM", "1")
-    targets = list(TARGETS)
+    try:
+        config = load_targets(args.targets or args.out_dir / TARGETS_FILE)
+    except ConfigError as exc:
+        parser.error(str(exc))
+    # Before any EP loads (and imports its stack): e.g. a simulator when there is no device.
+    for name, value in config.env.items():
+        os.environ.setdefault(name, value)
+    targets = list(config.targets)
     if args.only:
         wanted = {n.strip() for n in args.only.split(",") if n.strip()}
-        unknown = wanted - {t.ep for t in TARGETS}
+        unknown = wanted - {t.ep for t in targets}
         if unknown:
-            parser.error(f"--only names unknown targets {sorted(unknown)}; targets: {[t.ep for t in TARGETS]}")
-        targets = [t for t in TARGETS if t.ep in wanted]
-    missing = regenerate(args.out_dir, targets, True if args.progress else None)
+            parser.error(f"--only names unknown targets {sorted(unknown)}; targets: {[t.ep for t in targets]}")
+        targets = [t for t in targets if t.ep in wanted]
+    missing = regenerate(args.out_dir, targets, True if args.progress else None, config.targets)
     if missing and not args.allow_missing:
         print(
             f"could not generate reports for {[t.ep for t, _ in missing]}; install them or pass --allow-missing",

@@ -149,7 +149,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         ]
         if not st["fusable_declared"]:
             out += [
-                "The EP does not implement `fusable_ops()` (see docs/parity.md), so ops it only serves by "
+                "The EP does not implement `ep_factory_get_fusable_ops` (see docs/parity.md), so ops it only serves by "
                 "compiling fused groups are not counted here; the runtime section shows what actually ran "
                 "on it.",
                 "",

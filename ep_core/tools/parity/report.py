@@ -13,8 +13,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ep_core.tools.parity.introspect import EpDescription, EpLoadFailure, describe_ep, reference_ep_name
 from ep_core.runtime.discover import PluginRegistry, get_registry
+from ep_core.tools.parity.introspect import EpDescription, EpLoadFailure, describe_ep, reference_ep_name
 
 SCHEMA_VERSION = "1.0"
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EP_LOAD = 0, 1, 2, 3

@@ -24,10 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.runtime.discover import PluginRegistry
 from ep_core.tools.parity.cases import Case
 from ep_core.tools.parity.compare import Comparison, compare_outputs, json_float
 from ep_core.tools.parity.families import family_of
-from ep_core.runtime.discover import PluginRegistry
 
 STATUSES = ("pass", "fail", "error", "fallback", "skipped")
 # Ops whose outputs are random: only shapes and dtypes can be compared.

@@ -17,7 +17,7 @@ import threading
 import types
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Literal
 
 _lock = threading.Lock()
 # source sha256 + signature -> compiled kernel: identical kernels of one model compile once
@@ -73,7 +73,8 @@ def _parse_signature(signature: str) -> tuple[Any, ...]:
             "A",
         ):
             raise ValueError(f"bad kernel signature part {part!r}")
-        args.append(nbtypes.Array(getattr(nbtypes, dtype), int(ndim), layout, readonly=access == "r"))
+        contiguous: Literal["C", "A"] = "C" if layout == "C" else "A"
+        args.append(nbtypes.Array(getattr(nbtypes, dtype), int(ndim), contiguous, readonly=access == "r"))
     return tuple(args)
 
 
@@ -93,7 +94,8 @@ def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) ->
         disp = numba.njit(args, parallel=parallel, nogil=True, error_model="numpy", cache=False)(py_func)
         STATS["compiled"] += 1
         cres = disp.overloads[args]
-        if cres.lifted or cres.library.has_dynamic_globals:
+        # numba's CompileResult is a namedtuple of a runtime field list (CR_FIELDS): mypy cannot see its fields
+        if cres.lifted or cres.library.has_dynamic_globals:  # type: ignore[attr-defined]
             raise RuntimeError(f"kernel {key} cannot be serialised (lifted code or dynamic globals)")
         reduced = cres._reduce()
         # the 7th field is the type-annotated source listing, only read by inspect_types(): drop it

@@ -13,6 +13,7 @@ from typing import Any
 import numpy as np
 
 from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+from ep_core.sdk.epcontext.output import ContextOutput
 from ep_core.sdk.epcontext.payload import (
     ContextNode,
     context_base_dir,
@@ -24,7 +25,7 @@ from ep_core.sdk.epcontext.payload import (
 from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_context_schema
 from ep_core.sdk.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
 from ep_core.sdk.errors import ConfigError, InvalidGraph
-from ep_core.sdk.kernels import KernelDef, KernelRegistry
+from ep_core.sdk.kernels import KernelContext, KernelDef, KernelRegistry
 from ep_numba_cpu import EP_NAME, codegen, context
 from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
 from ep_numba_cpu.runtime import GraphRunner
@@ -33,8 +34,6 @@ SOURCES = (EP_NAME, "NumbaCpu")
 
 
 class NumbaCpuEp:
-    context_sources = SOURCES
-
     def __init__(self, ep_options: Mapping[str, str], session_options: Any) -> None:
         register_ep_context_schema()
         self.name = EP_NAME
@@ -49,22 +48,17 @@ class NumbaCpuEp:
         self.registry = KernelRegistry(EP_NAME)
         self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
 
-    def fusable_ops(self) -> list[tuple[str, str, int, None]]:
-        """What this EP can fuse, for the parity report (``ep_core.tools.parity.introspect``)."""
-        from ep_numba_cpu.ops import fusable_ops
-
-        return fusable_ops()
-
     # ----------------------------------------------------------------------------- hooks
     def ep_get_kernel_registry(self) -> KernelRegistry:
         return self.registry
+
+    def ep_get_context_sources(self) -> tuple[str, ...]:
+        return SOURCES
 
     def ep_get_capability(self, graph: Any, support: Any) -> None:
         for node in graph.nodes:
             if node.op_type == EP_CONTEXT_OP and node.domain == MS_DOMAIN:
                 support.add_single_node(node)
-        if self.session_options.flag("session.disable_compile"):
-            return
         for group in choose_groups(graph):
             support.add_nodes_to_fuse(group, drop_constant_initializers=True)
 
@@ -87,28 +81,25 @@ class NumbaCpuEp:
             infos.append(NodeComputeInfo(compute=_compute(runner), metadata={"kernels": len(compiled)}))
         return infos
 
-    def ep_get_ep_context_nodes(self) -> list[Any]:
-        from ep_core.sdk.epcontext.output import current_output
-
-        out = current_output()
+    def ep_get_ep_context_nodes(self, output: ContextOutput) -> list[Any]:
         names = list(self.graphs)
         if not names:
             return []
         nodes = []
-        if out.embed_mode == 1:
+        if output.embed_mode == 1:
             if sharing_enabled(self.session_options):
                 raise ConfigError("ep.share_ep_contexts=1 shares one context binary: set ep.context_embed_mode=0")
             for name in names:
                 blob = self._pack([name])
-                nodes.append(self._node(name, 1, 1, blob, context.sha256(blob), out.source_model_filename))
+                nodes.append(self._node(name, 1, 1, blob, context.sha256(blob), output.source_model_filename))
             return nodes
         if sharing_enabled(self.session_options):
             ws = workspace(EP_NAME)
             with ws.lock:
                 if ws.binary_path is None:
-                    assert out.folder is not None
-                    ws.binary_path = out.folder / out.binary_name(EP_NAME)
-                rel = out.relative(ws.binary_path)
+                    assert output.folder is not None
+                    ws.binary_path = output.folder / output.binary_name(EP_NAME)
+                rel = output.relative(ws.binary_path)
                 shared_kernels = ws.extra.setdefault("kernels", {})
                 for name in names:
                     ws.graphs[name] = self.graphs[name]
@@ -118,21 +109,18 @@ class NumbaCpuEp:
                         ws.add_weight(wkey, self.weights[wkey])
                 if is_last_sharing_session(self.session_options):
                     blob = context.pack(ws.graphs, shared_kernels, ws.weights)
-                    out.write_absolute(ws.binary_path, blob)
+                    output.write_absolute(ws.binary_path, blob)
                     ws.clear_generation()
             blob_sha = None
         else:
             blob = self._pack(names)
-            rel = out.binary_name(EP_NAME)
-            out.write_file(rel, blob)
+            rel = output.binary_name(EP_NAME)
+            output.write_file(rel, blob)
             blob_sha = context.sha256(blob)
+        src = output.source_model_filename
         for k, name in enumerate(names):
             main = 1 if k == 0 else 0
-            nodes.append(
-                self._node(
-                    name, main, 0, rel.encode() if main else b"", blob_sha if main else None, out.source_model_filename
-                )
-            )
+            nodes.append(self._node(name, main, 0, rel.encode() if main else b"", blob_sha if main else None, src))
         return nodes
 
     def ep_get_compiled_model_compatibility_info(self, graph: Any) -> str:
@@ -146,8 +134,10 @@ class NumbaCpuEp:
             return self.parallel_mode == "1"
         import numba
 
-        # threads pay only with cores to spare and enough elements per call
-        return numba.config.NUMBA_NUM_THREADS >= 4 and (numel is None or numel >= 1 << 16)
+        # threads pay only with cores to spare and enough elements per call (numba.config fills its
+        # settings into globals() at import: its py.typed package cannot declare them)
+        threads: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
+        return threads >= 4 and (numel is None or numel >= 1 << 16)
 
     def _pack(self, names: Sequence[str]) -> bytes:
         kernels = {k: self.kernels[k] for n in names for k in self.graphs[n]["kernels"]}
@@ -185,9 +175,9 @@ class NumbaCpuEp:
     def _accepts(self, source: str) -> bool:
         return source in SOURCES
 
-    def _build_context_kernel(self, node: Any, ctx: Any) -> Any:
+    def _build_context_kernel(self, node: Any, ctx: KernelContext) -> Any:
         cn = ContextNode.from_node(node)
-        base = context_base_dir(getattr(ctx, "model_path", None), ctx.session_options)
+        base = context_base_dir(ctx.model_path, ctx.session_options)
         runner = self._runner_for(cn, node.graph, base)
         if len(runner.inputs) != len(cn.inputs) or len(runner.outputs) != len(cn.outputs):
             raise InvalidGraph(
@@ -304,14 +294,14 @@ class LoadedContext:
 
 
 def _compute(runner: GraphRunner) -> Any:
-    def compute(state: Any, *inputs: Any) -> list[Any]:
-        return runner(*inputs)
+    def compute(state: Any, *inputs: Any) -> tuple[Any, ...]:
+        return tuple(runner(*inputs))
 
     return compute
 
 
 def _compute_kernel(runner: GraphRunner) -> Any:
-    def compute(*inputs: Any) -> list[Any]:
-        return runner(*inputs)
+    def compute(*inputs: Any) -> tuple[Any, ...]:
+        return tuple(runner(*inputs))
 
     return compute

@@ -16,6 +16,9 @@ class NumbaCpuFactory(HostEpFactory):
     ep_version = __version__
     option_names = ("parallel",)
 
+    def ep_factory_api_version(self) -> int:
+        return 2
+
     def ep_factory_create_ep(
         self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
     ) -> Any:
@@ -24,8 +27,8 @@ class NumbaCpuFactory(HostEpFactory):
 
         return NumbaCpuEp(ep_options, session_options)
 
-    def fusable_ops(self) -> list[tuple[str, str, int, None]]:
-        """What the EP can fuse (the parity report's protocol; the EP object answers the same)."""
+    def ep_factory_get_fusable_ops(self) -> list[tuple[str, str, int, None]]:
+        """What the EP fuses, from the first opset each op is implemented for (the parity report)."""
         from ep_numba_cpu.ops import fusable_ops
 
         return fusable_ops()

@@ -141,9 +141,9 @@ def choose_groups(graph: Any) -> list[list[Any]]:
         if n.outputs[0] in {v.name for v in graph.proto.output}:
             continue
         consumers = graph.consumers(n.outputs[0])
-        gids = {group_of.get(c.index) for c in consumers}
-        if len(gids) == 1 and None not in gids and graph.constant_value(n.outputs[0]) is not None:
-            gid = gids.pop()
+        owners = {group_of.get(c.index) for c in consumers}
+        gid = owners.pop() if len(owners) == 1 else None
+        if gid is not None and graph.constant_value(n.outputs[0]) is not None:
             group_of[n.index] = gid
             groups[gid].append(n)
     out = []
@@ -201,7 +201,7 @@ def build_plan(
     graph = _WithSynthetic(view)
     consts: dict[str, np.ndarray] = {}
     members = list(view.nodes)
-    steps: list[Any] = []  # ("contraction", dict) | ("cluster", _Cluster)
+    steps: list[dict[str, Any] | _Cluster] = []  # a contraction's plan step, or a cluster of elementwise items
     where: dict[str, int] = {}  # value -> index of the step producing it
 
     def const(name: str) -> np.ndarray | None:
@@ -235,7 +235,7 @@ def build_plan(
                     body["kernel"] = dw
                 else:
                     bias_item = _conv_bias_item(graph, node, ins, consts, body)
-            steps.append(("contraction", body))
+            steps.append(body)
             where[body["outputs"][0]] = len(steps) - 1
             if bias_item is None:
                 continue
@@ -263,25 +263,27 @@ def build_plan(
         # static shape, so every value a cluster computes has the shape of its first item's output
         # (independent chains of different shapes joining through a shared scalar never mix)
         deps = [where[i] for i in item.inputs if i in where]
-        target = None
+        cl: _Cluster | None = None
+        target = -1
         if deps:
-            last = max(deps)
-            if steps[last][0] == "cluster" and any(
-                i in steps[last][1].produced and _same_static_shape(graph, i, item.output) for i in item.inputs if i
+            target = max(deps)
+            last = steps[target]
+            if isinstance(last, _Cluster) and any(
+                i in last.produced and _same_static_shape(graph, i, item.output) for i in item.inputs if i
             ):
-                target = last
-        if target is None:
-            steps.append(("cluster", _Cluster()))
+                cl = last
+        if cl is None:
+            cl = _Cluster()
+            steps.append(cl)
             target = len(steps) - 1
-        cl = steps[target][1]
         cl.items.append(item)
         cl.produced.add(item.output)
         where[item.output] = target
 
     # which values leave each step (read by a later step or a fused-node output)
     needed_later: dict[int, set[str]] = {}
-    for k, (kind, body) in enumerate(steps):
-        reads = body["inputs"] if kind == "contraction" else [i for it in body.items for i in it.inputs]
+    for k, entry in enumerate(steps):
+        reads = [i for it in entry.items for i in it.inputs] if isinstance(entry, _Cluster) else entry["inputs"]
         for name in reads:
             if name in where and where[name] != k:
                 needed_later.setdefault(where[name], set()).add(name)
@@ -292,17 +294,17 @@ def build_plan(
     plan_steps: list[dict[str, Any]] = []
     kernels: dict[str, dict[str, Any]] = {}
     used_consts: set[str] = set()
-    for k, (kind, body) in enumerate(steps):
-        if kind == "contraction":
-            used_consts.update(n for n in body["inputs"] if n in consts)
-            if "kernel" in body:
-                kernel = body["kernel"]
+    for k, entry in enumerate(steps):
+        if not isinstance(entry, _Cluster):
+            used_consts.update(n for n in entry["inputs"] if n in consts)
+            if "kernel" in entry:
+                kernel = entry["kernel"]
                 key = kernel_key(kernel["source"], kernel["signature"], kernel["parallel"])
                 kernels[key] = kernel
-                body = {**body, "kernel": key}
-            plan_steps.append(body)
+                entry = {**entry, "kernel": key}
+            plan_steps.append(entry)
             continue
-        made = _cluster_kernel(graph, body, needed_later.get(k, set()), consts, parallel)
+        made = _cluster_kernel(graph, entry, needed_later.get(k, set()), consts, parallel)
         if made is None:
             continue  # nothing it computes is read: dead code
         step, kernel, flat = made

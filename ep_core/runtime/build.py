@@ -1,0 +1,175 @@
+"""``build()``: every session-creation step, strung together once.
+
+A ``BuildRequest`` (what the user asked for) becomes a ``Built`` engine (EPs, the partitioned and
+compiled program, its plan) through one function per step: load, select, create EPs, check and
+infer, compatibility, place (partition + layout), program, plan, context write. ``InferenceSession``,
+``ModelCompiler`` and ``IOBinding`` are thin callers of this module and of ``execute``; nothing
+else reaches into a session's state."""
+
+from __future__ import annotations
+
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ep_core.runtime import context_write
+from ep_core.runtime.compatibility import validate_model_compatibility
+from ep_core.runtime.engine import Built
+from ep_core.runtime.eps import EpInstance
+from ep_core.runtime.load import EXTERNAL_FOLDER_KEY, check_and_infer, load_model
+from ep_core.runtime.options import CONFIG_ENV, ProviderConfig, SessionOptions, load_provider_config
+from ep_core.runtime.partition import Partition, partition_graph
+from ep_core.runtime.profiling import Profiler
+from ep_core.runtime.program import GraphProgram, SessionContext, model_hash
+from ep_core.runtime.select import select_providers
+from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.graph import GraphView, opset_map
+
+if TYPE_CHECKING:
+    from ep_core.runtime.context_write import CompileRequest
+    from ep_core.runtime.discover import PluginRegistry
+
+
+@dataclass
+class BuildRequest:
+    """What to build: the model, the resolved session options and the provider choice."""
+
+    model: Any
+    options: SessionOptions
+    providers: Sequence[Any] | None
+    config: ProviderConfig | None
+    registry: "PluginRegistry"
+    compile: "CompileRequest | None" = None  # set by the compile API: write the context model its way
+
+
+def resolve_request(
+    model: Any,
+    sess_options: SessionOptions | None,
+    providers: Sequence[Any] | None,
+    provider_options: Sequence[Mapping[str, Any]] | None,
+    config: str | os.PathLike[str] | ProviderConfig | None,
+    registry: "PluginRegistry",
+) -> BuildRequest:
+    """Apply the provider config (argument, else ``$EP_CORE_CONFIG`` when nothing else chooses) to
+    a private copy of the session options, and pair ``provider_options`` with ``providers``."""
+    options = sess_options.model_copy(deep=True) if sess_options is not None else SessionOptions()
+    chooses = providers or options.provider_devices or options.ep_selection_policy is not None
+    if config is None and not chooses and options.ep_selection_delegate is None and os.environ.get(CONFIG_ENV):
+        config = os.environ[CONFIG_ENV]
+    if config is not None and not isinstance(config, ProviderConfig):
+        config = load_provider_config(config)
+    if config is not None:
+        options = config.apply_to(options)
+    if provider_options is not None:
+        if providers is None or len(provider_options) != len(providers):
+            raise InvalidArgument("provider_options must have one mapping per entry of providers")
+        providers = [(p if isinstance(p, str) else p[0], dict(o)) for p, o in zip(providers, provider_options)]
+    return BuildRequest(model, options, providers, config, registry)
+
+
+def build(request: BuildRequest) -> Built:
+    """Run every creation step; on failure everything created so far is released."""
+    options = request.options
+    profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
+    t_start = t0 = time.perf_counter_ns()
+    proto, model_path = load_model(request.model, options.get_session_config_entry(EXTERNAL_FOLDER_KEY))
+    context_write.prepare_session(options, model_path, proto, request.compile)  # refuse a bad output early
+    selected = select_providers(options, request.providers, request.config, request.registry)
+    built = Built(options, request.registry, [], model_path, profiler)
+    try:
+        for sel in selected:
+            built.eps.append(EpInstance(sel, options, request.registry))
+        _register_custom_domains(built.eps)
+        built.model = check_and_infer(proto)
+        _trace(profiler, "model_loading", t0)
+        validate_model_compatibility(built.model, built.eps, options)
+        if profiler is not None:
+            for ep in built.eps:
+                prof = ep.call("ep_create_profiler")
+                if prof is not None:
+                    profiler.add_ep_profiler(ep.name, prof)
+        _place_and_compile(built)
+        assert built.program is not None
+        t0 = time.perf_counter_ns()
+        built.program.plan()
+        _trace(profiler, "plan", t0)
+        if options.flag("ep.context_enable"):
+            t0 = time.perf_counter_ns()
+            built.context_model_path = context_write.generate_context_model(built, request.compile)
+            _trace(profiler, "ep_context_generation", t0)
+        built.run_hooks = [ep for ep in built.eps if ep.has_run_start or ep.has_run_end]
+        _trace(profiler, "session_initialization", t_start)
+    except BaseException:
+        try:
+            built.release()
+        except Exception as exc:  # noqa: BLE001 - the build error is the one to raise
+            warnings.warn(f"releasing after a failed session creation also failed: {exc}", RuntimeWarning, stacklevel=2)
+        raise
+    return built
+
+
+def _trace(profiler: Profiler | None, phase: str, t0: int) -> None:
+    if profiler is not None:
+        profiler.phase(phase, t0)
+
+
+def _register_custom_domains(eps: list[EpInstance]) -> None:
+    from onnx import defs
+
+    for ep in eps:
+        for schema in ep.handle.call("ep_factory_get_custom_op_domains", default=None) or ():
+            if not defs.has(schema.name, schema.since_version, schema.domain):
+                defs.register_schema(schema)
+
+
+def _new_context(built: Built, model_id: str) -> SessionContext:
+    ctx = SessionContext(built.options, built.eps, model_id, built.profiler)
+    ctx.model_path = built.model_path  # EPContext payloads resolve against the model's folder
+    return ctx
+
+
+def _place_and_compile(built: Built) -> None:
+    """Partition, then compile the program. With an NHWC-preferring EP: a first capability pass,
+    the layout rewrite, a second pass on the rewritten graph, and a revert to the original graph
+    (with the reason recorded) if the EP left a rewritten node to another EP or to none."""
+    from ep_core.runtime.layout import nhwc_eps, transform_to_nhwc
+
+    graph = GraphView(built.model.graph, opset_map(built.model))
+    model_id = model_hash(built.model.graph.SerializeToString())
+    trial = nhwc_eps(built.eps)
+    if trial:
+        t0 = time.perf_counter_ns()
+        first = partition_graph(graph, built.eps, layout_trial=trial)
+        layout = transform_to_nhwc(built.model, graph, built.eps, first)
+        _trace(built.profiler, "layout_transformation", t0)
+        if layout is not None:
+            nhwc_graph = GraphView(layout.model.graph, opset_map(layout.model))
+            second = partition_graph(nhwc_graph, built.eps)
+            owners = second.owners()
+            names = [ep.name for ep in built.eps]
+            left = {n: ep for n, ep in layout.converted.items() if n not in owners or names[owners[n]] != ep}
+            if not left and not second.unclaimed:
+                built.notes.append(
+                    f"layout: {len(layout.converted)} node(s) run in NHWC ({sorted(layout.converted)}), "
+                    f"{layout.transposes} layout transpose(s) remain"
+                )
+                _compile(built, layout.model, nhwc_graph, model_id, second)
+                return
+            if left:
+                why = f"the EP that asked for NHWC did not claim the rewritten node(s) {sorted(left)}"
+            else:
+                unclaimed = sorted(nhwc_graph.all_nodes[i].name for i in second.unclaimed)
+                why = f"no EP claimed the node(s) {unclaimed} of the rewritten graph"
+            note = f"layout: reverted to NCHW because {why} in the second capability pass"
+            warnings.warn(note, RuntimeWarning, stacklevel=4)
+            built.notes.append(note)
+    _compile(built, built.model, graph, model_id, None)
+
+
+def _compile(built: Built, model: Any, graph: GraphView, model_id: str, partition: Partition | None) -> None:
+    built.model, built.graph = model, graph
+    built.context = _new_context(built, model_id)
+    built.program = GraphProgram(graph, built.context, partition=partition)

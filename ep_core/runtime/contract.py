@@ -1,0 +1,131 @@
+"""The EP contract on what a kernel or compiled function returns, checked in every run.
+
+A step returns a tuple (a tuple subclass is accepted; a list or a bare value is an error) with
+exactly one entry per node output, ``None`` where an optional output is omitted. Each tensor
+output must have the element type, rank and static dims the graph declares or inference found;
+unknown parts are not checked. A sequence output must be a list (the session's representation);
+map and optional outputs are not checked.
+
+Specs are built once per plan. The run loop compares a value's class, dtype and shape with the
+last value that passed (identity and one tuple compare) and calls ``OutputSpec.accept`` only when
+they differ, so the check costs tens of nanoseconds per output and stays on; messages are built
+only on failure. A cached value always passed the full check, so sharing specs between threads
+can cost an extra ``accept`` but never lets a wrong value through."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from ep_core.sdk.errors import EpFail
+from ep_core.sdk.graph import GraphView
+
+FIX = "the EP's kernel or compiled function must return what the graph declares"
+
+
+class OutputSpec:
+    """What output ``index`` (``name``) of one step must be, and the last value that passed."""
+
+    __slots__ = ("cls", "dtype", "shape", "index", "name", "kind", "want_dtype", "want_shape")
+
+    def __init__(self, index: int, name: str, kind: str, want_dtype: Any, want_shape: tuple[int | None, ...] | None):
+        self.index = index
+        self.name = name
+        self.kind = kind
+        self.want_dtype = want_dtype  # numpy dtype, or None when the element type is unknown
+        self.want_shape = want_shape  # None: rank unknown; None entries: dim unknown
+        # the last value that passed; ``cls`` None never matches, so sequences always take ``accept``
+        self.cls: Any = None  # Any: a typed class here would make mypy narrow the run loop's values
+        self.dtype: Any = None
+        self.shape: Any = None
+
+    def accept(self, value: Any) -> None:
+        """Check a value the run loop's fast compare did not vouch for; remember it if it passes."""
+        got = self._problem(value)
+        if got is not None:
+            raise EpFail(f"output {self.index} {self.name!r}: expected {self.expected()}, got {got} ({FIX})")
+        if self.kind == "tensor":
+            self.dtype, self.shape = value.dtype, value.shape
+            self.cls = type(value)
+
+    def _problem(self, value: Any) -> str | None:
+        """None when ``value`` meets the spec, else a description of what it is."""
+        if self.kind == "sequence":
+            return None if isinstance(value, list) else f"{type(value).__name__} (a sequence is a list)"
+        dtype, shape = getattr(value, "dtype", None), getattr(value, "shape", None)
+        if dtype is None or not isinstance(shape, tuple):
+            return f"{type(value).__name__} with no dtype and shape"
+        desc = f"{dtype} with shape {list(shape)} ({type(value).__name__})"
+        want = self.want_shape
+        if want is not None and (len(shape) != len(want) or any(w is not None and w != d for w, d in zip(want, shape))):
+            return desc
+        if self.want_dtype is not None:
+            try:
+                same = dtype == self.want_dtype
+            except TypeError:  # a dtype NumPy cannot compare with
+                same = False
+            if not same:
+                return desc
+        return None
+
+    def expected(self) -> str:
+        if self.kind == "sequence":
+            return "a sequence (list)"
+        dtype = "any dtype" if self.want_dtype is None else str(self.want_dtype)
+        if self.want_shape is None:
+            return f"{dtype} of any shape"
+        return f"{dtype} with shape [{', '.join('?' if d is None else str(d) for d in self.want_shape)}]"
+
+
+def expect(graph: GraphView, outputs: Sequence[str]) -> tuple[OutputSpec | None, ...]:
+    """One spec per output of a step (None where nothing is known or the output is omitted)."""
+    specs: list[OutputSpec | None] = []
+    for i, name in enumerate(outputs):
+        info = graph.value_info(name) if name else None
+        spec = None
+        if info is not None and info.kind == "sequence":
+            spec = OutputSpec(i, name, "sequence", None, None)
+        elif info is not None and info.kind == "tensor" and (info.elem_type or info.shape is not None):
+            shape = None
+            if info.shape is not None:  # symbolic, unknown and negative (exporters' -1) dims are not checked
+                shape = tuple(d if isinstance(d, int) and d >= 0 else None for d in info.shape)
+            spec = OutputSpec(i, name, "tensor", info.np_dtype, shape)
+        specs.append(spec)
+    return tuple(specs)
+
+
+def check_result(res: Any, outputs: Sequence[str]) -> tuple[Any, ...]:
+    """``res`` as a tuple if it is one with one entry per output; else the EpFail saying why.
+    Called only when the run loop's ``type(res) is tuple and len(res) == n`` fails."""
+    n = len(outputs)
+    if isinstance(res, tuple) and len(res) == n:
+        return res
+    names = ", ".join(repr(o) if o else "<omitted>" for o in outputs)
+    expected = f"expected a tuple of {n} value{'s' if n != 1 else ''} (outputs {names})"
+    if not isinstance(res, tuple):
+        kind = "a list" if isinstance(res, list) else f"a bare {type(res).__name__}"
+        raise EpFail(f"returned {kind}: {expected}, got {_describe(res)} ({FIX}; return a tuple)")
+    way_out = "None for an omitted optional output" if len(res) < n else "no values for undeclared outputs"
+    raise EpFail(
+        f"returned {len(res)} value{'s' if len(res) != 1 else ''}: {expected}, got {_describe(res)} "
+        f"({FIX}; return {way_out})"
+    )
+
+
+def check_all(specs: Sequence[OutputSpec | None], res: Any, outputs: Sequence[str]) -> tuple[Any, ...]:
+    """The whole check, for callers outside the run loop (constant folding at plan time)."""
+    values = check_result(res, outputs)
+    for spec, value in zip(specs, values):
+        if spec is not None:
+            spec.accept(value)
+    return values
+
+
+def _describe(res: Any) -> str:
+    if isinstance(res, (tuple, list)):
+        inner = ", ".join(_describe(v) for v in res[:4]) + (", ..." if len(res) > 4 else "")
+        return f"{type(res).__name__} of {len(res)} [{inner}]"
+    dtype, shape = getattr(res, "dtype", None), getattr(res, "shape", None)
+    if dtype is not None and isinstance(shape, tuple):
+        return f"{type(res).__name__} {dtype} {list(shape)}"
+    return type(res).__name__
