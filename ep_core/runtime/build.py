@@ -23,8 +23,9 @@ from ep_core.runtime.load import EXTERNAL_FOLDER_KEY, check_and_infer, load_mode
 from ep_core.runtime.options import CONFIG_ENV, ProviderConfig, SessionOptions, load_provider_config
 from ep_core.runtime.partition import Partition, partition_graph
 from ep_core.runtime.profiling import Profiler
-from ep_core.runtime.program import GraphProgram, SessionContext, model_hash
+from ep_core.runtime.program import GraphProgram
 from ep_core.runtime.select import select_providers
+from ep_core.runtime.units import SessionContext, model_hash
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import GraphView, opset_map
 

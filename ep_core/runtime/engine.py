@@ -14,7 +14,8 @@ if TYPE_CHECKING:
     from ep_core.runtime.eps import EpInstance
     from ep_core.runtime.options import SessionOptions
     from ep_core.runtime.profiling import Profiler
-    from ep_core.runtime.program import GraphProgram, SessionContext
+    from ep_core.runtime.program import GraphProgram
+    from ep_core.runtime.units import SessionContext
     from ep_core.sdk.graph import GraphView
 
 

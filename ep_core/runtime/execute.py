@@ -1,108 +1,94 @@
-"""Running a built engine: feed checks, the run itself (run hooks, profiling), output selection.
-``InferenceSession.run`` and ``IOBinding`` both come here."""
+"""The execute step: running a plan's steps. The loop reads only ``Step`` tuples and checks each
+result against the EP contract (comparisons only; ``contract.py`` builds a message on failure),
+so framework cost per node stays under a microsecond."""
 
 from __future__ import annotations
 
+import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-import numpy as np
+from ep_core.runtime.contract import check_result
+from ep_core.runtime.plan import Plan
+from ep_core.sdk.errors import EpCoreError, Fail
 
-from ep_core.sdk.errors import InvalidArgument
-from ep_core.sdk.graph import GraphView
-
-if TYPE_CHECKING:
-    from ep_core.runtime.engine import Built
-    from ep_core.runtime.options import RunOptions
-    from ep_core.sdk.memory import MemoryInfo
+_PROFILING = threading.local()  # the events list of the profiled run on this thread, if any
 
 
-def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[str] = frozenset()) -> None:
-    """Check names, dtypes, ranks and fixed dims; ``on_device`` inputs are checked through
-    their ``shape``/``dtype`` attributes instead of being required to be NumPy arrays."""
-    expected = {v.name: v for v in graph.inputs}
-    overridable = graph.input_names
-    for name in feed:
-        if name not in overridable:
-            raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {list(expected)}")
-    for name, info in expected.items():
-        if name not in feed:
-            raise InvalidArgument(
-                f"missing input {name!r} (expected {info.type_str} with shape {_shape_str(info.shape)})"
+def profiled_events() -> list[dict[str, Any]] | None:
+    """The events list of the profiled run on this thread, if any: subgraph runs trace into it."""
+    events: list[dict[str, Any]] | None = getattr(_PROFILING, "events", None)
+    return events
+
+
+def execute_plan(plan: Plan, vals: list[Any], events: list[dict[str, Any]] | None = None) -> None:
+    """Run ``plan``'s steps over ``vals`` (the plan's template with the inputs filled in); with
+    ``events``, each step is timed into it (and so are the steps of subgraphs it runs)."""
+    if events is not None:
+        return _execute_profiled(plan, vals, events)
+    k = -1
+    try:
+        for k, (fn, get, outs, frees, want) in enumerate(plan.steps):  # noqa: B007 - k names the failing step
+            res = fn(*get(vals))
+            # the EP contract (contract.py): compares only; messages are built on failure
+            if res.__class__ is not tuple or len(res) != len(outs):
+                res = check_result(res, plan.infos[k].outputs)
+            for o, r, w in zip(outs, res, want):
+                vals[o] = r
+                if w is not None and (r.__class__ is not w.cls or r.dtype is not w.dtype or r.shape != w.shape):
+                    w.accept(r)
+            for f in frees:
+                vals[f] = None
+    except Exception as exc:
+        raise _step_error(plan, k, exc) from exc
+
+
+def _execute_profiled(plan: Plan, vals: list[Any], events: list[dict[str, Any]]) -> None:
+    clock = time.perf_counter_ns
+    k = -1
+    outer_events = getattr(_PROFILING, "events", None)
+    _PROFILING.events = events
+    try:
+        for k, (fn, get, outs, frees, want) in enumerate(plan.steps):
+            t0 = clock()
+            res = fn(*get(vals))
+            t1 = clock()
+            if res.__class__ is not tuple or len(res) != len(outs):
+                res = check_result(res, plan.infos[k].outputs)
+            for o, r, w in zip(outs, res, want):
+                vals[o] = r
+                if w is not None and (r.__class__ is not w.cls or r.dtype is not w.dtype or r.shape != w.shape):
+                    w.accept(r)
+            for f in frees:
+                vals[f] = None
+            info = plan.infos[k]
+            events.append(
+                {
+                    "name": info.name,
+                    "cat": "Copy" if info.kind == "copy" else "Node",
+                    "ts_ns": t0,
+                    "dur_ns": t1 - t0,
+                    "args": {
+                        "op_type": info.op_type,
+                        "provider": info.ep,
+                        "kind": info.kind,
+                        "detail": info.detail,
+                    },
+                }
             )
-        value = feed[name]
-        if info.kind != "tensor":
-            continue
-        if name in on_device:
-            if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-                raise InvalidArgument(f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})")
-        elif not isinstance(value, np.ndarray):
-            raise InvalidArgument(f"input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
-        want = info.np_dtype
-        if want is not None and np.dtype(value.dtype) != want:
-            raise InvalidArgument(f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})")
-        if info.shape is not None:
-            if len(value.shape) != len(info.shape):
-                raise InvalidArgument(
-                    f"input {name!r} has rank {len(value.shape)} (shape {list(value.shape)}), expected rank "
-                    f"{len(info.shape)} (shape {_shape_str(info.shape)})"
-                )
-            for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
-                if (
-                    isinstance(want_dim, int) and want_dim >= 0 and want_dim != got
-                ):  # -1: exporters mark dynamic dims so
-                    raise InvalidArgument(
-                        f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
-                        f"expected {want_dim} (shape {_shape_str(info.shape)})"
-                    )
+    except Exception as exc:
+        raise _step_error(plan, k, exc) from exc
+    finally:
+        _PROFILING.events = outer_events
 
 
-def run(
-    built: "Built",
-    feed: Mapping[str, Any],
-    run_options: "RunOptions | None",
-    input_memory: "Mapping[str, MemoryInfo] | None" = None,
-    outputs_to_host: bool = True,
-) -> list[Any]:
-    """Run the main graph's plan for this placement of inputs; returns every graph output."""
-    program = built.program
-    if program is None:
-        raise InvalidArgument("the session is closed")
-    plan = program.plan(input_memory, outputs_to_host)
-    vals = plan.template.copy()
-    slots = plan.input_slots
-    for name, value in feed.items():
-        vals[slots[name]] = value
-    for ep in built.run_hooks:
-        if ep.has_run_start:
-            ep.call("ep_on_run_start", run_options=run_options)
-    prof = built.profiler
-    if prof is None:
-        program.execute(plan, vals, None)
-    else:
-        events: list[dict[str, Any]] = []
-        t0 = time.perf_counter_ns()
-        program.execute(plan, vals, events)
-        prof.add_run(t0, time.perf_counter_ns(), events, run_options.run_tag if run_options else "")
-    for ep in built.run_hooks:
-        if ep.has_run_end:
-            ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
-    return plan.outputs(vals)
-
-
-def select_outputs(graph: GraphView, output_names: Sequence[str] | None, values: list[Any]) -> list[Any]:
-    names = [v.name for v in graph.outputs]
-    if not output_names:
-        return values
-    out = []
-    for n in output_names:
-        try:
-            out.append(values[names.index(n)])
-        except ValueError:
-            raise InvalidArgument(f"unknown output {n!r}; the model's outputs are {names}") from None
-    return out
-
-
-def _shape_str(shape: Sequence[Any] | None) -> str:
-    return "unknown" if shape is None else "[" + ", ".join("?" if d is None else str(d) for d in shape) + "]"
+def _step_error(plan: Plan, k: int, exc: Exception) -> EpCoreError:
+    if k < 0 or k >= len(plan.infos):
+        return exc if isinstance(exc, EpCoreError) else Fail(f"{type(exc).__name__}: {exc}")
+    info = plan.infos[k]
+    where = f"{info.kind} {info.name!r} (op {info.op_type}) on {info.ep}"
+    if isinstance(exc, EpCoreError):
+        if exc.message.startswith(where):
+            return exc
+        return type(exc)(f"{where}: {exc.message}")
+    return Fail(f"{where} failed: {type(exc).__name__}: {exc}")

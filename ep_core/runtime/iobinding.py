@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ep_core.runtime import execute
+from ep_core.runtime import run
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 from ep_core.sdk.tensor import Tensor
@@ -82,11 +82,9 @@ class IOBinding:
         if built.program is None or built.graph is None or built.context is None:
             raise InvalidArgument("the session is closed")
         feed = {k: t.data for k, t in self._inputs.items()}
-        execute.check_feed(
-            built.graph, feed, frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host)
-        )
+        run.check_feed(built.graph, feed, frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host))
         placement = {k: t.memory_info for k, t in self._inputs.items() if not t.memory_info.is_host}
-        values = execute.run(built, feed, run_options, placement, False)
+        values = run.run(built, feed, run_options, placement, False)
         plan = built.program.plan(placement, False)
         names = [v.name for v in built.graph.outputs]
         results: list[Tensor] = []

@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ep_core.runtime import execute
+from ep_core.runtime import run
 from ep_core.runtime.build import build, resolve_request
 from ep_core.runtime.discover import PluginRegistry, get_registry
 from ep_core.runtime.engine import Built
@@ -195,9 +195,9 @@ class InferenceSession:
         """Run the model; outputs come back as NumPy arrays in the order asked."""
         if self._closed:
             raise InvalidArgument("the session is closed")
-        execute.check_feed(self.graph, input_feed)
-        values = execute.run(self._built, input_feed, run_options)
-        return execute.select_outputs(self.graph, output_names, values)
+        run.check_feed(self.graph, input_feed)
+        values = run.run(self._built, input_feed, run_options)
+        return run.select_outputs(self.graph, output_names, values)
 
     def end_profiling(self) -> str:
         """Write the Chrome trace and return its path ('' when profiling is off)."""

@@ -126,6 +126,21 @@ class ListingEp(RegistryEp):
             create="return ListingEp(self.ep_name, REGISTRY)",
         ),
     ),
+    "wrong_output_ep": (
+        "WrongOutputExecutionProvider",
+        HEADER
+        + """
+REGISTRY = KernelRegistry("WrongOutputExecutionProvider")
+
+@REGISTRY.register("Neg", since=13, types={"T": FLOATS})
+def neg(node, ctx):
+    return lambda x: (np.zeros((100, 100), np.int32),)  # the mistake: int32 (100, 100) for float[2]
+"""
+        + _factory(
+            "WrongOutputFactory",
+            'ep_name = "WrongOutputExecutionProvider"\nep_vendor = "Acme"\nep_version = "1.0.0"',
+        ),
+    ),
     "greedy_ep": (
         "GreedyExecutionProvider",
         HEADER
@@ -437,3 +452,15 @@ def test_validate_checks_types_against_every_schema_version_a_kernel_serves() ->
     assert reg.validate() == [
         "ai.onnx::Add 7-12: T lists ['tensor(bfloat16)'], which no schema version it serves allows"
     ]
+
+
+# --------------------------------------------------------------------------- outputs
+def test_wrong_output_is_an_ep_failure_naming_ep_node_and_output(plant: Callable[..., PluginRegistry]) -> None:
+    """The issue's example: int32 (100, 100) returned for a declared float[2] output."""
+    plant("wrong_output_ep")
+    sess = _session(_neg_model(), ["WrongOutputExecutionProvider"])
+    with pytest.raises(EpFail) as err:
+        sess.run(None, {"x": np.ones(2, np.float32)})
+    message = str(err.value)
+    assert "node 'neg' (op Neg) on WrongOutputExecutionProvider" in message
+    assert "output 0 'y': expected float32 with shape [2], got int32 with shape [100, 100]" in message
