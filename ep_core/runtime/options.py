@@ -40,6 +40,10 @@ SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "ep.context_overwrite": (_BOOL, "1 lets EPContext generation replace an existing output file"),
     "ep.share_ep_contexts": (_BOOL, "1 makes sessions share EP contexts (weight sharing)"),
     "ep.stop_share_ep_contexts": (_BOOL, "1 marks the last session of a sharing group"),
+    "ep.context_require_signature": (
+        _BOOL,
+        "1 refuses context native code not signed by a trusted key, instead of rebuilding it from its spec",
+    ),
     "session.model_external_initializers_file_folder_path": (
         None,
         "folder of external data for a model loaded from bytes",
