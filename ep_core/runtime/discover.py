@@ -276,7 +276,11 @@ class PluginRegistry:
             self._bump()
 
     def _bump(self) -> None:
+        """The plugin set changed: every cached caller is stale. They are dropped, not just marked
+        stale, because each holds the plugins it excludes: a closed session's EP objects would stay
+        reachable through the callers of every other target."""
         self._generation += 1
+        self._callers.clear()
 
     # ---------------------------------------------------------------------------- queries
     def names(self) -> list[str]:

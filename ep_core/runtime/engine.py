@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ep_core.sdk.errors import EpCoreError, EpFail
+from ep_core.sdk.errors import EpCoreError
 
 if TYPE_CHECKING:
     from ep_core.runtime.discover import PluginRegistry
@@ -44,20 +44,17 @@ class Built:
         return found
 
     def release(self) -> None:
-        """Release compiled state, then every EP (in reverse order). Every release runs even if one
-        raises; the first failure is raised afterwards, typed and naming the EP."""
-        errors: list[BaseException] = []
+        """Release compiled state, then every EP (in reverse order), dropping every reference to
+        them. Every release runs even if one raises; the first failure is raised afterwards,
+        typed and naming the EP and the hook (with the others in its message)."""
+        errors: list[EpCoreError] = []
         if self.program is not None:
-            try:
-                self.program.release()
-            except Exception as exc:  # noqa: BLE001 - reported below, after the EPs are released
-                errors.append(exc)
-            self.program = None
+            errors.extend(self.program.release())
         for ep in reversed(self.eps):
-            try:
-                ep.close()
-            except Exception as exc:  # noqa: BLE001
-                errors.append(exc if isinstance(exc, EpCoreError) else EpFail(f"{ep.name}: release failed: {exc!r}"))
-        self.eps = []
-        if errors:
+            errors.extend(ep.close())
+        self.eps, self.run_hooks, self.program, self.context = [], [], None, None
+        if len(errors) == 1:
             raise errors[0]
+        if errors:
+            also = "".join(f"; also {e.message}" for e in errors[1:])
+            raise type(errors[0])(errors[0].message + also) from errors[0]

@@ -11,7 +11,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime.discover import hook_error
-from ep_core.sdk.errors import EpFail
+from ep_core.sdk.errors import EpCoreError, EpFail
 from ep_core.sdk.hookspecs import HOOK_API_VERSIONS
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 
@@ -111,10 +111,18 @@ class EpInstance:
         no schema for the op or its ``since``), each naming the EP, op, domain and opsets."""
         return self.kernel_registry.problems if self.kernel_registry is not None else []
 
-    def close(self) -> None:
-        try:
-            if self.allocator is not None:
-                self.handle.call("ep_factory_release_allocator", allocator=self.allocator)
-            self.handle.call("ep_factory_release_ep", ep=self.ep)
-        finally:
-            self.registry.unregister_ep(self.ep)
+    def close(self) -> list[EpCoreError]:
+        """Release the allocator, then the EP, then unregister it; each step runs even if an
+        earlier one raised. Returns the failures (typed, naming EP and hook)."""
+        errors: list[EpCoreError] = []
+        steps: list[tuple[str, dict[str, Any]]] = [("ep_factory_release_ep", {"ep": self.ep})]
+        if self.allocator is not None:
+            steps.insert(0, ("ep_factory_release_allocator", {"allocator": self.allocator}))
+        for hook, kwargs in steps:
+            try:
+                self.handle.call(hook, **kwargs)
+            except EpCoreError as exc:  # handle.call already named the EP and hook
+                errors.append(exc)
+        self.registry.unregister_ep(self.ep)
+        self.allocator = self.stream = self.data_transfer = None
+        return errors

@@ -6,13 +6,16 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime.contract import check_result
 from ep_core.runtime.plan import Plan
-from ep_core.sdk.errors import EpCoreError, Fail
+from ep_core.sdk.errors import EpCoreError, Fail, RunTerminated
 
-_PROFILING = threading.local()  # the events list of the profiled run on this thread, if any
+if TYPE_CHECKING:
+    from ep_core.sdk.config import RunConfig
+
+_PROFILING = threading.local()  # this thread's run: .events (profiled runs) and .run_options
 
 
 def profiled_events() -> list[dict[str, Any]] | None:
@@ -21,14 +24,39 @@ def profiled_events() -> list[dict[str, Any]] | None:
     return events
 
 
-def execute_plan(plan: Plan, vals: list[Any], events: list[dict[str, Any]] | None = None) -> None:
+def current_run_options() -> "RunConfig | None":
+    """The run options of the run on this thread: subgraph runs (Loop/Scan iterations) honour its
+    ``terminate`` too."""
+    options: RunConfig | None = getattr(_PROFILING, "run_options", None)
+    return options
+
+
+def run_plan(plan: Plan, vals: list[Any], events: list[dict[str, Any]] | None, run_options: "RunConfig | None") -> None:
+    """A top-level run: makes ``run_options`` visible to the subgraph runs below it."""
+    outer = getattr(_PROFILING, "run_options", None)
+    _PROFILING.run_options = run_options
+    try:
+        execute_plan(plan, vals, events, run_options)
+    finally:
+        _PROFILING.run_options = outer
+
+
+def execute_plan(
+    plan: Plan, vals: list[Any], events: list[dict[str, Any]] | None = None, run_options: "RunConfig | None" = None
+) -> None:
     """Run ``plan``'s steps over ``vals`` (the plan's template with the inputs filled in); with
-    ``events``, each step is timed into it (and so are the steps of subgraphs it runs)."""
+    ``events``, each step is timed into it (and so are the steps of subgraphs it runs). A
+    ``run_options.terminate`` set (from any thread) stops the run before its next step."""
+    if run_options is not None and run_options.terminate:
+        raise _terminated()
     if events is not None:
-        return _execute_profiled(plan, vals, events)
+        return _execute_profiled(plan, vals, events, run_options)
+    stop = run_options
     k = -1
     try:
         for k, (fn, get, outs, frees, want) in enumerate(plan.steps):  # noqa: B007 - k names the failing step
+            if stop is not None and stop.terminate:
+                raise _terminated()
             res = fn(*get(vals))
             # the EP contract (contract.py): compares only; messages are built on failure
             if res.__class__ is not tuple or len(res) != len(outs):
@@ -43,13 +71,18 @@ def execute_plan(plan: Plan, vals: list[Any], events: list[dict[str, Any]] | Non
         raise _step_error(plan, k, exc) from exc
 
 
-def _execute_profiled(plan: Plan, vals: list[Any], events: list[dict[str, Any]]) -> None:
+def _execute_profiled(
+    plan: Plan, vals: list[Any], events: list[dict[str, Any]], run_options: "RunConfig | None"
+) -> None:
     clock = time.perf_counter_ns
     k = -1
     outer_events = getattr(_PROFILING, "events", None)
     _PROFILING.events = events
+    stop = run_options
     try:
         for k, (fn, get, outs, frees, want) in enumerate(plan.steps):
+            if stop is not None and stop.terminate:
+                raise _terminated()
             t0 = clock()
             res = fn(*get(vals))
             t1 = clock()
@@ -92,3 +125,9 @@ def _step_error(plan: Plan, k: int, exc: Exception) -> EpCoreError:
             return exc
         return type(exc)(f"{where}: {exc.message}")
     return Fail(f"{where} failed: {type(exc).__name__}: {exc}")
+
+
+def _terminated() -> RunTerminated:
+    return RunTerminated(
+        "Exiting due to terminate flag being set to true (RunOptions.terminate); set it back to False to run again"
+    )

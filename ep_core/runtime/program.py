@@ -10,7 +10,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ep_core.runtime.execute import execute_plan, profiled_events
+from ep_core.runtime.discover import hook_error
+from ep_core.runtime.execute import current_run_options, execute_plan, profiled_events
 from ep_core.runtime.partition import Partition, fused_inputs_outputs, partition_graph, require_complete
 from ep_core.runtime.plan import Plan, build_plan
 from ep_core.runtime.units import SessionContext, Unit
@@ -75,7 +76,7 @@ class SubgraphRunner:
             if name in slots:
                 vals[slots[name]] = outer[name]
         # inside a profiled run, the subgraph's steps are traced into the same run
-        execute_plan(plan, vals, profiled_events())
+        execute_plan(plan, vals, profiled_events(), current_run_options())
         return plan.outputs(vals)
 
 
@@ -236,12 +237,23 @@ class GraphProgram:
             )
         return plan
 
-    def release(self) -> None:
+    def release(self) -> list[EpCoreError]:
+        """Release every unit's compiled state (``release_state``) and every subprogram's; one that
+        raises does not stop the others. Returns the failures, typed and naming EP and fused node."""
+        errors: list[EpCoreError] = []
         for u in self.units:
             if u.release is not None:
-                u.release(u.state)
+                try:
+                    u.release(u.state)
+                except Exception as exc:  # noqa: BLE001 - collected, reported by the caller
+                    ep = self.session.eps[u.ep_index].name
+                    error = hook_error(ep, f"release_state of {u.name}", exc)
+                    error.__cause__ = exc
+                    errors.append(error)
+                u.state = None
         for sub in self._subprograms.values():
-            sub.release()
+            errors.extend(sub.release())
+        return errors
 
 
 def _refuse_compiling(ep_name: str, items: list[tuple[Any, FusedNode, GraphView]]) -> None:

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from ep_core.runtime.execute import execute_plan
+from ep_core.runtime.execute import run_plan
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import GraphView
 
@@ -80,11 +80,11 @@ def run(
             ep.call("ep_on_run_start", run_options=run_options)
     prof = built.profiler
     if prof is None:
-        execute_plan(plan, vals)
+        run_plan(plan, vals, None, run_options)
     else:
         events: list[dict[str, Any]] = []
         t0 = time.perf_counter_ns()
-        execute_plan(plan, vals, events)
+        run_plan(plan, vals, events, run_options)
         prof.add_run(t0, time.perf_counter_ns(), events, run_options.run_tag if run_options else "")
     for ep in built.run_hooks:
         if ep.has_run_end:

@@ -26,10 +26,16 @@ class SessionConfig(Protocol):
 @runtime_checkable
 class RunConfig(Protocol):
     """What ``ep_on_run_start`` / ``ep_on_run_end`` get as ``run_options`` (None when the caller
-    gave none): the run's tag and its config entries, read-only."""
+    gave none): the run's tag, its config entries and its terminate flag, read-only."""
 
     @property
     def run_tag(self) -> str: ...
 
     @property
     def config_entries(self) -> Mapping[str, str]: ...
+
+    @property
+    def terminate(self) -> bool:
+        """Set (from any thread) to stop the run: the core checks it between steps and Loop/Scan
+        iterations; an EP running one long kernel may check it too."""
+        ...

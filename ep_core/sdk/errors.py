@@ -64,6 +64,10 @@ class ModelRequiresCompilation(EpCoreError):
     code = StatusCode.MODEL_REQUIRES_COMPILATION
 
 
+class RunTerminated(Fail):
+    """A run stopped because its ``RunOptions.terminate`` was set (onnxruntime reports FAIL too)."""
+
+
 class ConfigError(InvalidArgument):
     """A session option, provider option or config file entry is unknown or has a bad value."""
 
