@@ -12,6 +12,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto, helper
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import fold_frozen
 from ep_cpu_reference.registry import REGISTRY
 
@@ -103,7 +105,7 @@ def _attrs(node: Any) -> tuple[bool, str]:
 
 
 @REGISTRY.register("Cast", since=1, end=5)
-def build_cast1(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_cast1(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Opsets 1-5: ``to`` is the type's name as a string ("FLOAT", "INT64"...)."""
     name = node.attr("to")
     try:
@@ -115,14 +117,14 @@ def build_cast1(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("Cast", since=6, end=18)
-def build_cast6(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_cast6(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Opsets 6-18: no saturate attribute (float8 did not exist yet)."""
     cast = caster(int(node.attr("to")))
     return fold_frozen(lambda x: (cast(x),), first_only=True)
 
 
 @REGISTRY.register("Cast", since=19)
-def build_cast(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_cast(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Opset 19+: ``saturate`` for float8 targets, 24+: ``round_mode`` for float8e8m0."""
     to = int(node.attr("to"))
     saturate, mode = _attrs(node)
@@ -131,7 +133,7 @@ def build_cast(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("CastLike", since=15)
-def build_cast_like(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_cast_like(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """The target type is that of the second input, known from the graph's types."""
     saturate, mode = _attrs(node)
     info = node.input_info(1)

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail
 from ep_cpu_reference.registry import REGISTRY
 
@@ -118,7 +120,7 @@ def _gelu(x: np.ndarray) -> np.ndarray:
 
 
 def _unary(fn: Any) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         def compute(*xs: np.ndarray) -> tuple[np.ndarray]:
             odt = xs[0].dtype
             return (fn(node, *[None if v is None else as_compute(v) for v in xs]).astype(odt, copy=False),)
@@ -151,7 +153,7 @@ REGISTRY.register("BiasAdd", domain=MS)(_unary(lambda node, x, b, s: x + b + s))
 
 
 def _skip_norm(simplified: bool) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         eps = float(node.attr("epsilon", 1e-12))  # onnxruntime's default for both Skip* norms
         n_out = len(node.outputs)
 
@@ -196,7 +198,7 @@ REGISTRY.register("SkipSimplifiedLayerNormalization", domain=MS)(_skip_norm(True
 
 
 def _layer_norm(simplified: bool) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         axis_attr = int(node.attr("axis", -1))
         eps = float(node.attr("epsilon", 1e-5))
         n_out = len(node.outputs)
@@ -227,7 +229,7 @@ REGISTRY.register("SimplifiedLayerNormalization", domain=MS)(_layer_norm(True))
 
 
 @REGISTRY.register("FusedMatMul", domain=MS)
-def build_fused_matmul(node: Any, ctx: Any) -> Any:
+def build_fused_matmul(node: NodeView, ctx: KernelContext) -> Any:
     """FusedMatMul: alpha * op(A) @ op(B), op transposing the last two axes when asked."""
     alpha = float(node.attr("alpha", 1.0))
     ta, tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -52,7 +54,7 @@ def _truthy(cond: Any, node: Any) -> bool:
 
 
 @REGISTRY.register("If", since=1)
-def build_if(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_if(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Runs the branch the condition picks; both branches are built once at session creation."""
     then_b = ctx.subgraph("then_branch")
     else_b = ctx.subgraph("else_branch")
@@ -70,7 +72,7 @@ def build_if(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("Loop", since=1)
-def build_loop(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_loop(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """``for i < M while cond``: body(i, cond, carried...) -> (cond, carried..., scan parts...)."""
     body = ctx.subgraph("body")
     n_carried = len(node.inputs) - 2
@@ -140,7 +142,7 @@ def _scan_loop(
 
 
 @REGISTRY.register("Scan", since=9)
-def build_scan(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_scan(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Scan 9+: no batch axis; per-input scan axes and directions."""
     body = ctx.subgraph("body")
     m = int(node.attr("num_scan_inputs"))
@@ -163,7 +165,7 @@ def build_scan(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("Scan", since=8, end=8)
-def build_scan8(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_scan8(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Scan 8: axis 0 is a batch, axis 1 the sequence; optional per-batch ``sequence_lens``."""
     body = ctx.subgraph("body")
     m = int(node.attr("num_scan_inputs"))
@@ -203,7 +205,7 @@ def build_scan8(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("SequenceMap", since=17)
-def build_sequence_map(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_map(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Applies the body to the i-th element of every sequence input (tensor inputs go whole)."""
     body = ctx.subgraph("body")
     n_out = len(node.outputs)

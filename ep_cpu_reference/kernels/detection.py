@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -34,7 +36,7 @@ def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
 
 
 @REGISTRY.register("NonMaxSuppression", since=10, host_inputs=(2, 3, 4))
-def build_nms(node: Any, ctx: Any) -> Fn:
+def build_nms(node: NodeView, ctx: KernelContext) -> Fn:
     center = int(node.attr("center_point_box", 0))
 
     def compute(boxes: Any, scores: Any, max_out: Any = None, iou_thr: Any = None, score_thr: Any = None) -> tuple[Any]:

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -37,7 +39,7 @@ def unary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
     """A builder for a one-input op with no attributes. The compute is one Python frame: these
     ops run on tiny tensors hundreds of times per inference, where frames are the cost."""
 
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         if not keep_type:
             return lambda x: (fn(x),)
 
@@ -53,7 +55,7 @@ def unary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
 def binary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
     """A builder for a two-input broadcasting op with no attributes (one Python frame, as unary)."""
 
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         if not keep_type:
             return lambda a, b: (fn(a, b),)
 
@@ -71,7 +73,7 @@ def legacy_binary(fn: Fn, keep_type: bool = True) -> Callable[[Any, Any], Fn]:
     given (B's dims start there) or at the trailing dims otherwise."""
     f = _same_type(fn) if keep_type else fn
 
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         bcast = int(node.attr("broadcast", 0))
         axis = node.attr("axis")
 
@@ -153,7 +155,7 @@ _reg("IsNaN", 9, unary(np.isnan, keep_type=False))
 
 
 @REGISTRY.register("IsInf", since=10)
-def build_isinf(node: Any, ctx: Any) -> Fn:
+def build_isinf(node: NodeView, ctx: KernelContext) -> Fn:
     pos = bool(node.attr("detect_positive", 1))
     neg = bool(node.attr("detect_negative", 1))
 
@@ -171,7 +173,7 @@ def _activation(
     (same attributes) serves float32 inputs directly where float32 arithmetic is what
     onnxruntime does anyway (no float64 round trip)."""
 
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         attrs = {k: float(node.attr(k, v)) for k, v in defaults.items()}
 
         def compute(x: Any) -> tuple[Any]:
@@ -229,7 +231,7 @@ _activation(
 
 
 @REGISTRY.register("Gelu", since=20)
-def build_gelu(node: Any, ctx: Any) -> Fn:
+def build_gelu(node: NodeView, ctx: KernelContext) -> Fn:
     """approximate='none' uses erf, 'tanh' the tanh formula."""
     approx = node.attr("approximate", "none")
     approx = approx.decode() if isinstance(approx, bytes) else approx
@@ -248,7 +250,7 @@ def build_gelu(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("PRelu", since=1)
-def build_prelu(node: Any, ctx: Any) -> Fn:
+def build_prelu(node: NodeView, ctx: KernelContext) -> Fn:
     """slope broadcasts to x (unidirectionally); before opset 7 a 1-D slope is per channel (axis 1)."""
 
     def compute(x: Any, slope: Any) -> tuple[Any]:
@@ -284,14 +286,14 @@ REGISTRY.register("Pow", since=1, end=6)(legacy_binary(_pow))
 
 
 @REGISTRY.register("Pow", since=7)
-def build_pow(node: Any, ctx: Any) -> Fn:
+def build_pow(node: NodeView, ctx: KernelContext) -> Fn:
     """Result has X's type (opset 12+ lets the exponent differ)."""
 
     return lambda x, y: (_pow(x, y),)
 
 
 @REGISTRY.register("Mod", since=10)
-def build_mod(node: Any, ctx: Any) -> Fn:
+def build_mod(node: NodeView, ctx: KernelContext) -> Fn:
     """fmod=0: remainder takes the divisor's sign (integers only); fmod=1: the dividend's (C fmod)."""
     fmod = int(node.attr("fmod", 0))
     fn = np.fmod if fmod else np.mod
@@ -318,7 +320,7 @@ for _op, _fn in (("BitwiseAnd", np.bitwise_and), ("BitwiseOr", np.bitwise_or), (
 
 
 @REGISTRY.register("BitShift", since=11)
-def build_bitshift(node: Any, ctx: Any) -> Fn:
+def build_bitshift(node: NodeView, ctx: KernelContext) -> Fn:
     """Shifts of the bit width or more give 0 (right shifts of negatives give -1)."""
     direction = node.attr("direction")
     direction = direction.decode() if isinstance(direction, bytes) else direction
@@ -342,7 +344,7 @@ def build_bitshift(node: Any, ctx: Any) -> Fn:
 
 # ---------------------------------------------------------------------------------- variadic
 def _variadic(fn: Fn, mean: bool = False) -> Callable[[Any, Any], Fn]:
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         def compute(*xs: Any) -> tuple[Any]:
             acc = xs[0]
             for x in xs[1:]:
@@ -364,7 +366,7 @@ _reg("Min", 1, _variadic(np.minimum))
 
 
 @REGISTRY.register("Where", since=9)
-def build_where(node: Any, ctx: Any) -> Fn:
+def build_where(node: NodeView, ctx: KernelContext) -> Fn:
     def where(c: np.ndarray, x: np.ndarray, y: np.ndarray) -> tuple[np.ndarray]:
         return (np.where(c, x, y).astype(x.dtype, copy=False),)
 
@@ -382,7 +384,7 @@ def _clip(x: Any, lo: Any, hi: Any) -> Any:
 
 
 @REGISTRY.register("Clip", since=1, end=10, types={"T": ("tensor(float16)", "tensor(float)", "tensor(double)")})
-def build_clip_attrs(node: Any, ctx: Any) -> Fn:
+def build_clip_attrs(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-10: bounds are the ``min``/``max`` attributes (defaults: unbounded)."""
     lo = node.attr("min")
     hi = node.attr("max")
@@ -390,7 +392,7 @@ def build_clip_attrs(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Clip", since=11)
-def build_clip(node: Any, ctx: Any) -> Fn:
+def build_clip(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 11+: bounds are optional scalar inputs; a missing one does not bound. Bounds known at
     creation (ReLU6's 0 and 6) become Python scalars for one ``np.clip`` (NumPy's SIMD clip,
     NaN propagates; Python scalars keep x's type)."""

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -173,7 +175,7 @@ def _to_format(rgb: np.ndarray, fmt: str) -> np.ndarray:
 
 
 @REGISTRY.register("ImageDecoder", since=20)
-def build_image_decoder(node: Any, ctx: Any) -> Fn:
+def build_image_decoder(node: NodeView, ctx: KernelContext) -> Fn:
     fmt = node.attr("pixel_format", "RGB")
     fmt = fmt.decode() if isinstance(fmt, bytes) else fmt
     if fmt not in ("RGB", "BGR", "Grayscale"):

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -51,13 +53,13 @@ def _attrs(node: Any) -> tuple[str, int | None]:
 
 
 @REGISTRY.register("NegativeLogLikelihoodLoss", since=12)
-def build_nll(node: Any, ctx: Any) -> Fn:
+def build_nll(node: NodeView, ctx: KernelContext) -> Fn:
     reduction, ignore = _attrs(node)
     return lambda x, t, w=None: (nll(node, x, t, w, reduction, ignore).astype(x.dtype),)
 
 
 @REGISTRY.register("SoftmaxCrossEntropyLoss", since=12)
-def build_softmax_cross_entropy(node: Any, ctx: Any) -> Fn:
+def build_softmax_cross_entropy(node: NodeView, ctx: KernelContext) -> Fn:
     """Outputs the loss and, if asked, log_softmax(scores) over axis 1."""
     reduction, ignore = _attrs(node)
     want_logp = len(node.outputs) > 1  # one value per declared output, even an omitted one

@@ -14,6 +14,8 @@ from typing import Any
 import numpy as np
 from onnx import helper
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.tensor_ops import ints, norm_axis
 from ep_cpu_reference.registry import REGISTRY
 
@@ -42,14 +44,14 @@ def _dropout(x: Any, ratio: float, training: bool, rng: Callable[[], Any], want_
 
 
 @REGISTRY.register("Dropout", since=1, end=11)
-def build_dropout_attr(node: Any, ctx: Any) -> Fn:
+def build_dropout_attr(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-11: inference only (identity; the mask is all ones)."""
     want_mask = len(node.outputs) > 1  # one value per declared output, even an omitted one
     return lambda x: _dropout(x, 0.0, False, _rng(node), want_mask)
 
 
 @REGISTRY.register("Dropout", since=12, host_inputs=(1, 2))
-def build_dropout(node: Any, ctx: Any) -> Fn:
+def build_dropout(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 12+: ratio and training_mode are inputs; training drops with probability ratio
     and scales the kept values by 1/(1-ratio)."""
     want_mask = len(node.outputs) > 1  # one value per declared output, even an omitted one
@@ -74,33 +76,33 @@ def _out_dtype(node: Any, like: Any = None) -> Any:
 
 
 @REGISTRY.register("RandomNormal", since=1)
-def build_random_normal(node: Any, ctx: Any) -> Fn:
+def build_random_normal(node: NodeView, ctx: KernelContext) -> Fn:
     mean, scale = float(node.attr("mean", 0.0)), float(node.attr("scale", 1.0))
     shape, rng, dtype = tuple(node.attr("shape")), _rng(node), _out_dtype(node)
     return lambda: (rng().normal(mean, scale, shape).astype(dtype),)
 
 
 @REGISTRY.register("RandomUniform", since=1)
-def build_random_uniform(node: Any, ctx: Any) -> Fn:
+def build_random_uniform(node: NodeView, ctx: KernelContext) -> Fn:
     low, high = float(node.attr("low", 0.0)), float(node.attr("high", 1.0))
     shape, rng, dtype = tuple(node.attr("shape")), _rng(node), _out_dtype(node)
     return lambda: (rng().uniform(low, high, shape).astype(dtype),)
 
 
 @REGISTRY.register("RandomNormalLike", since=1)
-def build_random_normal_like(node: Any, ctx: Any) -> Fn:
+def build_random_normal_like(node: NodeView, ctx: KernelContext) -> Fn:
     mean, scale, rng = float(node.attr("mean", 0.0)), float(node.attr("scale", 1.0)), _rng(node)
     return lambda x: (rng().normal(mean, scale, x.shape).astype(_out_dtype(node, x)),)
 
 
 @REGISTRY.register("RandomUniformLike", since=1)
-def build_random_uniform_like(node: Any, ctx: Any) -> Fn:
+def build_random_uniform_like(node: NodeView, ctx: KernelContext) -> Fn:
     low, high, rng = float(node.attr("low", 0.0)), float(node.attr("high", 1.0)), _rng(node)
     return lambda x: (rng().uniform(low, high, x.shape).astype(_out_dtype(node, x)),)
 
 
 @REGISTRY.register("Bernoulli", since=15)
-def build_bernoulli(node: Any, ctx: Any) -> Fn:
+def build_bernoulli(node: NodeView, ctx: KernelContext) -> Fn:
     """1 with probability x (elementwise), as ``dtype`` or the input's type."""
     rng = _rng(node)
     return lambda x: ((rng().uniform(0.0, 1.0, x.shape) < x).astype(_out_dtype(node, x)),)
@@ -110,7 +112,7 @@ def build_bernoulli(node: Any, ctx: Any) -> Fn:
 def _window(coeffs: tuple[float, ...]) -> Callable[[Any, Any], Fn]:
     """A generalized cosine window sum_k (-1)^k a_k cos(2 pi k n / N'), N' = N (periodic) or N-1."""
 
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         periodic = int(node.attr("periodic", 1))
         dtype = helper.tensor_dtype_to_np_dtype(int(node.attr("output_datatype", 1)))
 
@@ -135,7 +137,7 @@ REGISTRY.register("BlackmanWindow", since=17, host_inputs=(0,))(_window((0.42, 0
 
 # -------------------------------------------------------------------------------------- math
 @REGISTRY.register("CumProd", since=26, host_inputs=(1,))
-def build_cumprod(node: Any, ctx: Any) -> Fn:
+def build_cumprod(node: NodeView, ctx: KernelContext) -> Fn:
     exclusive = int(node.attr("exclusive", 0))
     reverse = int(node.attr("reverse", 0))
 
@@ -152,7 +154,7 @@ def build_cumprod(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Det", since=11)
-def build_det(node: Any, ctx: Any) -> Fn:
+def build_det(node: NodeView, ctx: KernelContext) -> Fn:
     """Determinants of the trailing [M, M] matrices (LAPACK has no half precision: float16 and
     bfloat16 go through float32)."""
 
@@ -171,13 +173,13 @@ def _swish(x: Any, alpha: float) -> Any:
 
 
 @REGISTRY.register("Swish", since=24)
-def build_swish(node: Any, ctx: Any) -> Fn:
+def build_swish(node: NodeView, ctx: KernelContext) -> Fn:
     alpha = float(node.attr("alpha", 1.0))
     return lambda x: (_swish(x, alpha).astype(x.dtype),)
 
 
 @REGISTRY.register("SwiGLU", since=28)
-def build_swiglu(node: Any, ctx: Any) -> Fn:
+def build_swiglu(node: NodeView, ctx: KernelContext) -> Fn:
     alpha = float(node.attr("alpha", 1.0))
 
     def compute(a: Any, b: Any) -> tuple[Any]:
@@ -189,7 +191,7 @@ def build_swiglu(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("BitCast", since=26)
-def build_bitcast(node: Any, ctx: Any) -> Fn:
+def build_bitcast(node: NodeView, ctx: KernelContext) -> Fn:
     """Same bits, new type: the element widths must match (little-endian bytes)."""
     target = np.dtype(helper.tensor_dtype_to_np_dtype(int(node.attr("to"))))
 
@@ -202,7 +204,7 @@ def build_bitcast(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Multinomial", since=7)
-def build_multinomial(node: Any, ctx: Any) -> Fn:
+def build_multinomial(node: NodeView, ctx: KernelContext) -> Fn:
     """``sample_size`` class indices per batch row, drawn with probabilities softmax(input)
     (the input holds unnormalised log-probabilities)."""
     n = int(node.attr("sample_size", 1))

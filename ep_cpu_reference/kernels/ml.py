@@ -15,6 +15,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -26,13 +28,13 @@ def _text(v: Any) -> Any:
 
 
 @REGISTRY.register("Binarizer", since=1, domain=ML)
-def build_binarizer(node: Any, ctx: Any) -> Fn:
+def build_binarizer(node: NodeView, ctx: KernelContext) -> Fn:
     threshold = float(node.attr("threshold", 0.0))
     return lambda x: ((x > threshold).astype(x.dtype),)
 
 
 @REGISTRY.register("Scaler", since=1, domain=ML)
-def build_scaler(node: Any, ctx: Any) -> Fn:
+def build_scaler(node: NodeView, ctx: KernelContext) -> Fn:
     """(x - offset) * scale per feature (or one value for all), in float32."""
     offset = np.array(node.attr("offset", [0.0]), dtype=np.float32)
     scale = np.array(node.attr("scale", [1.0]), dtype=np.float32)
@@ -40,7 +42,7 @@ def build_scaler(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Normalizer", since=1, domain=ML)
-def build_normalizer(node: Any, ctx: Any) -> Fn:
+def build_normalizer(node: NodeView, ctx: KernelContext) -> Fn:
     """Each row divided by its max, sum of |x| or L2 norm; a zero divisor leaves the row as is."""
     norm = _text(node.attr("norm", "MAX"))
     if norm not in ("MAX", "L1", "L2"):
@@ -62,7 +64,7 @@ def build_normalizer(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Imputer", since=1, domain=ML)
-def build_imputer(node: Any, ctx: Any) -> Fn:
+def build_imputer(node: NodeView, ctx: KernelContext) -> Fn:
     """Replaces elements equal to the replaced value (NaN matches NaN) by the imputed value of
     their feature (last axis), or the single imputed value."""
     floats = node.attr("imputed_value_floats")
@@ -82,7 +84,7 @@ def build_imputer(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("LinearRegressor", since=1, domain=ML)
-def build_linear_regressor(node: Any, ctx: Any) -> Fn:
+def build_linear_regressor(node: NodeView, ctx: KernelContext) -> Fn:
     """X @ W.T + b with W [targets, features]; post_transform NONE only (the spec's PROBIT
     applies to one target and is not implemented here)."""
     targets = int(node.attr("targets", 1))
@@ -100,7 +102,7 @@ def build_linear_regressor(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("OneHotEncoder", since=1, domain=ML)
-def build_one_hot_encoder(node: Any, ctx: Any) -> Fn:
+def build_one_hot_encoder(node: NodeView, ctx: KernelContext) -> Fn:
     """A trailing axis of len(categories), 1.0 where the input equals the category; unknown
     values are all-zero rows, or an error with zeros=0."""
     ints = node.attr("cats_int64s")
@@ -120,7 +122,7 @@ def build_one_hot_encoder(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("FeatureVectorizer", since=1, domain=ML)
-def build_feature_vectorizer(node: Any, ctx: Any) -> Fn:
+def build_feature_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
     """Inputs as [N, C_i] (1-D as [1, C]), each cut or zero-padded to inputdimensions[i], then
     concatenated along axis 1 as float32."""
     dims = [int(d) for d in node.attr("inputdimensions", [])]
@@ -139,7 +141,7 @@ def build_feature_vectorizer(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("ArrayFeatureExtractor", since=1, domain=ML)
-def build_array_feature_extractor(node: Any, ctx: Any) -> Fn:
+def build_array_feature_extractor(node: NodeView, ctx: KernelContext) -> Fn:
     """Selects features (last axis) by index."""
 
     def compute(x: Any, y: Any) -> tuple[Any]:
@@ -153,7 +155,7 @@ def build_array_feature_extractor(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("ZipMap", since=1, domain=ML)
-def build_zipmap(node: Any, ctx: Any) -> Fn:
+def build_zipmap(node: NodeView, ctx: KernelContext) -> Fn:
     """Each row of scores as a {class label: score} dict; the output is a list of dicts."""
     ints = node.attr("classlabels_int64s")
     labels = [int(v) for v in ints] if ints else [_text(s) for s in node.attr("classlabels_strings", [])]
@@ -168,7 +170,7 @@ def build_zipmap(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("CategoryMapper", since=1, domain=ML)
-def build_category_mapper(node: Any, ctx: Any) -> Fn:
+def build_category_mapper(node: NodeView, ctx: KernelContext) -> Fn:
     """strings -> int64 through (cats_strings[i] -> cats_int64s[i]), or back; unknowns get the
     default_int64 / default_string."""
     strings = [_text(s) for s in node.attr("cats_strings", [])]
@@ -189,7 +191,7 @@ def build_category_mapper(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("DictVectorizer", since=1, domain=ML)
-def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
+def build_dict_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
     """A map as the 1-D vector over the vocabulary (absent keys are 0), typed as the node's
     output says (onnx.reference returns float64 for float maps, hence native)."""
     vocab = [_text(s) for s in node.attr("string_vocabulary", [])] or [
@@ -219,7 +221,7 @@ def build_dict_vectorizer(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("CastMap", since=1, domain=ML)
-def build_cast_map(node: Any, ctx: Any) -> Fn:
+def build_cast_map(node: NodeView, ctx: KernelContext) -> Fn:
     """A map int64 -> value as a [1, N] tensor: DENSE orders values by key, SPARSE puts value
     k at column k of a [1, max_map] tensor (absent keys are 0 / "")."""
     to = _text(node.attr("cast_to", "TO_FLOAT"))
@@ -269,7 +271,7 @@ def _post_transform(node: Any, scores: np.ndarray, post: str) -> np.ndarray:
 
 
 @REGISTRY.register("LinearClassifier", since=1, domain=ML)
-def build_linear_classifier(node: Any, ctx: Any) -> Fn:
+def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
     """scores = X @ W.T + b, label = the class of the largest score. With one coefficient row
     and two labels (binary) the score s gives label[1] if s > 0, and the score columns are
     [1 - v, v] with v = s, or v = logistic(s) for LOGISTIC: onnxruntime's convention (the

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import (
     as_compute,
     compute_dtype,
@@ -275,7 +277,7 @@ def _bias_shape(nd: int) -> tuple[int, ...]:
 
 
 @REGISTRY.register("Conv", since=first_since("Conv"))
-def build_conv(node: Any, ctx: Any) -> Any:
+def build_conv(node: NodeView, ctx: KernelContext) -> Any:
     """Conv: with constant weights and bias, a plan per input shape and dtype (see plan_conv)."""
     w_const = ctx.constant(node.inputs[1])
     has_b = len(node.inputs) > 2 and bool(node.inputs[2])
@@ -336,7 +338,7 @@ def scatter_taps(
 
 
 @REGISTRY.register("ConvTranspose", since=first_since("ConvTranspose"))
-def build_conv_transpose(node: Any, ctx: Any) -> Any:
+def build_conv_transpose(node: NodeView, ctx: KernelContext) -> Any:
     """ConvTranspose: one grouped matmul W^T X, then col2im, then crop by the pads."""
     group = int(node.attr("group", 1))
     auto_pad = node.attr("auto_pad", "NOTSET")
@@ -437,7 +439,7 @@ def _zp_shift(v: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
 
 
 @REGISTRY.register("ConvInteger", since=first_since("ConvInteger"))
-def build_conv_integer(node: Any, ctx: Any) -> Any:
+def build_conv_integer(node: NodeView, ctx: KernelContext) -> Any:
     """ConvInteger: exact in float64 (products of 8-bit ints stay exact), returned as int32."""
     geom = _ConvGeom(node, None)
 
@@ -457,7 +459,7 @@ def _saturate(y: np.ndarray, dt: np.dtype) -> np.ndarray:
 
 
 @REGISTRY.register("QLinearConv", since=first_since("QLinearConv"))
-def build_qlinear_conv(node: Any, ctx: Any) -> Any:
+def build_qlinear_conv(node: NodeView, ctx: KernelContext) -> Any:
     """QLinearConv: integer conv in float64, rescaled, rounded half-to-even and saturated."""
     geom = _ConvGeom(node, None)
 
@@ -511,7 +513,7 @@ def _bilinear_nd(img: np.ndarray, pos: list[np.ndarray]) -> np.ndarray:
 
 
 @REGISTRY.register("DeformConv", since=first_since("DeformConv"))
-def build_deform_conv(node: Any, ctx: Any) -> Any:
+def build_deform_conv(node: NodeView, ctx: KernelContext) -> Any:
     """DeformConv: bilinear sampling at offset kernel taps (vectorised over all taps and pixels),
     optional mask, then the grouped matmul of Conv."""
     group = int(node.attr("group", 1))
@@ -559,7 +561,7 @@ def build_deform_conv(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("Col2Im", since=first_since("Col2Im"), host_inputs=(1, 2))
-def build_col2im(node: Any, ctx: Any) -> Any:
+def build_col2im(node: NodeView, ctx: KernelContext) -> Any:
     """Col2Im: the strided per-tap scatter-add shared with ConvTranspose, then crop the pads."""
 
     def compute(x, image_shape, block_shape):  # type: ignore[no-untyped-def]

@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, is_float
 from ep_cpu_reference.registry import REGISTRY
 
@@ -21,7 +23,7 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 
 @REGISTRY.register("MatMul", since=first_since("MatMul"))
-def build_matmul(node: Any, ctx: Any) -> Any:
+def build_matmul(node: NodeView, ctx: KernelContext) -> Any:
     def compute(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray]:
         try:
             return (matmul(a, b),)
@@ -45,7 +47,7 @@ def _zp(v: Any, zp: Any, axis_from_end: int) -> np.ndarray:
 
 
 @REGISTRY.register("MatMulInteger", since=first_since("MatMulInteger"))
-def build_matmul_integer(node: Any, ctx: Any) -> Any:
+def build_matmul_integer(node: NodeView, ctx: KernelContext) -> Any:
     def compute(a: Any, b: Any, a_zp: Any = None, b_zp: Any = None) -> tuple[np.ndarray]:
         af = _zp(a, a_zp, 2)
         bf = _zp(b, b_zp, 1)
@@ -55,7 +57,7 @@ def build_matmul_integer(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("QLinearMatMul", since=first_since("QLinearMatMul"))
-def build_qlinear_matmul(node: Any, ctx: Any) -> Any:
+def build_qlinear_matmul(node: NodeView, ctx: KernelContext) -> Any:
     """QLinearMatMul: exact integer product, rescaled, rounded half-to-even, saturated."""
 
     def compute(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):  # type: ignore[no-untyped-def]
@@ -74,7 +76,7 @@ def build_qlinear_matmul(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("Gemm", since=first_since("Gemm"))
-def build_gemm(node: Any, ctx: Any) -> Any:
+def build_gemm(node: NodeView, ctx: KernelContext) -> Any:
     """Gemm: alpha * A' @ B' + beta * C."""
     alpha = float(node.attr("alpha", 1.0))
     beta = float(node.attr("beta", 1.0))
@@ -122,7 +124,7 @@ def build_gemm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("Einsum", since=first_since("Einsum"))
-def build_einsum(node: Any, ctx: Any) -> Any:
+def build_einsum(node: NodeView, ctx: KernelContext) -> Any:
     """Einsum: NumPy's einsum with a contraction path chosen once per input shapes."""
     eq = node.attr("equation", "").replace(" ", "")
     paths: dict[Any, Any] = {}
@@ -145,7 +147,7 @@ def build_einsum(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("DepthToSpace", since=first_since("DepthToSpace"))
-def build_depth_to_space(node: Any, ctx: Any) -> Any:
+def build_depth_to_space(node: NodeView, ctx: KernelContext) -> Any:
     bs = int(node.attr("blocksize"))
     mode = node.attr("mode", "DCR")
 
@@ -165,7 +167,7 @@ def build_depth_to_space(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("SpaceToDepth", since=first_since("SpaceToDepth"))
-def build_space_to_depth(node: Any, ctx: Any) -> Any:
+def build_space_to_depth(node: NodeView, ctx: KernelContext) -> Any:
     bs = int(node.attr("blocksize"))
     mode = node.attr("mode", "DCR")
     if mode not in ("DCR", "CRD"):
@@ -238,7 +240,7 @@ def _attention_bias(
 
 
 @REGISTRY.register("Attention", since=first_since("Attention"))
-def build_attention(node: Any, ctx: Any) -> Any:
+def build_attention(node: NodeView, ctx: KernelContext) -> Any:
     """Attention (opset 23+): 3-D inputs split into heads, KV cache concatenation, grouped-query
     head repetition, masks (bool/float, causal, padding, sliding window), softcap, the four
     qk_matmul_output modes; fully masked rows give zeros."""

@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, compute_dtype, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
 
@@ -23,7 +25,7 @@ def _param_shape(p: np.ndarray, ndim: int) -> tuple[int, ...]:
 
 
 @REGISTRY.register("BatchNormalization", since=first_since("BatchNormalization"))
-def build_batch_norm(node: Any, ctx: Any) -> Any:
+def build_batch_norm(node: NodeView, ctx: KernelContext) -> Any:
     eps = float(node.attr("epsilon", 1e-5))
     momentum = float(node.attr("momentum", 0.9))
     training = node.opset >= 14 and bool(node.attr("training_mode", 0))
@@ -92,7 +94,7 @@ def build_batch_norm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("InstanceNormalization", since=first_since("InstanceNormalization"))
-def build_instance_norm(node: Any, ctx: Any) -> Any:
+def build_instance_norm(node: NodeView, ctx: KernelContext) -> Any:
     eps = float(node.attr("epsilon", 1e-5))
 
     def compute(x: np.ndarray, scale: np.ndarray, b: np.ndarray) -> tuple[np.ndarray]:
@@ -113,7 +115,7 @@ def _stash(node: Any, x: np.ndarray) -> np.ndarray:
 
 
 @REGISTRY.register("LayerNormalization", since=first_since("LayerNormalization"))
-def build_layer_norm(node: Any, ctx: Any) -> Any:
+def build_layer_norm(node: NodeView, ctx: KernelContext) -> Any:
     from onnx import helper
 
     axis_attr = int(node.attr("axis", -1))
@@ -140,7 +142,7 @@ def build_layer_norm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("GroupNormalization", since=first_since("GroupNormalization"))
-def build_group_norm(node: Any, ctx: Any) -> Any:
+def build_group_norm(node: NodeView, ctx: KernelContext) -> Any:
     """GroupNormalization: opset 18 takes per-group scale/bias, opset 21 per-channel."""
     eps = float(node.attr("epsilon", 1e-5))
     g = int(node.attr("num_groups"))
@@ -166,7 +168,7 @@ def build_group_norm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("RMSNormalization", since=first_since("RMSNormalization"))
-def build_rms_norm(node: Any, ctx: Any) -> Any:
+def build_rms_norm(node: NodeView, ctx: KernelContext) -> Any:
     axis_attr = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
 
@@ -181,7 +183,7 @@ def build_rms_norm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("LpNormalization", since=first_since("LpNormalization"))
-def build_lp_norm(node: Any, ctx: Any) -> Any:
+def build_lp_norm(node: NodeView, ctx: KernelContext) -> Any:
     axis = int(node.attr("axis", -1))
     p = int(node.attr("p", 2))
     if p not in (1, 2):
@@ -198,7 +200,7 @@ def build_lp_norm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("LRN", since=first_since("LRN"))
-def build_lrn(node: Any, ctx: Any) -> Any:
+def build_lrn(node: NodeView, ctx: KernelContext) -> Any:
     """LRN: the channel-window sum of squares is a difference of cumulative sums."""
     size = int(node.attr("size"))
     alpha = float(node.attr("alpha", 1e-4))
@@ -222,7 +224,7 @@ def build_lrn(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("MeanVarianceNormalization", since=first_since("MeanVarianceNormalization"))
-def build_mvn(node: Any, ctx: Any) -> Any:
+def build_mvn(node: NodeView, ctx: KernelContext) -> Any:
     """MeanVarianceNormalization: (X - E[X]) / (sqrt(E[X^2] - E[X]^2) + 1e-9), the function body."""
     axes = tuple(int(a) for a in node.attr("axes", [0, 2, 3]))
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, ints, pool_geometry
 from ep_cpu_reference.registry import REGISTRY
 
@@ -79,7 +81,7 @@ def _lowest(dt: np.dtype) -> Any:
 
 
 @REGISTRY.register("MaxPool", since=first_since("MaxPool"))
-def build_max_pool(node: Any, ctx: Any) -> Any:
+def build_max_pool(node: NodeView, ctx: KernelContext) -> Any:
     """MaxPool: running maximum over taps; Indices track the first maximal tap per window and
     are flattened row-major (storage_order=0) or column-major (1) per (n, c) plane."""
     geom = _PoolGeom(node)
@@ -140,7 +142,7 @@ def _axis_counts(
 
 
 @REGISTRY.register("AveragePool", since=first_since("AveragePool"))
-def build_average_pool(node: Any, ctx: Any) -> Any:
+def build_average_pool(node: NodeView, ctx: KernelContext) -> Any:
     """AveragePool: tap sums over the zero-padded input divided by the separable window count."""
     geom = _PoolGeom(node)
     include_pad = bool(node.attr("count_include_pad", 0))
@@ -167,7 +169,7 @@ def build_average_pool(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("LpPool", since=first_since("LpPool"))
-def build_lp_pool(node: Any, ctx: Any) -> Any:
+def build_lp_pool(node: NodeView, ctx: KernelContext) -> Any:
     """LpPool: (sum over the window of |x|^p)^(1/p), pads contribute zero."""
     geom = _PoolGeom(node)
     p = float(node.attr("p", 2))
@@ -186,7 +188,7 @@ def build_lp_pool(node: Any, ctx: Any) -> Any:
 
 
 def _global(fn: Any) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         def compute(x: np.ndarray) -> tuple[np.ndarray]:
             if x.ndim < 3:
                 raise fail(node, f"input rank {x.ndim}; global pooling needs (N, C, spatial...)")
@@ -217,7 +219,7 @@ REGISTRY.register("GlobalMaxPool", since=first_since("GlobalMaxPool"))(
 
 
 @REGISTRY.register("GlobalLpPool", since=first_since("GlobalLpPool"))
-def build_global_lp_pool(node: Any, ctx: Any) -> Any:
+def build_global_lp_pool(node: NodeView, ctx: KernelContext) -> Any:
     p = float(node.attr("p", 2))
 
     def fn(x: np.ndarray, axes: tuple[int, ...]) -> np.ndarray:
@@ -228,7 +230,7 @@ def build_global_lp_pool(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("MaxUnpool", since=first_since("MaxUnpool"), host_inputs=(2,))
-def build_max_unpool(node: Any, ctx: Any) -> Any:
+def build_max_unpool(node: NodeView, ctx: KernelContext) -> Any:
     """MaxUnpool: scatter values to their flat indices in the (inferred or given) output."""
     kernel = [int(k) for k in node.attr("kernel_shape", [])]
     nd = len(kernel)
@@ -259,7 +261,7 @@ def build_max_unpool(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("MaxRoiPool", since=first_since("MaxRoiPool"))
-def build_max_roi_pool(node: Any, ctx: Any) -> Any:
+def build_max_roi_pool(node: NodeView, ctx: KernelContext) -> Any:
     """MaxRoiPool: per region and bin, the channel-vectorised maximum (empty bins give 0)."""
     ph_n, pw_n = [int(v) for v in node.attr("pooled_shape")]
     scale = float(node.attr("spatial_scale", 1.0))
@@ -286,7 +288,7 @@ def build_max_roi_pool(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("RoiAlign", since=first_since("RoiAlign"))
-def build_roi_align(node: Any, ctx: Any) -> Any:
+def build_roi_align(node: NodeView, ctx: KernelContext) -> Any:
     """RoiAlign: bilinear samples of each region's bin grid, separable in y and x, so each
     region is one gather over (C, ph, iy, pw, ix); avg or max (of weighted corners) reduction."""
     mode = node.attr("mode", "avg").lower()

@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
 
@@ -321,7 +323,7 @@ class _Resizer:
 
 
 @REGISTRY.register("Resize", since=first_since("Resize"), host_inputs=(1, 2, 3))
-def build_resize(node: Any, ctx: Any) -> Any:
+def build_resize(node: NodeView, ctx: KernelContext) -> Any:
     resizer = _Resizer(node, legacy=node.opset < 11)
 
     def compute(x: np.ndarray, *rest: Any) -> tuple[np.ndarray]:
@@ -336,7 +338,7 @@ def build_resize(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("Upsample", since=first_since("Upsample"), host_inputs=(1,))
-def build_upsample(node: Any, ctx: Any) -> Any:
+def build_upsample(node: NodeView, ctx: KernelContext) -> Any:
     """Upsample (deprecated): Resize with asymmetric coordinates and floor for nearest."""
     resizer = _Resizer(node, legacy=True)
     attr_scales = node.attr("scales")
@@ -369,7 +371,7 @@ def _reflect(x: np.ndarray, lo: float, hi: float) -> np.ndarray:
 
 
 @REGISTRY.register("GridSample", since=first_since("GridSample"))
-def build_grid_sample(node: Any, ctx: Any) -> Any:
+def build_grid_sample(node: NodeView, ctx: KernelContext) -> Any:
     """GridSample (2-D in opset 16, N-D from 20): all sample points of all channels in one gather
     per interpolation tap; zeros/border/reflection padding applied to the tap indices."""
     mode = node.attr("mode", "linear" if node.opset >= 20 else "bilinear")

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
 
@@ -206,7 +208,7 @@ def _outputs(spec: _RnnSpec, odt: np.dtype, y: np.ndarray, finals: list[np.ndarr
     return tuple(outs[:n_out]) + (None,) * max(0, n_out - len(outs))
 
 
-def _weight_cache(node: Any, ctx: Any) -> dict[Any, Any] | None:
+def _weight_cache(node: NodeView, ctx: KernelContext) -> dict[Any, Any] | None:
     """Transposed W and R per direction are kept across runs when both are constants."""
     consts = [ctx.constant(n) for n in node.inputs[1:3]]
     return {} if all(c is not None for c in consts) else None
@@ -219,7 +221,7 @@ def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
 
 
 @REGISTRY.register("LSTM", since=first_since("LSTM"), host_inputs=(4,))
-def build_lstm(node: Any, ctx: Any) -> Any:
+def build_lstm(node: NodeView, ctx: KernelContext) -> Any:
     cache = _weight_cache(node, ctx)
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     input_forget = bool(node.attr("input_forget", 0))
@@ -324,7 +326,7 @@ def build_lstm(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("GRU", since=first_since("GRU"), host_inputs=(4,))
-def build_gru(node: Any, ctx: Any) -> Any:
+def build_gru(node: NodeView, ctx: KernelContext) -> Any:
     cache = _weight_cache(node, ctx)
     spec = _RnnSpec(node, 3, ["Sigmoid", "Tanh"])
     lbr = bool(node.attr("linear_before_reset", 0))
@@ -354,7 +356,7 @@ def build_gru(node: Any, ctx: Any) -> Any:
 
 
 @REGISTRY.register("RNN", since=first_since("RNN"), host_inputs=(4,))
-def build_rnn(node: Any, ctx: Any) -> Any:
+def build_rnn(node: NodeView, ctx: KernelContext) -> Any:
     cache = _weight_cache(node, ctx)
     spec = _RnnSpec(node, 1, ["Tanh"])
     n_out = len(node.outputs)

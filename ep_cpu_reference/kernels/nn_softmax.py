@@ -11,6 +11,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, is_float
 from ep_cpu_reference.registry import REGISTRY
 
@@ -34,7 +36,7 @@ def _hardmax(x: np.ndarray, axis: int) -> np.ndarray:
 
 
 def _family(fn: Callable[[np.ndarray, int], np.ndarray]) -> Callable[..., Any]:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         legacy = node.opset < 13
         axis_attr = int(node.attr("axis", 1 if legacy else -1))
 

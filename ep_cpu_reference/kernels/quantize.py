@@ -13,6 +13,8 @@ from typing import Any
 import numpy as np
 from onnx import TensorProto, helper
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.cast import cast_array
 from ep_cpu_reference.registry import REGISTRY
 
@@ -62,7 +64,7 @@ def expand_param(node: Any, value: np.ndarray, shape: tuple[int, ...], axis: int
     return full
 
 
-def _quantize_builder(node: Any, ctx: Any) -> Fn:
+def _quantize_builder(node: NodeView, ctx: KernelContext) -> Fn:
     """One builder for every opset; attributes absent at older opsets keep their defaults."""
     axis = int(node.attr("axis", 1))
     saturate = bool(node.attr("saturate", 1))
@@ -99,7 +101,7 @@ def _quantize_builder(node: Any, ctx: Any) -> Fn:
     return compute
 
 
-def _dequantize_builder(node: Any, ctx: Any) -> Fn:
+def _dequantize_builder(node: NodeView, ctx: KernelContext) -> Fn:
     """(x - zero_point) * scale in float32, returned as the scale's type or output_dtype (23+)."""
     axis = int(node.attr("axis", 1))
     block = int(node.attr("block_size", 0))
@@ -129,7 +131,7 @@ for _since, _end in ((10, 12), (13, 18), (19, 20), (21, 22), (23, None)):
 
 
 @REGISTRY.register("DynamicQuantizeLinear", since=11)
-def build_dynamic_quantize_linear(node: Any, ctx: Any) -> Fn:
+def build_dynamic_quantize_linear(node: NodeView, ctx: KernelContext) -> Fn:
     """uint8 with a scale spanning [min(x, 0), max(x, 0)] and the matching zero point."""
 
     def compute(x: Any) -> tuple[Any, Any, Any]:

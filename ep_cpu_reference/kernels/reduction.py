@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -118,7 +120,7 @@ def _fixed_axes(node: Any, op: str, axes: list[int], keepdims: bool, noop: bool)
 
 
 def _build_attr_axes(op: str) -> Callable[[Any, Any], Fn]:
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         """Axes from the attribute (none: all)."""
         axes = list(node.attr("axes", []))
         keepdims = bool(node.attr("keepdims", 1))
@@ -128,7 +130,7 @@ def _build_attr_axes(op: str) -> Callable[[Any, Any], Fn]:
 
 
 def _build_input_axes(op: str) -> Callable[[Any, Any], Fn]:
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         """Axes from the optional second input; empty + noop_with_empty_axes: no reduction."""
         keepdims = bool(node.attr("keepdims", 1))
         noop = bool(node.attr("noop_with_empty_axes", 0))

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -28,22 +30,22 @@ def _seq(node: Any, value: Any) -> list[Any]:
 
 
 @REGISTRY.register("SequenceEmpty", since=11)
-def build_sequence_empty(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_empty(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     return lambda: ([],)
 
 
 @REGISTRY.register("SequenceConstruct", since=11)
-def build_sequence_construct(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_construct(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     return lambda *xs: (list(xs),)
 
 
 @REGISTRY.register("SequenceLength", since=11, host_outputs=(0,))
-def build_sequence_length(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_length(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     return lambda s: (np.array(len(_seq(node, s)), dtype=np.int64),)
 
 
 @REGISTRY.register("SequenceAt", since=11, host_inputs=(1,))
-def build_sequence_at(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_at(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     def compute(s: Any, pos: Any) -> tuple[Any]:
         s = _seq(node, s)
         return (s[_position(node, pos, len(s))],)
@@ -52,7 +54,7 @@ def build_sequence_at(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("SequenceInsert", since=11, host_inputs=(2,))
-def build_sequence_insert(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_insert(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Returns a new list: the input sequence may still be read by other nodes."""
 
     def compute(s: Any, t: Any, pos: Any = None) -> tuple[Any]:
@@ -64,7 +66,7 @@ def build_sequence_insert(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("SequenceErase", since=11, host_inputs=(1,))
-def build_sequence_erase(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_sequence_erase(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     def compute(s: Any, pos: Any = None) -> tuple[Any]:
         out = list(_seq(node, s))
         if not out:
@@ -76,7 +78,7 @@ def build_sequence_erase(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("SplitToSequence", since=11, host_inputs=(1,))
-def build_split_to_sequence(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_split_to_sequence(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """No ``split``: pieces of 1 along ``axis`` (squeezed unless keepdims=0 says keep); scalar
     ``split``: equal chunks, the last smaller; 1-D ``split``: those lengths."""
     axis = int(node.attr("axis", 0))
@@ -105,7 +107,7 @@ def build_split_to_sequence(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("ConcatFromSequence", since=11)
-def build_concat_from_sequence(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_concat_from_sequence(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     axis = int(node.attr("axis"))
     new_axis = int(node.attr("new_axis", 0))
 
@@ -122,19 +124,19 @@ def build_concat_from_sequence(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("Optional", since=15)
-def build_optional(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_optional(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """With no input: the empty optional (None); with one: that value."""
     return lambda x=None: (x,)
 
 
 @REGISTRY.register("OptionalHasElement", since=15)
-def build_optional_has_element(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_optional_has_element(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     """Opset 18 made the input optional: a missing input is an empty optional."""
     return lambda x=None: (np.array(x is not None),)
 
 
 @REGISTRY.register("OptionalGetElement", since=15)
-def build_optional_get_element(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_optional_get_element(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     def compute(x: Any) -> tuple[Any]:
         if x is None:
             raise ValueError(f"{node.describe()}: the optional input is empty")

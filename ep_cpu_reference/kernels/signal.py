@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.tensor_ops import ints
 from ep_cpu_reference.registry import REGISTRY
 
@@ -48,7 +50,7 @@ def _dft(node: Any, x: np.ndarray, length: Any, axis: int, inverse: bool, onesid
 
 
 @REGISTRY.register("DFT", since=17, end=19, host_inputs=(1,))
-def build_dft17(node: Any, ctx: Any) -> Fn:
+def build_dft17(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 17: axis is an attribute (default 1)."""
     axis = int(node.attr("axis", 1))
     inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
@@ -56,7 +58,7 @@ def build_dft17(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("DFT", since=20, host_inputs=(1, 2))
-def build_dft(node: Any, ctx: Any) -> Fn:
+def build_dft(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 20+: axis is an optional input (default -2, the axis before the real/imag one)."""
     inverse, onesided = bool(node.attr("inverse", 0)), bool(node.attr("onesided", 0))
 
@@ -68,7 +70,7 @@ def build_dft(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("STFT", since=17, host_inputs=(1, 3))
-def build_stft(node: Any, ctx: Any) -> Fn:
+def build_stft(node: NodeView, ctx: KernelContext) -> Fn:
     """Frames of frame_length every frame_step samples, windowed, transformed; onesided keeps
     frame_length // 2 + 1 bins. Output [batch, frames, bins, 2]."""
     onesided = bool(node.attr("onesided", 1))
@@ -98,7 +100,7 @@ def build_stft(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("AffineGrid", since=20, host_inputs=(1,))
-def build_affine_grid(node: Any, ctx: Any) -> Fn:
+def build_affine_grid(node: NodeView, ctx: KernelContext) -> Fn:
     """Sampling grid theta @ [x, y(, z), 1] over normalised output coordinates in [-1, 1]
     (pixel corners with align_corners=1, pixel centres otherwise)."""
     align = bool(node.attr("align_corners", 0))
@@ -124,7 +126,7 @@ def build_affine_grid(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("MelWeightMatrix", since=17, host_inputs=(0, 1, 2, 3, 4))
-def build_mel_weight_matrix(node: Any, ctx: Any) -> Fn:
+def build_mel_weight_matrix(node: NodeView, ctx: KernelContext) -> Fn:
     """[dft_length // 2 + 1, num_mel_bins] triangular filters with peak 1. The band edges are
     num_mel_bins + 2 points evenly spaced in mel (mel(f) = 2595 log10(1 + f / 700)) from the
     lower edge, in steps of (mel(upper) - mel(lower)) / (num_mel_bins + 2), mapped to DFT bins

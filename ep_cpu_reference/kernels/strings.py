@@ -10,6 +10,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -22,7 +24,7 @@ def _text(v: Any) -> Any:
 
 
 @REGISTRY.register("StringConcat", since=20)
-def build_string_concat(node: Any, ctx: Any) -> Fn:
+def build_string_concat(node: NodeView, ctx: KernelContext) -> Fn:
     """Elementwise concatenation with multidirectional broadcasting."""
 
     def compute(a: Any, b: Any) -> tuple[Any]:
@@ -32,7 +34,7 @@ def build_string_concat(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("RegexFullMatch", since=20)
-def build_regex_full_match(node: Any, ctx: Any) -> Fn:
+def build_regex_full_match(node: NodeView, ctx: KernelContext) -> Fn:
     """Whether each whole string matches ``pattern`` (compiled once; RE2 syntax is a subset of
     Python's for the features the spec uses)."""
     pattern = _text(node.attr("pattern"))
@@ -49,7 +51,7 @@ def build_regex_full_match(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("StringSplit", since=20)
-def build_string_split(node: Any, ctx: Any) -> Fn:
+def build_string_split(node: NodeView, ctx: KernelContext) -> Fn:
     """Splits on ``delimiter`` (absent or empty: runs of whitespace), at most ``maxsplit``
     times; Y pads each row with "" to the longest split, Z counts the pieces."""
     delim = _text(node.attr("delimiter", "")) or None
@@ -71,7 +73,7 @@ def build_string_split(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("StringNormalizer", since=10)
-def build_string_normalizer(node: Any, ctx: Any) -> Fn:
+def build_string_normalizer(node: NodeView, ctx: KernelContext) -> Fn:
     """Drops stopwords (case-insensitively unless is_case_sensitive), then changes case.
     Input is [C] or [1, C]; if nothing is left the output is a single "" of the same rank."""
     action = _text(node.attr("case_change_action", "NONE"))
@@ -96,7 +98,7 @@ def build_string_normalizer(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("TfIdfVectorizer", since=9)
-def build_tfidf_vectorizer(node: Any, ctx: Any) -> Fn:
+def build_tfidf_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
     """Counts the pool's n-grams (lengths min..max_gram_length, gaps up to max_skip_count)
     per row; TF gives counts, IDF 1-or-0 times the weight, TFIDF counts times the weight.
 

@@ -12,6 +12,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import fold_frozen, frozen
 from ep_cpu_reference.registry import REGISTRY
 
@@ -34,7 +36,7 @@ def _text(value: Any) -> Any:
     return value.decode() if isinstance(value, bytes) else value
 
 
-def const_inputs(node: Any, ctx: Any) -> list[Any]:
+def const_inputs(node: NodeView, ctx: KernelContext) -> list[Any]:
     """Each input's value when known at session creation (None: missing or only known at run
     time). Builders specialise on these so compute does no parsing per inference."""
     return [ctx.constant(n) if n else None for n in node.inputs]
@@ -80,7 +82,7 @@ def _reshape(node: Any, x: Any, shape: Any, allowzero: int) -> Any:
 
 
 @REGISTRY.register("Reshape", since=5, host_inputs=(1,))
-def build_reshape(node: Any, ctx: Any) -> Fn:
+def build_reshape(node: NodeView, ctx: KernelContext) -> Fn:
     """0 copies the input dim (unless opset 14's allowzero=1), -1 is inferred."""
     allowzero = int(node.attr("allowzero", 0))
     shape_c = const_inputs(node, ctx)[1]
@@ -106,20 +108,20 @@ def build_reshape(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Transpose", since=1)
-def build_transpose(node: Any, ctx: Any) -> Fn:
+def build_transpose(node: NodeView, ctx: KernelContext) -> Fn:
     perm = node.attr("perm")
     return fold_frozen(lambda x: (np.transpose(x, perm if perm else None),), first_only=True)
 
 
 @REGISTRY.register("Concat", since=1, end=3)
-def build_concat1(node: Any, ctx: Any) -> Fn:
+def build_concat1(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-3: axis is optional, default 1."""
     axis = int(node.attr("axis", 1))
     return lambda *xs: (np.concatenate(xs, axis=norm_axis(node, axis, xs[0].ndim)),)
 
 
 @REGISTRY.register("Concat", since=4)
-def build_concat(node: Any, ctx: Any) -> Fn:
+def build_concat(node: NodeView, ctx: KernelContext) -> Fn:
     axis = int(node.attr("axis"))
     if axis >= 0:
         # a non-negative axis needs no rank to resolve; concatenate itself checks the range
@@ -133,7 +135,7 @@ def build_concat(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Flatten", since=1)
-def build_flatten(node: Any, ctx: Any) -> Fn:
+def build_flatten(node: NodeView, ctx: KernelContext) -> Fn:
     axis = int(node.attr("axis", 1))
 
     def compute(x: Any) -> tuple[Any]:
@@ -162,7 +164,7 @@ def _unsqueeze(node: Any, x: Any, axes: list[int]) -> Any:
 
 
 @REGISTRY.register("Squeeze", since=1, end=12)
-def build_squeeze1(node: Any, ctx: Any) -> Fn:
+def build_squeeze1(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-12: axes is an attribute."""
     return _squeeze_fixed(node, list(node.attr("axes", [])))
 
@@ -174,7 +176,7 @@ def _squeeze_fixed(node: Any, axes: list[int]) -> Fn:
 
 
 @REGISTRY.register("Squeeze", since=13, host_inputs=(1,))
-def build_squeeze(node: Any, ctx: Any) -> Fn:
+def build_squeeze(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 13+: axes is an optional input."""
     if len(node.inputs) < 2 or not node.inputs[1]:
         return _squeeze_fixed(node, [])
@@ -185,7 +187,7 @@ def build_squeeze(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Unsqueeze", since=1, end=12)
-def build_unsqueeze1(node: Any, ctx: Any) -> Fn:
+def build_unsqueeze1(node: NodeView, ctx: KernelContext) -> Fn:
     return _unsqueeze_fixed(node, list(node.attr("axes")))
 
 
@@ -196,7 +198,7 @@ def _unsqueeze_fixed(node: Any, axes: list[int]) -> Fn:
 
 
 @REGISTRY.register("Unsqueeze", since=13, host_inputs=(1,))
-def build_unsqueeze(node: Any, ctx: Any) -> Fn:
+def build_unsqueeze(node: NodeView, ctx: KernelContext) -> Fn:
     axes_c = const_inputs(node, ctx)[1]
     if axes_c is not None:
         return _unsqueeze_fixed(node, ints(axes_c))
@@ -204,7 +206,7 @@ def build_unsqueeze(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Expand", since=8, host_inputs=(1,))
-def build_expand(node: Any, ctx: Any) -> Fn:
+def build_expand(node: NodeView, ctx: KernelContext) -> Fn:
     """Bidirectional broadcast of x with the shape (a 1 in the shape keeps x's dim)."""
 
     def compute(x: Any, shape: Any) -> tuple[Any]:
@@ -215,7 +217,7 @@ def build_expand(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Tile", since=1, end=5, host_inputs=(1, 2))
-def build_tile1(node: Any, ctx: Any) -> Fn:
+def build_tile1(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-5: ``tiles`` copies along the single ``axis`` input."""
 
     def compute(x: Any, tiles: Any, axis: Any) -> tuple[Any]:
@@ -227,12 +229,12 @@ def build_tile1(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Tile", since=6, host_inputs=(1,))
-def build_tile(node: Any, ctx: Any) -> Fn:
+def build_tile(node: NodeView, ctx: KernelContext) -> Fn:
     return lambda x, repeats: (np.tile(x, ints(repeats)),)
 
 
 @REGISTRY.register("Shape", since=1, host_outputs=(0,))
-def build_shape(node: Any, ctx: Any) -> Fn:
+def build_shape(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 15 adds start/end (clamped, negatives count from the back)."""
     start = int(node.attr("start", 0))
     end = node.attr("end")
@@ -244,12 +246,12 @@ def build_shape(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Size", since=1, host_outputs=(0,))
-def build_size(node: Any, ctx: Any) -> Fn:
+def build_size(node: NodeView, ctx: KernelContext) -> Fn:
     return lambda x: (np.array(x.size, dtype=np.int64),)
 
 
 @REGISTRY.register("Identity", since=1)
-def build_identity(node: Any, ctx: Any) -> Fn:
+def build_identity(node: NodeView, ctx: KernelContext) -> Fn:
     """Tensors, sequences and optionals pass through (values are never mutated in place)."""
     return lambda x: (x,)
 
@@ -292,14 +294,14 @@ def _constant_value(node: Any) -> Any:
 
 
 @REGISTRY.register("Constant", since=1)
-def build_constant(node: Any, ctx: Any) -> Fn:
+def build_constant(node: NodeView, ctx: KernelContext) -> Fn:
     """The value is decoded once, at session creation."""
     value = _constant_value(node)
     return lambda: (value,)
 
 
 @REGISTRY.register("ConstantOfShape", since=9, host_inputs=(0,))
-def build_constant_of_shape(node: Any, ctx: Any) -> Fn:
+def build_constant_of_shape(node: NodeView, ctx: KernelContext) -> Fn:
     """Default value: float32 zero."""
     v = node.attr("value")
     fill = np.asarray(v).reshape(-1) if v is not None else np.zeros(1, dtype=np.float32)
@@ -311,7 +313,7 @@ def build_constant_of_shape(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Range", since=11, host_inputs=(0, 1, 2))
-def build_range(node: Any, ctx: Any) -> Fn:
+def build_range(node: NodeView, ctx: KernelContext) -> Fn:
     """max(ceil((limit - start) / delta), 0) elements of start's type."""
 
     def compute(start: Any, limit: Any, delta: Any) -> tuple[Any]:
@@ -325,7 +327,7 @@ def build_range(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("EyeLike", since=9)
-def build_eye_like(node: Any, ctx: Any) -> Fn:
+def build_eye_like(node: NodeView, ctx: KernelContext) -> Fn:
     """Ones on diagonal k; output type is the ``dtype`` attribute or the input's."""
     from onnx import helper
 
@@ -340,7 +342,7 @@ def build_eye_like(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("OneHot", since=9, host_inputs=(1,))
-def build_one_hot(node: Any, ctx: Any) -> Fn:
+def build_one_hot(node: NodeView, ctx: KernelContext) -> Fn:
     """Negative indices count from depth; out-of-range indices give an all-off row."""
     axis = int(node.attr("axis", -1))
 
@@ -358,7 +360,7 @@ def build_one_hot(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Trilu", since=14, host_inputs=(1,))
-def build_trilu(node: Any, ctx: Any) -> Fn:
+def build_trilu(node: NodeView, ctx: KernelContext) -> Fn:
     upper = int(node.attr("upper", 1))
 
     def compute(x: Any, k: Any = None) -> tuple[Any]:
@@ -399,13 +401,13 @@ def _split_fixed(node: Any, axis: int, sizes: list[int] | None, n_out: int) -> F
 
 
 @REGISTRY.register("Split", since=2, end=12)
-def build_split2(node: Any, ctx: Any) -> Fn:
+def build_split2(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 2-12: sizes in the ``split`` attribute, else equal parts."""
     return _split_fixed(node, int(node.attr("axis", 0)), list(node.attr("split", [])) or None, len(node.outputs))
 
 
 @REGISTRY.register("Split", since=13, host_inputs=(1,))
-def build_split(node: Any, ctx: Any) -> Fn:
+def build_split(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 13+: sizes as an optional input; 18+: ``num_outputs`` with a smaller last part."""
     axis = int(node.attr("axis", 0))
     n_out = len(node.outputs)
@@ -442,7 +444,7 @@ def _slice(
 
 
 @REGISTRY.register("Slice", since=1, end=9)
-def build_slice1(node: Any, ctx: Any) -> Fn:
+def build_slice1(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-9: starts/ends/axes are attributes, steps are 1."""
     starts, ends = list(node.attr("starts")), list(node.attr("ends"))
     axes = list(node.attr("axes", [])) or None
@@ -467,7 +469,7 @@ def _slice_fixed(node: Any, starts: list[int], ends: list[int], axes: list[int] 
 
 
 @REGISTRY.register("Slice", since=10, host_inputs=(1, 2, 3, 4))
-def build_slice(node: Any, ctx: Any) -> Fn:
+def build_slice(node: NodeView, ctx: KernelContext) -> Fn:
     consts = const_inputs(node, ctx)
     n = len(node.inputs)
     if all(i >= n or not node.inputs[i] or consts[i] is not None for i in range(1, 5)):
@@ -566,7 +568,7 @@ def _pad_apply(x: Any, crop: Any, width: list[tuple[int, int]], mode: str, value
 
 
 @REGISTRY.register("Pad", since=1, end=1)
-def build_pad1(node: Any, ctx: Any) -> Fn:
+def build_pad1(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 1: the pads attribute is called ``paddings``."""
     pads = list(node.attr("paddings"))
     mode = _text(node.attr("mode", "constant"))
@@ -575,7 +577,7 @@ def build_pad1(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Pad", since=2, end=10)
-def build_pad2(node: Any, ctx: Any) -> Fn:
+def build_pad2(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 2-10: pads and value are attributes."""
     pads = list(node.attr("pads"))
     mode = _text(node.attr("mode", "constant"))
@@ -584,7 +586,7 @@ def build_pad2(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Pad", since=11, host_inputs=(1, 2, 3))
-def build_pad(node: Any, ctx: Any) -> Fn:
+def build_pad(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 11+: pads/constant_value inputs; 18+: axes; 19+: wrap mode."""
     mode = _text(node.attr("mode", "constant"))
     plans: dict[Any, Any] = {}  # (shape, pads, axes) -> (crop, width)
@@ -608,7 +610,7 @@ def build_pad(node: Any, ctx: Any) -> Fn:
 
 # --------------------------------------------------------------------------------- gathering
 @REGISTRY.register("Gather", since=1)
-def build_gather(node: Any, ctx: Any) -> Fn:
+def build_gather(node: NodeView, ctx: KernelContext) -> Fn:
     """Negative indices count from the back of the axis."""
     axis = int(node.attr("axis", 0))
     consts = const_inputs(node, ctx)
@@ -649,7 +651,7 @@ def build_gather(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("GatherElements", since=11)
-def build_gather_elements(node: Any, ctx: Any) -> Fn:
+def build_gather_elements(node: NodeView, ctx: KernelContext) -> Fn:
     axis = int(node.attr("axis", 0))
 
     def compute(x: Any, indices: Any) -> tuple[Any]:
@@ -661,7 +663,7 @@ def build_gather_elements(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("GatherND", since=11)
-def build_gather_nd(node: Any, ctx: Any) -> Fn:
+def build_gather_nd(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 12's batch_dims: the first b dims of data and indices are matched, not indexed."""
     b = int(node.attr("batch_dims", 0))
 
@@ -705,14 +707,14 @@ def _scatter_elements(node: Any, x: Any, indices: Any, updates: Any, axis: int, 
 
 
 @REGISTRY.register("Scatter", since=9, end=10)
-def build_scatter(node: Any, ctx: Any) -> Fn:
+def build_scatter(node: NodeView, ctx: KernelContext) -> Fn:
     """The deprecated opset 9-10 name of ScatterElements (no reduction)."""
     axis = int(node.attr("axis", 0))
     return lambda x, i, u: (_scatter_elements(node, x, i, u, axis, None),)
 
 
 @REGISTRY.register("ScatterElements", since=11)
-def build_scatter_elements(node: Any, ctx: Any) -> Fn:
+def build_scatter_elements(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 16 adds reduction add/mul, 18 max/min; duplicates accumulate via ``ufunc.at``."""
     axis = int(node.attr("axis", 0))
     ufunc = _reduction(node)
@@ -720,7 +722,7 @@ def build_scatter_elements(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("ScatterND", since=11)
-def build_scatter_nd(node: Any, ctx: Any) -> Fn:
+def build_scatter_nd(node: NodeView, ctx: KernelContext) -> Fn:
     ufunc = _reduction(node)
 
     def compute(x: Any, indices: Any, updates: Any) -> tuple[Any]:
@@ -739,7 +741,7 @@ def build_scatter_nd(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("Compress", since=9)
-def build_compress(node: Any, ctx: Any) -> Fn:
+def build_compress(node: NodeView, ctx: KernelContext) -> Fn:
     axis = node.attr("axis")
 
     def compute(x: Any, condition: Any) -> tuple[Any]:
@@ -753,7 +755,7 @@ def build_compress(node: Any, ctx: Any) -> Fn:
 
 # --------------------------------------------------------------------- sorting and searching
 @REGISTRY.register("CumSum", since=11, host_inputs=(1,))
-def build_cumsum(node: Any, ctx: Any) -> Fn:
+def build_cumsum(node: NodeView, ctx: KernelContext) -> Fn:
     exclusive = int(node.attr("exclusive", 0))
     reverse = int(node.attr("reverse", 0))
 
@@ -785,14 +787,14 @@ def _topk(node: Any, x: Any, k: int, axis: int, largest: bool, sorted_: bool) ->
 
 
 @REGISTRY.register("TopK", since=1, end=9)
-def build_topk1(node: Any, ctx: Any) -> Fn:
+def build_topk1(node: NodeView, ctx: KernelContext) -> Fn:
     """Opsets 1-9: k is an attribute."""
     k, axis = int(node.attr("k")), int(node.attr("axis", -1))
     return lambda x: _topk(node, x, k, axis, True, True)
 
 
 @REGISTRY.register("TopK", since=10, host_inputs=(1,))
-def build_topk(node: Any, ctx: Any) -> Fn:
+def build_topk(node: NodeView, ctx: KernelContext) -> Fn:
     """Opset 10+: k is an input; 11+: largest and sorted attributes."""
     axis = int(node.attr("axis", -1))
     largest = bool(node.attr("largest", 1))
@@ -801,7 +803,7 @@ def build_topk(node: Any, ctx: Any) -> Fn:
 
 
 def _arg(fn: Callable[..., Any]) -> Callable[[Any, Any], Fn]:
-    def build(node: Any, ctx: Any) -> Fn:
+    def build(node: NodeView, ctx: KernelContext) -> Fn:
         """keepdims keeps the reduced axis; select_last_index (12+) picks the last tie."""
         axis = int(node.attr("axis", 0))
         keepdims = int(node.attr("keepdims", 1))
@@ -826,12 +828,12 @@ REGISTRY.register("ArgMin", since=1)(_arg(np.argmin))
 
 
 @REGISTRY.register("NonZero", since=9)
-def build_nonzero(node: Any, ctx: Any) -> Fn:
+def build_nonzero(node: NodeView, ctx: KernelContext) -> Fn:
     return lambda x: (np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1),)
 
 
 @REGISTRY.register("Unique", since=11)
-def build_unique(node: Any, ctx: Any) -> Fn:
+def build_unique(node: NodeView, ctx: KernelContext) -> Fn:
     """sorted=0 orders the unique values by first occurrence."""
     axis = node.attr("axis")
     sorted_ = int(node.attr("sorted", 1))
@@ -853,7 +855,7 @@ def build_unique(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("ReverseSequence", since=10)
-def build_reverse_sequence(node: Any, ctx: Any) -> Fn:
+def build_reverse_sequence(node: NodeView, ctx: KernelContext) -> Fn:
     batch_axis = int(node.attr("batch_axis", 1))
     time_axis = int(node.attr("time_axis", 0))
 
@@ -870,7 +872,7 @@ def build_reverse_sequence(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("CenterCropPad", since=18, host_inputs=(1,))
-def build_center_crop_pad(node: Any, ctx: Any) -> Fn:
+def build_center_crop_pad(node: NodeView, ctx: KernelContext) -> Fn:
     """Per listed axis: crop a centred window (start rounded down) or zero-pad around the input
     (the odd pixel goes to the end)."""
     axes_attr = node.attr("axes")

@@ -9,6 +9,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
 
 DOMAIN = "ai.onnx.preview.training"
@@ -25,7 +27,7 @@ def _groups(node: Any, args: tuple[Any, ...], n_states: int) -> tuple[float, int
 
 
 @REGISTRY.register("Adagrad", since=1, domain=DOMAIN)
-def build_adagrad(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_adagrad(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     decay = float(node.attr("decay_factor", 0.0))
     eps = float(node.attr("epsilon", 1e-6))
     norm = float(node.attr("norm_coefficient", 0.0))
@@ -45,7 +47,7 @@ def build_adagrad(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("Momentum", since=1, domain=DOMAIN)
-def build_momentum(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_momentum(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     alpha = float(node.attr("alpha"))
     beta = float(node.attr("beta"))
     norm = float(node.attr("norm_coefficient"))
@@ -70,7 +72,7 @@ def build_momentum(node: Any, ctx: Any) -> Callable[..., Any]:
 
 
 @REGISTRY.register("Adam", since=1, domain=DOMAIN)
-def build_adam(node: Any, ctx: Any) -> Callable[..., Any]:
+def build_adam(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
     alpha = float(node.attr("alpha", 0.9))
     beta = float(node.attr("beta", 0.999))
     eps = float(node.attr("epsilon", 1e-6))

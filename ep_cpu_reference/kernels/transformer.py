@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.tensor_ops import norm_axis
 from ep_cpu_reference.registry import REGISTRY
 
@@ -15,7 +17,7 @@ Fn = Callable[..., Any]
 
 
 @REGISTRY.register("RotaryEmbedding", since=23)
-def build_rotary_embedding(node: Any, ctx: Any) -> Fn:
+def build_rotary_embedding(node: NodeView, ctx: KernelContext) -> Fn:
     """X is [B, H, S, D] or [B, S, H*D] (then ``num_heads`` is required). The first
     ``rotary_embedding_dim`` (default: all) features rotate, as halves or interleaved pairs, by
     angles from the caches ([S, R/2], or [max_pos, R/2] indexed by position_ids [B, S])."""
@@ -58,7 +60,7 @@ def build_rotary_embedding(node: Any, ctx: Any) -> Fn:
 
 
 @REGISTRY.register("TensorScatter", since=24)
-def build_tensor_scatter(node: Any, ctx: Any) -> Fn:
+def build_tensor_scatter(node: NodeView, ctx: KernelContext) -> Fn:
     """present = past with ``update`` written along ``axis`` at write_indices[batch] (default
     0), wrapping modulo the cache length in ``circular`` mode."""
     mode = node.attr("mode", "linear")

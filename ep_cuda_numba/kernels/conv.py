@@ -13,6 +13,8 @@ import numpy as np
 from numba import cuda
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.kernels.matmul import gemm
 from ep_cuda_numba.launch import Runtime, flat, prod
 from ep_cuda_numba.registry import FLOAT_T, rank_of, register_versions, support_check
@@ -113,7 +115,7 @@ def im2col(x, col, C, H, W, KH, KW, OH, OW, sh, sw, ph, pw, dh, dw, zero):
 
 
 @register_versions("Conv", 1, {"T": FLOAT_T})
-def build_conv(node: Any, ctx: Any) -> Any:
+def build_conv(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     group = int(node.attr("group", 1))
 
@@ -241,7 +243,7 @@ def conv_transpose_direct(x, w, bias, out, C, H, W, M, KH, KW, OH, OW, sh, sw, p
 
 
 @register_versions("ConvTranspose", 1, {"T": FLOAT_T})
-def build_conv_transpose(node: Any, ctx: Any) -> Any:
+def build_conv_transpose(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     group = int(node.attr("group", 1))
 
@@ -347,7 +349,7 @@ def pool2d(x, out, H, W, KH, KW, OH, OW, sh, sw, ph, pw, phe, pwe, dh, dw, is_ma
 
 
 def _pool_builder(is_max: bool) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         rt = Runtime.of(ctx)
         kernel_shape = [int(v) for v in node.attr("kernel_shape")]
         ceil_mode = int(node.attr("ceil_mode", 0))
@@ -425,7 +427,7 @@ def _bn_ok(node: Any) -> str | None:
 
 
 @register_versions("BatchNormalization", 9, {"T": FLOAT_T, "T1": FLOAT_T, "T2": FLOAT_T})
-def build_batchnorm(node: Any, ctx: Any) -> Any:
+def build_batchnorm(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     eps = float(node.attr("epsilon", 1e-5))
 

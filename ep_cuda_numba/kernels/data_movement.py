@@ -10,13 +10,15 @@ import numpy as np
 from numba import cuda
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.kernels.shape_ops import gather_strided, strided_scatter
 from ep_cuda_numba.launch import Runtime, c_strides, flat, prod
 from ep_cuda_numba.registry import ALL_T, INDEX_T, register_versions, support_check
 
 
 @register_versions("Transpose", 1, {"T": ALL_T})
-def build_transpose(node: Any, ctx: Any) -> Any:
+def build_transpose(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     perm_attr = node.attr("perm")
 
@@ -33,7 +35,7 @@ def build_transpose(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Concat", 4, {"T": ALL_T})
-def build_concat(node: Any, ctx: Any) -> Any:
+def build_concat(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis"))
 
@@ -83,7 +85,7 @@ def slice_plan(
 
 
 @register_versions("Slice", 10, {"T": ALL_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3, 4))
-def build_slice(node: Any, ctx: Any) -> Any:
+def build_slice(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
 
     def compute(x: Any, starts: Any, ends: Any, axes: Any = None, steps: Any = None) -> tuple[Any]:
@@ -106,7 +108,7 @@ def gather_kernel(out, data, idx, axis_len, inner, n_idx):
 
 
 @register_versions("Gather", 1, {"T": ALL_T, "Tind": INDEX_T})
-def build_gather(node: Any, ctx: Any) -> Any:
+def build_gather(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis", 0))
 
@@ -179,7 +181,7 @@ def _pad_ok(node: Any) -> str | None:
 
 
 @register_versions("Pad", 11, {"T": ALL_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3))
-def build_pad(node: Any, ctx: Any) -> Any:
+def build_pad(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     mode = _PAD_MODES[node.attr("mode", "constant")]
 

@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 from numba import cuda  # noqa: F401  (the simulator wants numba.cuda imported at module level)
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.codegen import (
     BINARY_NUMERIC,
     COMPARE,
@@ -70,7 +72,7 @@ class ElementwiseNode:
         return tuple(run_program(self.rt, program, inputs, params, [out]))
 
 
-def build_plain(node: Any, ctx: Any) -> Any:
+def build_plain(node: NodeView, ctx: KernelContext) -> Any:
     ew = ElementwiseNode(node, ctx)
     from ep_cuda_numba.codegen import ALL_OPS
 
@@ -94,7 +96,7 @@ def _clip_bounds(dtype: np.dtype, lo: Any, hi: Any) -> tuple[Any, Any]:
     return lo_v, hi_v
 
 
-def build_clip_inputs(node: Any, ctx: Any) -> Any:
+def build_clip_inputs(node: NodeView, ctx: KernelContext) -> Any:
     """Clip-11+: ``min``/``max`` are host inputs (usually constants), read per run."""
     ew = ElementwiseNode(node, ctx)
 
@@ -104,7 +106,7 @@ def build_clip_inputs(node: Any, ctx: Any) -> Any:
     return compute
 
 
-def build_clip_attrs(node: Any, ctx: Any) -> Any:
+def build_clip_attrs(node: NodeView, ctx: KernelContext) -> Any:
     ew = ElementwiseNode(node, ctx)
     lo, hi = node.attr("min", None), node.attr("max", None)
 

@@ -12,6 +12,8 @@ import numpy as np
 from numba import cuda, from_dtype
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.launch import MAX_BLOCKS, SIM, Runtime, c_strides, flat
 from ep_cuda_numba.registry import FLOAT_T, register_versions
 
@@ -209,7 +211,7 @@ def matmul(rt: Runtime, a: Any, b: Any) -> Any:
 
 
 @register_versions("MatMul", 1, {"T": FLOAT_T})
-def build_matmul(node: Any, ctx: Any) -> Any:
+def build_matmul(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
 
     def compute(a: Any, b: Any) -> tuple[Any]:
@@ -219,7 +221,7 @@ def build_matmul(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Gemm", 7, {"T": FLOAT_T})
-def build_gemm(node: Any, ctx: Any) -> Any:
+def build_gemm(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))
     alpha, beta = float(node.attr("alpha", 1.0)), float(node.attr("beta", 1.0))

@@ -16,6 +16,8 @@ import numpy as np
 from numba import cuda, float64
 from onnx import helper
 
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.kernels.shape_ops import gather_strided
 from ep_cuda_numba.launch import SIM, Runtime, c_strides, flat, prod
 from ep_cuda_numba.registry import FLOAT_T, NUM_T, register_versions
@@ -217,7 +219,7 @@ def reduce(rt: Runtime, x: Any, axes: Sequence[int] | None, keepdims: bool, code
     return out
 
 
-def build_reduce(node: Any, ctx: Any) -> Any:
+def build_reduce(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     codes = _REDUCE[node.op_type]
     keepdims = bool(node.attr("keepdims", 1))
@@ -245,7 +247,7 @@ for _op in _REDUCE:
 
 
 def _softmax_builder(log: bool) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         rt = Runtime.of(ctx)
         axis_attr = int(node.attr("axis", -1 if node.opset >= 13 else 1))
 
@@ -273,7 +275,7 @@ register_versions("LogSoftmax", 1, {"T": FLOAT_T})(_softmax_builder(True))
 
 
 @register_versions("LayerNormalization", 17, {"T": FLOAT_T, "U": FLOAT_T})
-def build_layernorm(node: Any, ctx: Any) -> Any:
+def build_layernorm(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis", -1))
     eps = float(node.attr("epsilon", 1e-5))
@@ -324,7 +326,7 @@ def _full_param(rt: Runtime, p: Any, shape: tuple[int, ...]) -> Any:
 
 
 def _global_pool(codes: tuple[int, int, int]) -> Any:
-    def build(node: Any, ctx: Any) -> Any:
+    def build(node: NodeView, ctx: KernelContext) -> Any:
         rt = Runtime.of(ctx)
 
         def compute(x: Any) -> tuple[Any]:

@@ -11,6 +11,8 @@ import numpy as np
 from numba import cuda
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.launch import Runtime, flat, prod
 from ep_cuda_numba.registry import FLOAT_T, rank_of, register_versions, support_check
 
@@ -106,7 +108,7 @@ def resize_kernel(x, out, H, W, OH, OW, scale_h, scale_w, ct, linear, nmode):
 
 
 @register_versions("Resize", 11, {"T1": FLOAT_T}, host_inputs=(1, 2, 3))
-def build_resize(node: Any, ctx: Any) -> Any:
+def build_resize(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     linear = node.attr("mode", "nearest") == "linear"
     ct = COORD_MODES[node.attr("coordinate_transformation_mode", "half_pixel")]

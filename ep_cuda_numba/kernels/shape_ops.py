@@ -11,6 +11,8 @@ import numpy as np
 from numba import cuda
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.graph import NodeView
+from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.launch import Runtime, c_strides, flat, prod
 from ep_cuda_numba.registry import ALL_T, register_versions
 
@@ -39,7 +41,7 @@ def _reshape_target(shape: tuple[int, ...], spec: np.ndarray, allowzero: bool) -
 
 
 @register_versions("Reshape", 5, {"T": ALL_T}, host_inputs=(1,))
-def build_reshape(node: Any, ctx: Any) -> Any:
+def build_reshape(node: NodeView, ctx: KernelContext) -> Any:
     allowzero = bool(node.attr("allowzero", 0))
 
     def compute(x: Any, shape: Any) -> tuple[Any]:
@@ -49,7 +51,7 @@ def build_reshape(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Flatten", 1, {"T": ALL_T})
-def build_flatten(node: Any, ctx: Any) -> Any:
+def build_flatten(node: NodeView, ctx: KernelContext) -> Any:
     axis = int(node.attr("axis", 1))
 
     def compute(x: Any) -> tuple[Any]:
@@ -60,7 +62,7 @@ def build_flatten(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Squeeze", 1, {"T": ALL_T}, host_inputs=(1,))
-def build_squeeze(node: Any, ctx: Any) -> Any:
+def build_squeeze(node: NodeView, ctx: KernelContext) -> Any:
     attr_axes = node.attr("axes")
 
     def compute(x: Any, axes: Any = None) -> tuple[Any]:
@@ -77,7 +79,7 @@ def build_squeeze(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Unsqueeze", 1, {"T": ALL_T}, host_inputs=(1,))
-def build_unsqueeze(node: Any, ctx: Any) -> Any:
+def build_unsqueeze(node: NodeView, ctx: KernelContext) -> Any:
     attr_axes = node.attr("axes")
 
     def compute(x: Any, axes: Any = None) -> tuple[Any]:
@@ -91,7 +93,7 @@ def build_unsqueeze(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Shape", 1, {"T": ALL_T, "T1": ("tensor(int64)",)}, host_outputs=(0,))
-def build_shape(node: Any, ctx: Any) -> Any:
+def build_shape(node: NodeView, ctx: KernelContext) -> Any:
     start = node.attr("start", 0)
     end = node.attr("end", None)
 
@@ -103,7 +105,7 @@ def build_shape(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Size", 1, {"T": ALL_T, "T1": ("tensor(int64)",)}, host_outputs=(0,))
-def build_size(node: Any, ctx: Any) -> Any:
+def build_size(node: NodeView, ctx: KernelContext) -> Any:
     def compute(x: Any) -> tuple[np.ndarray]:
         return (np.array(prod(x.shape), dtype=np.int64),)
 
@@ -111,7 +113,7 @@ def build_size(node: Any, ctx: Any) -> Any:
 
 
 @register_versions("Constant", 1, {"T": ALL_T})
-def build_constant(node: Any, ctx: Any) -> Any:
+def build_constant(node: NodeView, ctx: KernelContext) -> Any:
     value = node.graph.constant_value(node.outputs[0])
     if value is None:
         raise InvalidArgument(f"{node.describe()}: only value/value_float(s)/value_int(s) constants are supported")
@@ -130,7 +132,7 @@ def fill_kernel(out, value):
 
 
 @register_versions("ConstantOfShape", 9, {"T1": ("tensor(int64)",), "T2": ALL_T}, host_inputs=(0,))
-def build_constant_of_shape(node: Any, ctx: Any) -> Any:
+def build_constant_of_shape(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     v = node.attr("value")
     value = np.zeros(1, np.float32) if v is None else np.asarray(v).reshape(-1)[:1]
@@ -178,7 +180,7 @@ def gather_strided(rt: Runtime, x: Any, out_shape: tuple[int, ...], xstrides: tu
 
 
 @register_versions("Expand", 8, {"T": ALL_T}, host_inputs=(1,))
-def build_expand(node: Any, ctx: Any) -> Any:
+def build_expand(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
 
     def compute(x: Any, shape: Any) -> tuple[Any]:
