@@ -3,13 +3,16 @@
 The EPs hand back one EPContext node per fused node (``ep_get_ep_context_nodes``); each replaces the
 nodes of its group. Every other node stays, with its initializers embedded (or all of them in
 ``ep.context_model_external_initializers_file_name``); graph inputs and outputs keep their order.
-Context binaries an EP writes go through ``ContextOutput.write_file``: every file is written under a
-temporary name and renamed only once the whole model is ready, so a failure leaves nothing behind,
-and the source model is never overwritten."""
+Every file (an EP's context binaries through ``ContextOutput.write_file``, the external initializers,
+the model) is checked before it is written and again before it is renamed into place: generation
+never writes a file it did not create in this run (unless ``ep.context_overwrite=1``), never the
+source model or its data, never outside the output folder; a failure leaves nothing behind and
+the staged files of a killed generation are removed by the next one (see ``ContextOutput``)."""
 
 from __future__ import annotations
 
-import contextlib
+import functools
+import mmap
 import os
 import warnings
 from dataclasses import dataclass
@@ -24,9 +27,10 @@ from ep_core.sdk.epcontext.output import (
     OVERWRITE_KEY,
     PREFIX_KEY,
     ContextOutput,
+    check_name,
 )
 from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema
-from ep_core.sdk.errors import ConfigError, EpFail, Fail, InvalidArgument
+from ep_core.sdk.errors import EpFail, Fail, InvalidArgument
 
 if TYPE_CHECKING:
     from ep_core.runtime.engine import Built
@@ -67,34 +71,88 @@ def output_path(options: "SessionOptions", model_path: Path | None, req: Compile
 
 
 def check_output_early(options: "SessionOptions", model_path: Path | None, req: CompileRequest | None) -> None:
-    """Refuse before any compiling: a bytes model without an output path, an existing output
-    without ``ep.context_overwrite=1``, an output that is the source model."""
+    """Refuse before any compiling: a bytes model without an output path, and every output file
+    (the model, the external initializers) this generation may not write (see ``open_output``)."""
     register_ep_context_schema()
+    open_output(options, model_path, req)
+
+
+def open_output(options: "SessionOptions", model_path: Path | None, req: CompileRequest | None) -> ContextOutput:
+    """The generation's ``ContextOutput`` with the context model and the external-initializers file
+    claimed: each is refused (typed, naming the file and the option) when it resolves to the source
+    model or its external data, to the other, outside the output folder, or to an existing file
+    without ``ep.context_overwrite=1`` (the compile API: without ERROR_IF_OUTPUT_FILE_EXISTS)."""
     out = output_path(options, model_path, req)
-    if out is None:
-        return
-    if model_path is not None and out.resolve() == model_path.resolve():
+    src_name = model_path.name if model_path is not None else ""
+    stem_src = src_name or (out.name if out is not None else "model")
+    stem = stem_src[:-5] if stem_src.endswith(".onnx") else stem_src
+    if model_path is None and stem.endswith("_ctx"):
+        stem = stem[:-4]
+    try:
+        src_name.encode("utf-8")
+    except UnicodeEncodeError:
         raise InvalidArgument(
-            f"the context model path {str(out)!r} is the source model itself; choose another {FILE_PATH_KEY}"
-        )
-    if out.is_dir():
-        raise InvalidArgument(f"{FILE_PATH_KEY}={str(out)!r} is a folder; give the path of the .onnx file to write")
-    overwrite = options.flag(OVERWRITE_KEY) if req is None else not req.error_if_output_exists
-    if out.exists() and not overwrite:
-        raise InvalidArgument(
-            f"the context model {str(out)!r} already exists; delete it, choose another {FILE_PATH_KEY}, or set "
-            f"{OVERWRITE_KEY}=1 to replace it"
-        )
-    ext = options.get_session_config_entry(EXTERNAL_INIT_KEY)
-    if ext:
-        _external_path(out, ext)
+            f"the source model's file name {src_name!r} is not valid UTF-8 and is stored in the context model; "
+            "rename the file"
+        ) from None
+    if out is not None:
+        check_name(out.name, FILE_PATH_KEY)
+        if out.is_dir():
+            raise InvalidArgument(f"{FILE_PATH_KEY}={str(out)!r} is a folder; give the path of the .onnx file to write")
+    output = ContextOutput(
+        model_path=out,
+        folder=Path(os.path.realpath(out.parent)) if out is not None else None,
+        model_name=stem,
+        embed_mode=int(options.get_session_config_entry(EMBED_KEY, "0") or "0"),
+        node_name_prefix=options.get_session_config_entry(PREFIX_KEY, "") or "",
+        options=options,
+        source_model_filename=src_name,
+        overwrite=options.flag(OVERWRITE_KEY) if req is None else not req.error_if_output_exists,
+        protected=source_files(model_path),
+    )
+    if req is not None:
+        output.overwrite_hint = "leave out the compile API flag ERROR_IF_OUTPUT_FILE_EXISTS"
+    if output.folder is not None and out is not None:
+        output._claim(output.folder / out.name, "the context model", FILE_PATH_KEY)
+        ext = options.get_session_config_entry(EXTERNAL_INIT_KEY)
+        if ext:
+            output._claim(
+                output.folder / check_name(ext, EXTERNAL_INIT_KEY), "the external initializers file", EXTERNAL_INIT_KEY
+            )
+    return output
 
 
-def _external_path(out: Path, name: str) -> Path:
-    rel = Path(name)
-    if rel.is_absolute() or ".." in rel.parts:
-        raise ConfigError(f"{EXTERNAL_INIT_KEY}={name!r} must be a file name relative to the context model's folder")
-    return out.parent / rel
+def source_files(model_path: Path | None) -> dict[str, str]:
+    """The real paths generation must never write: the source model and its external-data files."""
+    if model_path is None:
+        return {}
+    st = model_path.stat()
+    files = {os.path.realpath(model_path): f"the source model {model_path.name!r}"}
+    locations = _external_locations(os.path.realpath(model_path), st.st_mtime_ns, st.st_size) if st.st_size else ()
+    for loc in locations:
+        files.setdefault(os.path.realpath(model_path.parent / loc), f"external data of the source model ({loc!r})")
+    return files
+
+
+@functools.lru_cache(maxsize=8)
+def _external_locations(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
+    """The external-data locations the model file names (read once per file version: the loaded
+    model no longer says where its data came from)."""
+    import onnx
+    from onnx import external_data_helper as edh
+
+    with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
+        if mm.find(b"location") < 0:  # no external-data entry can be in it: skip parsing the model
+            return ()
+    proto = onnx.load(path, load_external_data=False)
+    locs = [
+        e.value
+        for t in edh._get_all_tensors(proto)
+        if edh.uses_external_data(t)
+        for e in t.external_data
+        if e.key == "location"
+    ]
+    return tuple(dict.fromkeys(locs))
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -108,35 +166,20 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
     register_ep_context_schema()
     options = built.options
     model_path: Path | None = built.model_path
-    out_path = output_path(options, model_path, req)
-    check_output_early(options, model_path, req)
-    embed = int(options.get_session_config_entry(EMBED_KEY, "0") or "0")
-    prefix = options.get_session_config_entry(PREFIX_KEY, "") or ""
-    stem_src = model_path.name if model_path is not None else (out_path.name if out_path is not None else "model")
-    stem = stem_src[:-5] if stem_src.endswith(".onnx") else stem_src
-    if model_path is None and stem.endswith("_ctx"):
-        stem = stem[:-4]
-    output = ContextOutput(
-        model_path=out_path,
-        folder=out_path.parent.resolve() if out_path is not None else None,
-        model_name=stem,
-        embed_mode=embed,
-        node_name_prefix=prefix,
-        options=options,
-        source_model_filename=model_path.name if model_path is not None else "",
-    )
+    output = open_output(options, model_path, req)  # every check again: the folder may have changed
+    out_path = output.model_path
     if output.folder is not None:
-        output.folder.mkdir(parents=True, exist_ok=True)
+        output._sweep(output.folder)  # staged files a killed generation left here
 
     main_graph = built.graph
     assert main_graph is not None and built.context is not None
     compiled = [(ep_i, fused, view) for ep_i, fused, view in built.context.compiled if view.proto is main_graph.proto]
-    written: list[Path] = []
     try:
         ctx_nodes: dict[str, Any] = {}
         contributing: list[Any] = []
         for ep_i in sorted({e for e, _, _ in compiled}):
             ep = built.eps[ep_i]
+            output.writer = ep.name
             nodes = ep.call("ep_get_ep_context_nodes", output=output)
             mine = {f.name: f for e, f, _ in compiled if e == ep_i}
             for node in nodes or ():
@@ -182,20 +225,14 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
         ext = options.get_session_config_entry(EXTERNAL_INIT_KEY)
         if ext:
             _stage_external_initializers(model, output, ext)
-        data = model.SerializeToString()
-        output.write_file(out_path.name, data)
-        check_output_early(options, model_path, req)  # the output must still be absent (or overwritable)
-        output._commit()
-        written = list(output._committed)
+        assert output.folder is not None
+        output._write_claimed(output.folder / out_path.name, model.SerializeToString())
+        output._commit()  # re-checks every file; the model is renamed last
         if req is not None:
             req.output_path = out_path
         return str(out_path)
     except BaseException:
         output._abort()
-        for path in output._committed:
-            if path not in written:
-                with contextlib.suppress(OSError):
-                    path.unlink()
         raise
 
 
@@ -282,8 +319,7 @@ def _stage_external_initializers(model: Any, output: ContextOutput, name: str) -
     from onnx import external_data_helper
 
     assert output.folder is not None
-    final = _external_path(output.folder / "x", name)
-    rel = Path(name).as_posix()
+    rel = check_name(name, EXTERNAL_INIT_KEY).as_posix()
     chunks: list[bytes] = []
     offset = 0
     for t in model.graph.initializer:
@@ -299,7 +335,7 @@ def _stage_external_initializers(model: Any, output: ContextOutput, name: str) -
         t.ClearField("raw_data")
         chunks.append(raw)
         offset += len(raw)
-    output.write_file(os.path.relpath(final, output.folder), b"".join(chunks))
+    output._write_claimed(output.folder / rel, b"".join(chunks))
 
 
 def _tensor_bytes(t: Any) -> bytes:

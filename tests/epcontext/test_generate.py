@@ -14,6 +14,7 @@ from onnx import TensorProto, helper
 
 import ep_core.runtime.context_write as gen
 from ep_core import InferenceSession
+from ep_core.sdk.epcontext.output import staged_name
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.tools.zoo import fetch_model
 
@@ -99,7 +100,11 @@ def test_failure_midway_leaves_no_partial_file(tmp_path, compiled, monkeypatch):
 
     def boom(*a, **k):
         # the EP has staged its binary by now; the model is not written yet
-        assert any(p.name.startswith(".magika_NumbaCpuExecutionProvider.bin.tmp-") for p in tmp_path.iterdir())
+        staged = "-".join(staged_name("x").split("-")[:3]) + "-"  # .epctx-<host>-<this pid>-
+        assert any(
+            p.name.startswith(staged) and p.name.endswith("-magika_NumbaCpuExecutionProvider.bin")
+            for p in tmp_path.iterdir()
+        )
         raise RuntimeError("disk full")
 
     monkeypatch.setattr(gen, "_build_model", boom)

@@ -40,7 +40,13 @@ def generate_shared(
 
     if not models:
         raise InvalidArgument("ctx-gen needs at least one model")
-    outs = []
+    stems = [m.name[:-5] if m.name.endswith(".onnx") else m.name for m in models]
+    twice = sorted({s for s in stems if stems.count(s) > 1})
+    if twice:
+        raise InvalidArgument(
+            f"ctx-gen: several models are named {twice}: their context models would be one file; rename them"
+        )
+    outs: list[str] = []
     ws = workspace(ep)
     if not ws.empty:
         raise InvalidArgument(f"a sharing group for {ep} is already open in this process; finish it first")
@@ -56,14 +62,15 @@ def generate_shared(
                 opts.add_session_config_entry("ep.context_overwrite", "1")
             if k == len(models) - 1:
                 opts.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-            stem = model.name[:-5] if model.name.endswith(".onnx") else model.name
             folder = output_dir if output_dir is not None else models[0].parent
-            opts.add_session_config_entry("ep.context_file_path", str(folder / f"{stem}_ctx.onnx"))
+            opts.add_session_config_entry("ep.context_file_path", str(folder / f"{stems[k]}_ctx.onnx"))
             sess = InferenceSession(str(model), opts, providers=[(ep, ep_options)])
             outs.append(str(sess.context_model_path))
             sess.close()
     except BaseException:
         ws.clear_generation()
+        for done in outs:  # the group is incomplete: its context models refer to a binary never written
+            Path(done).unlink(missing_ok=True)
         raise
     return outs
 
