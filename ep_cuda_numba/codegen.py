@@ -5,13 +5,19 @@ scalar params p_m>`` plus the temporaries written to each output. The generator 
 source of one grid-stride CUDA kernel and compiles it with ``cuda.jit``. Inputs are addressed as
 ``full`` (same shape as the output: index i), ``scalar`` (one element: index 0) or ``strided``
 (broadcast: per-dimension strides, 0 on broadcast axes), so common cases skip index arithmetic.
-The source text is kept: it is what the EPContext records under the simulator (no PTX there)."""
+
+Only this module's own templates, names and dtype constructors ever reach ``exec``: programs are
+built from the op table (a fused group's from a validated spec, ``spec_check``), and
+``check_expression`` refuses any statement outside that grammar before the source is compiled."""
 
 from __future__ import annotations
 
 import hashlib
+import io
 import math
+import re
 import threading
+import tokenize
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -169,6 +175,35 @@ def single_op_program(expr_template: str, n_inputs: int, n_params: int, compute_
     return Program(n_inputs, n_params, (Statement(expr, np.dtype(compute_dtype).name),), (0,))
 
 
+_FUNCTIONS = frozenset(
+    {"math", "exp", "tanh", "log", "sqrt", "erf", "sin", "cos", "floor", "ceil", "max", "min", "abs"}
+)
+_KEYWORDS = frozenset({"if", "else", "and", "or", "not"})
+_LOCAL = re.compile(r"[vtp]\d+|F\d+")  # values, temporaries, params, compute-dtype constructors
+_OPERATORS = frozenset({"+", "-", "*", "/", "**", "(", ")", ",", ".", "<", ">", "<=", ">=", "==", "!="})
+
+
+def check_expression(expr: str) -> None:
+    """Refuse a generated statement that is not made of the generator's own names, operators and
+    numbers (a guard in front of ``exec``: whatever a model or context says, nothing else runs)."""
+    try:
+        tokens = list(tokenize.generate_tokens(io.StringIO(expr).readline))
+    except (tokenize.TokenError, SyntaxError):
+        tokens = []
+    ok = bool(tokens) and "\n" not in expr and "\r" not in expr  # one expression, one line
+    for tok in tokens:
+        if tok.type == tokenize.NAME:
+            ok = ok and (tok.string in _FUNCTIONS or tok.string in _KEYWORDS or bool(_LOCAL.fullmatch(tok.string)))
+        elif tok.type == tokenize.OP:
+            ok = ok and tok.string in _OPERATORS
+        elif tok.type == tokenize.NUMBER:
+            ok = ok and tok.string.replace(".", "").replace("e", "").replace("-", "").isdigit()
+        else:
+            ok = ok and tok.type in (tokenize.NEWLINE, tokenize.NL, tokenize.ENDMARKER)
+    if not ok:
+        raise EpFail(f"generated kernel statement {expr[:200]!r} is outside the generator's grammar (an EP bug)")
+
+
 def generate_source(program: Program, pattern: tuple[str, ...], n_outputs: int) -> str:
     """Kernel source for ``program`` with inputs addressed by ``pattern`` (full/scalar/strided)."""
     ins = [f"x{i}" for i in range(program.n_inputs)]
@@ -197,7 +232,9 @@ def generate_source(program: Program, pattern: tuple[str, ...], n_outputs: int) 
         expr = st.expr
         for i in range(program.n_inputs - 1, -1, -1):
             expr = expr.replace(f"x{i}", f"v{i}")
-        lines.append(f"        t{k} = {expr.replace('F(', f'F{k}(')}")
+        expr = expr.replace("F(", f"F{k}(")
+        check_expression(expr)
+        lines.append(f"        t{k} = {expr}")
     for j, k in enumerate(program.outputs):
         lines.append(f"        o{j}[i] = t{k}")
     return "\n".join(lines) + "\n"
@@ -217,9 +254,12 @@ def compile_program(program: Program, pattern: tuple[str, ...], n_outputs: int) 
     src = generate_source(program, pattern, n_outputs)
     ns: dict[str, Any] = {"cuda": cuda, "math": math}
     for k, st in enumerate(program.statements):
-        ns[f"F{k}"] = np.dtype(st.compute_dtype).type
+        dt = np.dtype(st.compute_dtype)
+        if dt.kind not in "biuf" or dt.name != st.compute_dtype:
+            raise EpFail(f"generated kernel statement {k} computes in {st.compute_dtype!r}, not a numeric dtype")
+        ns[f"F{k}"] = dt.type
     code = compile(src, f"<ep_cuda_numba elementwise {hashlib.sha1(src.encode()).hexdigest()[:8]}>", "exec")
-    exec(code, ns)  # our own generated text, never text read from a model
+    exec(code, ns)  # our own generated text (check_expression), never text read from a model
     kernel = cuda.jit(ns["fused_kernel"])
     with _LOCK:
         _CACHE[key] = (kernel, src)

@@ -1,10 +1,10 @@
 """Compiling chains of elementwise ops into ONE generated CUDA kernel per fused group.
 
 ``find_groups`` picks connected elementwise nodes; ``compile_group`` turns a group into a
-``FusionSpec`` (plain data: ops, wiring, params, dtypes), generates the kernel source from it
-(``codegen``) and returns a ``NodeComputeInfo``. The spec, not the source, is what an EPContext
-node stores, so loading a compiled model never executes text read from a file: the kernel is
-regenerated from the spec by this package's own generator.
+spec (plain data: ops, wiring, params, dtypes), checks it (``spec_check``), generates the kernel
+source from it (``codegen``) and returns a ``NodeComputeInfo``. The spec is all an EPContext node
+stores, so loading a compiled model never executes text read from a file: the kernel is
+regenerated from the validated spec by this package's own generator.
 
 Every intermediate of a group is computed per element of the group's broadcast shape. That is
 exact for pointwise ops; the only hazard is a group output whose true shape is smaller than the
@@ -19,15 +19,21 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from ep_core.sdk.compute import ComputeContext, NodeComputeInfo
-from ep_core.sdk.errors import EpFail, InvalidGraph
+from ep_core.sdk.errors import EpFail
 from ep_cuda_numba.codegen import ALL_OPS, Program, Statement, compile_program, instantiate, op_expression, run_program
+from ep_cuda_numba.spec_check import (
+    GELU_APPROXIMATE,
+    MAX_GROUP_INPUTS,
+    SPEC_FORMAT,
+    is_param,
+    type_problem,
+    typed_param,
+    validate_spec,
+)
 
 if TYPE_CHECKING:
     from ep_core.sdk.compute import FusedNode
     from ep_core.sdk.graph import GraphView, NodeView
-
-SPEC_FORMAT = 1
-MAX_GROUP_INPUTS = 16
 
 
 class _Attrs:
@@ -83,12 +89,21 @@ def fusable_ops() -> list[tuple[str, str, int, None]]:
 
 
 def fusable(node: "NodeView") -> bool:
+    """Whether ``node`` can join a generated kernel: an op of the table, dtypes known and valid
+    for it (the same rules ``spec_check`` applies to a spec read back), params known."""
     if node.op_type not in ALL_OPS or node.domain not in ("", "ai.onnx") or len([o for o in node.outputs if o]) != 1:
         return False
-    n_data = 1 if node.op_type == "Clip" else len([i for i in node.inputs if i])
-    if any(_dtype(node, i) is None for i in range(n_data)) or _dtype(node, 0, output=True) is None:
+    data = [i for i, name in enumerate(node.inputs[:1] if node.op_type == "Clip" else node.inputs) if name]
+    dts = [_dtype(node, i) for i in data]
+    out, dt = _dtype(node, 0, output=True), _dtype(node, 1 if node.op_type == "Where" else 0)
+    if out is None or dt is None or any(d is None for d in dts):
         return False
-    return _params(node) is not None
+    if type_problem(node.op_type, [str(d) for d in dts], str(dt), str(out)) is not None:
+        return False
+    if node.op_type == "Gelu" and node.attr("approximate", "none") not in GELU_APPROXIMATE:
+        return False
+    params = _params(node)
+    return params is not None and all(is_param(p) for p in params)
 
 
 def find_groups(
@@ -180,7 +195,7 @@ def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
         params = _params(n) or []
         in_dt = _dtype(n, 1 if n.op_type == "Where" else 0)
         out_dt = _dtype(n, 0, output=True)
-        attrs = {k_: v for k_, v in n.attributes.items() if isinstance(v, (int, float, str))}
+        attrs = {"approximate": n.attr("approximate")} if n.op_type == "Gelu" and n.attr("approximate") else {}
         entries.append(
             {
                 "name": n.name,
@@ -216,43 +231,34 @@ def spec_from_group(view: "GraphView", fused: "FusedNode") -> dict[str, Any]:
 
 
 def program_from_spec(spec: dict[str, Any]) -> tuple[Program, list[Any], list[np.dtype], list[set[int]]]:
-    """(program, typed params, output dtypes, external inputs each output depends on)."""
-    if spec.get("format") != SPEC_FORMAT:
-        raise InvalidGraph(f"fusion spec format {spec.get('format')!r} is not {SPEC_FORMAT}; recompile the model")
+    """(program, typed params, output dtypes, external inputs each output depends on) of a spec
+    that ``spec_check.validate_spec`` accepted."""
     statements = []
     params: list[Any] = []
     deps: list[set[int]] = []
-    n_in = len(spec["inputs"])
-    for k, e in enumerate(spec["nodes"]):
+    for e in spec["nodes"]:
         op = e["op"]
-        if op not in ALL_OPS:
-            raise InvalidGraph(f"fusion spec node {e.get('name')!r}: {op!r} is not an elementwise op this EP fuses")
         dt, out = np.dtype(e["dtype"]), np.dtype(e["out_dtype"])
-        names, dep = [], set()
+        names: list[str] = []
+        dep: set[int] = set()
         for kind, idx in e["args"]:
-            if kind == "x" and 0 <= idx < n_in:
-                names.append(f"x{idx}")
-                dep.add(idx)
-            elif kind == "t" and 0 <= idx < k:
-                names.append(f"t{idx}")
-                dep |= deps[idx]
-            else:
-                raise InvalidGraph(f"fusion spec node {e.get('name')!r}: bad argument {[kind, idx]}")
+            names.append(f"{kind}{idx}")
+            dep |= {idx} if kind == "x" else deps[idx]
         compute = out if op == "Cast" else dt
         pnames = [f"p{e['param_base'] + m}" for m in range(len(e["params"]))]
-        params.extend(compute.type(p) for p in e["params"])
+        params.extend(typed_param(p, compute.name) for p in e["params"])
         template = op_expression(op, len(names), dt, _Attrs(e["attrs"]), out)
         # placeholders {p0}.. of the template map to this node's global param names
         statements.append(Statement(instantiate(template, names, pnames), compute.name))
         deps.append(dep)
     out_dtypes = [np.dtype(spec["nodes"][k]["out_dtype"]) for k in spec["output_nodes"]]
-    program = Program(n_in, len(params), tuple(statements), tuple(spec["output_nodes"]))
+    program = Program(len(spec["inputs"]), len(params), tuple(statements), tuple(spec["output_nodes"]))
     return program, params, out_dtypes, [deps[k] for k in spec["output_nodes"]]
 
 
 @dataclass
 class CompiledGroup:
-    """One fused node: its spec, the kernel source (all inputs full-shape) and, on a GPU, PTX."""
+    """One fused node: its validated spec and the kernel source generated from it (all inputs full-shape)."""
 
     name: str
     spec: dict[str, Any]
@@ -263,22 +269,12 @@ class CompiledGroup:
     tpb: int
     simulated: bool
     source: str = ""
-    ptx: str | None = None
-    ptx_target: str = ""
     launches: dict[str, int] = field(default_factory=lambda: {"fused": 0, "fallback": 0})
     ep: Any = field(default=None, repr=False, compare=False)  # the NumbaCudaEp that built it
 
-    def ensure_ptx(self) -> None:
-        """Compile the all-full-shape variant to PTX for the EPContext (GPU only)."""
-        if self.simulated or self.ptx is not None:
-            return
-        from numba import cuda
-
-        cc = tuple(cuda.get_current_device().compute_capability)
-        self.ptx, self.ptx_target = self.compile_ptx(cc), f"sm_{cc[0]}{cc[1]}"
-
     def compile_ptx(self, cc: tuple[int, ...]) -> str:
-        """PTX of the kernel with every input at the group's full shape, for compute capability ``cc``."""
+        """PTX of the kernel with every input at the group's full shape, for compute capability ``cc``
+        (a build check, ``test_ptx_dry_run``; contexts never carry native code)."""
         from numba import cuda, from_dtype, types
 
         kernel, _ = compile_program(self.program, ("full",) * self.program.n_inputs, len(self.out_dtypes))
@@ -310,7 +306,10 @@ class CompiledGroup:
 
         def compute(rt: Any, *inputs: Any) -> tuple[Any, ...]:
             shapes = [tuple(int(s) for s in x.shape) for x in inputs]
-            full = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
+            try:
+                full = tuple(np.broadcast_shapes(*shapes)) if shapes else ()
+            except ValueError:
+                raise EpFail(f"fused group {group.name}: inputs with shapes {shapes} do not broadcast") from None
             if all(tuple(np.broadcast_shapes(*[shapes[i] for i in d])) == full for d in group.deps if d):
                 group.launches["fused"] += 1
                 return tuple(run_program(rt, group.program, inputs, group.params, group.out_dtypes))
@@ -339,7 +338,7 @@ class CompiledGroup:
 
 
 def _build(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
-    program, params, out_dtypes, deps = program_from_spec(spec)
+    program, params, out_dtypes, deps = program_from_spec(spec)  # spec checked by the caller
     _, source = compile_program(program, ("full",) * program.n_inputs, len(out_dtypes))
     return CompiledGroup(
         name, spec, program, params, out_dtypes, deps, ep.options.max_threads_per_block, ep.simulated, source, ep=ep
@@ -347,16 +346,12 @@ def _build(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
 
 
 def compile_group(view: "GraphView", fused: "FusedNode", ep: Any) -> CompiledGroup:
-    return _build(spec_from_group(view, fused), fused.name, ep)
+    spec = spec_from_group(view, fused)
+    validate_spec(spec, f"{ep.name}: fused group {fused.name!r}")
+    return _build(spec, fused.name, ep)
 
 
-def compile_spec(
-    spec: dict[str, Any], name: str, inputs: Sequence[str], outputs: Sequence[str], ep: Any
-) -> CompiledGroup:
-    """Rebuild a group from an EPContext node's spec (nothing from the payload is executed)."""
-    if len(spec.get("inputs", ())) != len(inputs) or len(spec.get("outputs", ())) != len(outputs):
-        raise InvalidGraph(
-            f"EPContext node {name}: its spec has {len(spec.get('inputs', ()))} inputs/{len(spec.get('outputs', ()))} "
-            f"outputs but the node has {len(inputs)}/{len(outputs)}; recompile the model"
-        )
+def compile_spec(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
+    """Rebuild a group from an EPContext node's spec, which ``epcontext.load_context_node`` has
+    validated and bound to the node (nothing from the payload is executed)."""
     return _build(spec, name, ep)

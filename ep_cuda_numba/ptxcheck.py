@@ -163,7 +163,9 @@ def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
                 fn = codegen.compile_program(prog, tuple(p["pattern"]), p["n_outputs"])[0].py_func
             elif e["kind"] == "matmul":
                 fn = matmul.kernel_for(np.dtype(e["args"][0][1])).py_func
-            else:
+            else:  # only this package's kernels: a records file must not pick what gets imported
+                if not str(e["module"]).startswith("ep_cuda_numba.kernels.") or not str(e["name"]).isidentifier():
+                    raise ValueError(f"{e['module']}.{e['name']} is not a kernel of ep_cuda_numba.kernels")
                 fn = getattr(importlib.import_module(e["module"]), e["name"]).py_func
             compile_ptx(fn, sig, cc=cc)
         except Exception as exc:

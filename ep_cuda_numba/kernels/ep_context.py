@@ -1,5 +1,6 @@
-"""``com.microsoft::EPContext`` nodes written by this EP: the kernel rebuilds the fused
-elementwise kernel from the node's recorded spec (data only) and runs it."""
+"""``com.microsoft::EPContext`` nodes written by this EP: the kernel checks the node's recorded spec
+(data only) and its binding to the node, regenerates the fused elementwise kernel from it with
+this package's generator, and runs it. Nothing from the file is executed."""
 
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def build_ep_context(node: "NodeView", ctx: "KernelContext") -> Any:
     from ep_cuda_numba.launch import Runtime
 
     spec = load_context_node(node, ctx)
-    group = compile_spec(spec, node.name, node.inputs, node.outputs, ctx.ep)
+    group = compile_spec(spec, node.name, ctx.ep)
     ctx.ep.loaded_context_groups.append(group)
     rt = Runtime.of(ctx)
     run = group.compute_info().compute

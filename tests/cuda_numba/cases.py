@@ -277,7 +277,11 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
     """An EPContext node of this EP whose spec is Relu(a + b)."""
     import json
 
+    from ep_core.sdk.epcontext import signing
     from ep_core.sdk.epcontext.schema import register_ep_context_schema
+    from ep_cuda_numba import EP_NAME
+    from ep_cuda_numba.epcontext import PAYLOAD_FORMAT, signed_parts
+    from ep_cuda_numba.spec_check import SPEC_FORMAT
 
     register_ep_context_schema()
     x, y = b.feed(rand((2, 3, 4), F32, b.rng)), b.feed(rand((4,), F32, b.rng))
@@ -295,13 +299,16 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
         }
 
     spec = {
-        "format": 1,
+        "format": SPEC_FORMAT,
         "inputs": [x, y],
+        "input_dtypes": ["float32", "float32"],
         "outputs": ["out0"],
         "output_nodes": [1],
         "nodes": [node("add", "Add", [["x", 0], ["x", 1]]), node("relu", "Relu", [["t", 0]])],
     }
-    payload = json.dumps({"format": "ep_cuda_numba.fused/1", "spec": spec, "source": "", "ptx": None})
+    binding = {"name": "ctx", "source": EP_NAME, "partition_name": "", "main_context": 1, "embed_mode": 1}
+    signature = signing.sign(signed_parts(binding, [x, y], ["out0"], "ctx", spec))  # as this user wrote it
+    payload = json.dumps({"format": PAYLOAD_FORMAT, "graph": "ctx", "spec": spec, "signature": signature})
     ctx = helper.make_node(
         "EPContext",
         [x, y],

@@ -1,10 +1,11 @@
 """Compile: chains of elementwise ops become ONE generated kernel per fused group; fused groups
-become EPContext nodes (spec + generated source, and PTX on a GPU) that a later session claims
-back and runs; the compatibility string is recorded and judged."""
+become EPContext nodes (a signed fusion spec, never code) that a later session claims back and
+runs; the compatibility string is recorded and judged. Tampering: test_context_tampering.py."""
 
 from __future__ import annotations
 
 import json
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -13,8 +14,9 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from ep_core.sdk.errors import InvalidGraph
+from ep_cuda_numba.spec_check import SPEC_FORMAT
 
-from .conftest import EP, SIM, all_on_ep, assert_close, run_both, session, skip_on_cudasim
+from .conftest import EP, SIM, all_on_ep, assert_close, run_both, session
 
 SHAPE = [2, 3, 4]
 
@@ -128,25 +130,19 @@ def test_fused_groups_become_ep_context_nodes_that_run_again(tmp_path: Path, emb
         rel = attrs["ep_cache_context"].decode()
         assert not Path(rel).is_absolute()
         payload = json.loads((ctx.parent / rel).read_text())
-    assert payload["format"] == "ep_cuda_numba.fused/1" and "def fused_kernel" in payload["source"]
+    assert payload["format"] == "ep_cuda_numba.fused/2" and set(payload) == {"format", "graph", "spec", "signature"}
+    assert payload["signature"].startswith("hmac-sha256:") and payload["graph"] == node.name
     assert [e["op"] for e in payload["spec"]["nodes"]] == ["Add", "Mul", "Sigmoid", "Clip", "Cast"]
-    if SIM:
-        assert payload["ptx"] is None and "simulator" in attrs["notes"].decode()
+    assert attrs["hardware_architecture"] == (b"sim" if SIM else attrs["hardware_architecture"])
     key = f"ep_compatibility_info.{EP}"
     info = {p.key: p.value for p in model.metadata_props}[key]
     assert info.startswith("ep_cuda_numba=") and ("target=sim" in info) == SIM
-    loaded = session(str(ctx))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # signed by this user's key: no warning
+        loaded = session(str(ctx))
     assert all_on_ep(loaded) == {}
     assert len(loaded.execution_providers[0].ep.loaded_context_groups) == 1
     assert_close(loaded.run(None, feeds(2)), session(str(src)).run(None, feeds(2)), 1e-6, "from the context model")
-
-
-@skip_on_cudasim("the simulator has no PTX (the payload records the generated source instead)")
-def test_the_context_payload_carries_ptx_on_a_gpu(tmp_path: Path) -> None:
-    _, ctx = _compile(tmp_path, 1)
-    (node,) = onnx.load(ctx).graph.node
-    payload = json.loads(helper.get_attribute_value(next(a for a in node.attribute if a.name == "ep_cache_context")))
-    assert ".entry" in payload["ptx"] and payload["ptx_target"].startswith("sm_")
 
 
 def test_compatibility_verdicts(tmp_path: Path) -> None:
@@ -158,13 +154,13 @@ def test_compatibility_verdicts(tmp_path: Path) -> None:
     assert validate_compatibility(devices, here) == "SUPPORTED_OPTIMAL"
     moved = here.replace("target=", "target=sm_1")
     assert validate_compatibility(devices, moved).startswith("SUPPORTED_PREFER_RECOMPILATION")
-    assert validate_compatibility(devices, here.replace("spec=1", "spec=99")).startswith("UNSUPPORTED")
+    assert validate_compatibility(devices, here.replace(f"spec={SPEC_FORMAT}", "spec=99")).startswith("UNSUPPORTED")
     assert validate_compatibility(devices, "something else").startswith("UNSUPPORTED")
     _, ctx = _compile(tmp_path, 1)
     model = onnx.load(ctx)
     for p in model.metadata_props:
         if p.key == f"ep_compatibility_info.{EP}":
-            p.value = p.value.replace("spec=1", "spec=99")
+            p.value = p.value.replace(f"spec={SPEC_FORMAT}", "spec=99")
     with pytest.raises(InvalidGraph, match="recompile"):
         session(model)
 
@@ -201,3 +197,30 @@ def test_constant_clip_bounds_are_baked_into_the_fused_kernel() -> None:
     assignment = sess.get_node_assignment()
     assert len({v["fused_node"] for v in assignment.values()}) == 1 and assignment["lo"]["fused_node"] is not None
     assert len([line for line in sess.get_plan() if " copy " in line]) == 2, "only x up and y down"
+
+
+def test_the_generator_refuses_statements_outside_its_grammar() -> None:
+    """The guard in front of exec: every op's generated statement passes, anything else does not."""
+    from ep_core.sdk.errors import EpFail
+    from ep_cuda_numba.codegen import ALL_OPS, check_expression, instantiate, op_expression
+    from ep_cuda_numba.spec_check import param_count
+
+    for op in ALL_OPS:
+        n = 3 if op in ("Where", "Max", "Sum", "Mean", "Min") else ALL_OPS[op].arity
+        for dt in (np.dtype(np.float32), np.dtype(np.int64)):
+            template = op_expression(op, n, dt, None, np.dtype(np.float64))
+            expr = instantiate(template, [f"v{i}" for i in range(n)], [f"p{i}" for i in range(param_count(op))])
+            check_expression(expr.replace("F(", "F0("))
+    for bad in (
+        "__import__('os').system('true')",
+        "v0.__class__",
+        "v0 if v0 else (lambda: 0)()",
+        "v0\n        v1",
+        "v0; v1",
+        "[v0][0]",
+        "v0 # comment",
+        "x0 + v1",
+        "eval('1')",
+    ):
+        with pytest.raises(EpFail, match="outside the generator's grammar"):
+            check_expression(bad)
