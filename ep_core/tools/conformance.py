@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from ep_core.sdk.errors import ConfigError
+from ep_core.tools.progress import Bar
 
 
 @dataclass(frozen=True)
@@ -253,6 +254,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--min-percent", type=float, metavar="P", help="exit 1 if fewer than this percentage of cases pass"
     )
+    parser.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -272,8 +274,9 @@ def run(args: argparse.Namespace) -> int:
     cases = collect(args.filter)
     results: dict[str, dict[str, str]] = {}
     by_op: dict[str, list[str]] = collections.defaultdict(list)
+    bar = Bar(f"conformance {ep}", force=True if getattr(args, "progress", False) else None)
     t0 = time.perf_counter()
-    for case in cases:
+    for done, case in enumerate(cases, 1):
         op = main_op(case)
         reason = exclusions.reason(case.name) if exclusions else None
         status = "excluded"
@@ -288,6 +291,8 @@ def run(args: argparse.Namespace) -> int:
         results[case.name] = {"status": status, "op": op, "reason": reason}
         if status != "passed":
             by_op[op].append(case.name)
+        bar.update(done, len(cases), case.name)
+    bar.close()
     elapsed = time.perf_counter() - t0
 
     print(f"EP under test: {ep}" + (f" (exclusions: {exclusions.source})" if exclusions else ""))

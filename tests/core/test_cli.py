@@ -1,4 +1,4 @@
-"""The ep-core command: devices, run (text output), usage errors."""
+"""The ep-core command: devices, run (text output), version, usage errors."""
 
 from __future__ import annotations
 
@@ -13,10 +13,14 @@ from _support.models import add_mul_chain
 from ep_core.tools.cli import main
 
 
-def _cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_")}
+def _cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
+    base = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_") or k == "EP_CORE_KEY_DIR"}
     return subprocess.run(
-        [sys.executable, "-m", "ep_core.tools.cli", *args], capture_output=True, text=True, env=env, cwd=cwd
+        [sys.executable, "-m", "ep_core.tools.cli", *args],
+        capture_output=True,
+        text=True,
+        env={**base, **env},
+        cwd=cwd,
     )
 
 
@@ -42,18 +46,37 @@ def test_run_prints_what_ran_where(tmp_path: Path) -> None:
         "--show-assignment",
         "--profile",
         cwd=tmp_path,
+        COLUMNS="100",
     )
     assert proc.returncode == 0, proc.stderr
     out = proc.stdout
-    assert "providers  CpuReferenceExecutionProvider (priority order)" in out
-    assert "CpuReferenceExecutionProvider" in out and "output out: shape [2, 3] float32" in out
+    assert f"model    {model}" in out
+    assert "input    x [2, 3] float32: standard normal" in out
+    assert "output   out [2, 3] float32  min " in out
+    provider_rows = [line.split() for line in out.splitlines() if line.startswith("CpuReferenceExecutionProvider")]
+    assert ["CpuReferenceExecutionProvider", "4", "0"] in provider_rows
     for node in ("add_0", "mul_1", "add_2", "mul_3"):
         assert node in out
     trace = out.split("profile: ")[1].strip()
     assert json.loads((tmp_path / trace).read_text())["traceEvents"]
 
 
-def test_usage_errors_exit_nonzero(capsys) -> None:  # noqa: ANN001
+def test_full_assignment_only_on_request(tmp_path: Path) -> None:
+    model = tmp_path / "chain.onnx"
+    model.write_bytes(add_mul_chain(4).SerializeToString())
+    proc = _cli("run", str(model))
+    assert proc.returncode == 0, proc.stderr
+    assert "add_0" not in proc.stdout and "--show-assignment" in proc.stdout
+
+
+def test_version(capsys) -> None:  # noqa: ANN001
+    from ep_core import __version__
+
+    assert main(["--version"]) == 0
+    assert capsys.readouterr().out.startswith(f"ep-core {__version__} (Python ")
+
+
+def test_usage_errors_exit_2(capsys) -> None:  # noqa: ANN001
     assert main([]) == 2
-    assert main(["run"]) == 1
+    assert main(["run"]) == 2
     assert "give either MODEL or --zoo NAME" in capsys.readouterr().err

@@ -106,7 +106,7 @@ def test_a_wrong_ep_or_exclusions_file_is_an_error(
 ) -> None:
     ep_core.register_execution_provider_library(FusingFactory.ep_name, FusingFactory())
     try:
-        assert cli_main(["conformance", "--filter", FILTER, *extra]) == 1
+        assert cli_main(["conformance", "--filter", FILTER, *extra]) == 2  # a usage error
     finally:
         ep_core.unregister_execution_provider_library(FusingFactory.ep_name)
     captured = capsys.readouterr()

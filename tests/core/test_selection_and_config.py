@@ -117,7 +117,7 @@ def test_cli_run_with_config(tmp_path: Path, model_path: Path) -> None:
         text=True,
         env=env,
     )
-    assert proc.returncode == 1
+    assert proc.returncode == 2  # a usage error
     assert "unknown execution provider 'NoSuchExecutionProvider'" in proc.stderr and "ep-core providers" in proc.stderr
 
 

@@ -79,5 +79,5 @@ def test_cli_compile(tmp_path, compiled, capsys):
     out = tmp_path / "magika_ctx.onnx"
     assert out.is_file() and '"epcontext_nodes"' in capsys.readouterr().out
     np.testing.assert_array_equal(InferenceSession(str(out), providers=[NUMBA]).run(None, c.feed)[0], c.expected[0])
-    assert main(["compile", str(src), "--providers", NUMBA, "--embed"]) == 1  # exists: refused
+    assert main(["compile", str(src), "--providers", NUMBA, "--embed"]) == 2  # exists: refused (a usage error)
     assert "already exists" in capsys.readouterr().err

@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from ep_core.sdk.errors import InvalidArgument
-from ep_core.tools.cli._common import add_provider_args, print_json, provider_list
+from ep_core.tools.cli._common import add_provider_args, print_json, provider_list, snapshot, written_files
 
 
 def parse_options(items: list[str] | None) -> dict[str, str]:
@@ -51,6 +51,7 @@ def _compile(args: argparse.Namespace) -> int:
         providers=provider_list(args),
         config=args.config,
     )
+    before = snapshot(out.parent)
     t0 = time.perf_counter()
     path = compiler.compile_to_file(out)
     result: dict[str, Any] = {
@@ -59,7 +60,7 @@ def _compile(args: argparse.Namespace) -> int:
         "epcontext_nodes": compiler.nodes_compiled,
         "embed_mode": int(args.embed),
         "seconds": round(time.perf_counter() - t0, 3),
-        "files": sorted(str(p) for p in Path(path).parent.iterdir() if p.is_file()),
+        "files": written_files(Path(path).parent, before, [path]),
     }
     print_json(result)
     return 0
@@ -82,4 +83,5 @@ def register(subparsers: Any) -> None:
         "--allow-nothing-compiled", action="store_true", help="write the model even when no EP compiled anything"
     )
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="session config entry (repeatable)")
+    p.add_argument("--json", action="store_true", help="errors as JSON too (the result is always JSON)")
     p.set_defaults(func=_compile)

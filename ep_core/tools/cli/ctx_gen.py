@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from ep_core.sdk.errors import InvalidArgument
-from ep_core.tools.cli._common import print_json
+from ep_core.tools.cli._common import print_json, snapshot, written_files
 
 
 def parse_ep_options(text: str | None) -> dict[str, str]:
@@ -83,6 +83,8 @@ def _ctx_gen(args: argparse.Namespace) -> int:
         if not sep:
             raise InvalidArgument(f"--option {item!r} must look like KEY=VALUE")
         entries[key] = value
+    folder = Path(args.output_dir) if args.output_dir else (models[0].parent if models else Path("."))
+    before = snapshot(folder)
     t0 = time.perf_counter()
     outs = generate_shared(
         models,
@@ -92,12 +94,11 @@ def _ctx_gen(args: argparse.Namespace) -> int:
         Path(args.output_dir) if args.output_dir else None,
         args.overwrite,
     )
-    folder = Path(outs[0]).parent
     print_json(
         {
             "models": [str(m) for m in models],
             "context_models": outs,
-            "files": sorted(p.name for p in folder.iterdir() if p.is_file()),
+            "files": written_files(folder, before, outs),
             "seconds": round(time.perf_counter() - t0, 3),
         }
     )
@@ -112,4 +113,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--option", action="append", metavar="KEY=VALUE", help="session config entry (repeatable)")
     p.add_argument("--output-dir", help="folder for every output (default: the first model's folder)")
     p.add_argument("--overwrite", action="store_true", help="replace existing outputs")
+    p.add_argument("--json", action="store_true", help="errors as JSON too (the result is always JSON)")
     p.set_defaults(func=_ctx_gen)

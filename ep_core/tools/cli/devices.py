@@ -32,11 +32,12 @@ def _run(args: argparse.Namespace) -> int:
                 r["key"],
                 r["type"],
                 r["vendor"],
-                ", ".join(f"{k}={v}" for k, v in r["metadata"].items()),
-                ", ".join(r["execution_providers"]) or "-",
+                "\n".join(f"{k}={v}" for k, v in r["metadata"].items()),
+                "\n".join(r["execution_providers"]) or "-",
             ]
             for r in rows
         ],
+        no_wrap=(0, 4),
     )
     return 0
 

@@ -54,22 +54,25 @@ def _run(args: argparse.Namespace) -> int:
         print_json(rows)
         return 0
     print_table(
-        ["NAME", "VERSION", "VENDOR", "DISTRIBUTION", "STATUS", "DEVICES / REASON"],
+        ["NAME", "VERSION", "PACKAGE", "STATUS", "DEVICES"],
         [
             [
                 r["name"],
                 r["version"] or "-",
-                r["vendor"] or "-",
                 r["distribution"] or "(registered by hand)",
                 r["status"] + (f" ({len(r['problems'])} problem(s))" if r["problems"] else ""),
-                ", ".join(r["devices"]) if r["status"] == "ok" else "; ".join(r["reasons"]),
+                ", ".join(r["devices"]) or "-",
             ]
             for r in rows
         ],
     )
+    # reasons are whole lines under the table (the terminal wraps them; a table cell would chop them)
+    for r in rows:
+        if r["status"] != "ok":
+            print(f"{r['name']} is not usable ({r['status']}): {'; '.join(r['reasons'])}")
     problems = [(r["name"], p) for r in rows for p in r["problems"]]
     if problems:
-        print(f"\n{len(problems)} problem(s) in usable providers (EP_CORE_STRICT_PLUGINS=1 makes them fatal):")
+        print(f"{len(problems)} problem(s) in usable providers (EP_CORE_STRICT_PLUGINS=1 makes them fatal):")
         for name, problem in problems:
             print(f"  {name}: {problem}")
     return 0

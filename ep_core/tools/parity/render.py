@@ -98,11 +98,16 @@ def render_text(data: dict[str, Any]) -> str:
         for m in rt["models"]:
             lines.append(
                 f"  model {m['name']}: {m['status']} ({m['nodes_on_ep']}/{m['nodes_total']} nodes on the EP, "
-                f"max abs {_err(m['max_abs_err'])}){' - ' + m['reason'][:120] if m['reason'] else ''}"
+                f"max abs {_err(m['max_abs_err'])}){' - ' + _first_line(m['reason']) if m['reason'] else ''}"
             )
     s = data["summary"]
     lines.append(f"Score {_pct(s['score'])} ({s['score_basis']}); defects: {s['defects']}")
     return "\n".join(lines) + "\n"
+
+
+def _first_line(text: str) -> str:
+    """A reason's first line, whole: the terminal wraps it, a cut would lose the words that matter."""
+    return text.strip().splitlines()[0] if text.strip() else ""
 
 
 def _top_reasons(reasons: Iterable[str], n: int = 2, width: int = 160) -> list[str]:

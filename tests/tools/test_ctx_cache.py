@@ -1,0 +1,139 @@
+"""`ep-core run`'s EPContext cache: the first session compiles and writes the context model into the
+cache, the next ones load it and say how much faster that was; a cached model that no longer loads
+is reported and rebuilt. Also: why a provider asked for got no node, and what compile/ctx-gen list."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+from _support.models import add_mul_chain, make_model
+from onnx import TensorProto, helper
+
+NUMBA = "NumbaCpuExecutionProvider"
+CPU = "CpuReferenceExecutionProvider"
+
+
+@pytest.fixture
+def chain(tmp_path: Path) -> str:
+    path = tmp_path / "chain.onnx"
+    path.write_bytes(add_mul_chain(4).SerializeToString())
+    return str(path)
+
+
+def test_the_second_session_loads_the_cached_context_model(chain: str, ctx_cache: Path, cli: Callable) -> None:
+    first = cli("run", chain, "--providers", NUMBA, "--json")
+    assert first.code == 0, first.err
+    s1 = first.json()["session"]
+    assert s1["source"] == "compiled" and s1["speedup"] is None
+    folder = Path(s1["cache"])
+    assert folder.parent == ctx_cache and (folder / "chain_ctx.onnx").is_file() and (folder / "meta.json").is_file()
+    assert first.json()["per_provider"][0] == {"ep": NUMBA, "nodes": 4, "fused_groups": 1, "epcontext_nodes": 0}
+
+    second = cli("run", chain, "--providers", NUMBA)
+    assert second.code == 0, second.err
+    line = next(line for line in second.out.splitlines() if line.startswith("session"))
+    assert "loaded the cached EPContext model" in line and "x faster than the first session" in line
+    data = cli("run", chain, "--providers", NUMBA, "--json").json()
+    assert data["session"]["source"] == "cache" and data["session"]["first_session_seconds"] == round(s1["seconds"], 4)
+    assert data["per_provider"][0]["epcontext_nodes"] == 1
+    assert data["outputs"]["out"]["shape"] == [2, 3]
+
+    # another provider choice is another cache entry; --no-cache neither reads nor writes
+    other = cli("run", chain, "--providers", NUMBA, "--provider-option", f"{NUMBA}:parallel=0", "--json").json()
+    assert other["session"]["source"] == "compiled" and other["provider_options"][NUMBA] == {"parallel": "0"}
+    assert len(list(ctx_cache.iterdir())) == 2
+    assert cli("run", chain, "--providers", NUMBA, "--no-cache", "--json").json()["session"]["source"] == "model"
+    assert len(list(ctx_cache.iterdir())) == 2
+
+
+def test_a_broken_cache_entry_is_reported_and_rebuilt(chain: str, cli: Callable) -> None:
+    folder = Path(cli("run", chain, "--providers", NUMBA, "--json").json()["session"]["cache"])
+    (folder / "chain_ctx.onnx").write_bytes(b"garbage")
+    r = cli("run", chain, "--providers", NUMBA, "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["session"]["source"] == "compiled"
+    assert any("should be rebuilt" in n or "did not load" in n for n in data["notes"]), data["notes"]
+    assert cli("run", chain, "--providers", NUMBA, "--json").json()["session"]["source"] == "cache"
+
+
+def test_nothing_is_cached_when_nothing_compiles(chain: str, ctx_cache: Path, cli: Callable) -> None:
+    assert cli("run", chain, "--json").json()["session"]["source"] == "model"  # the CPU fallback alone
+    topk = make_model(
+        [helper.make_node("TopK", ["x", "k"], ["v", "i"], name="topk")],
+        [("x", TensorProto.FLOAT, [2, 5])],
+        [("v", TensorProto.FLOAT, None), ("i", TensorProto.INT64, None)],
+        [helper.make_tensor("k", TensorProto.INT64, [1], [2])],
+    )
+    path = Path(chain).with_name("topk.onnx")
+    path.write_bytes(topk.SerializeToString())
+    r = cli("run", str(path), "--providers", NUMBA, "--json")
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["session"]["source"] == "model" and not any(ctx_cache.iterdir())
+    assert data["idle_providers"] == {
+        NUMBA: f"declined all 1 node(s) it was offered; TopK x1: {NUMBA} has no kernel for ai.onnx::TopK"
+    }
+    text = cli("run", str(path), "--providers", NUMBA).out
+    assert f"{NUMBA} got no node: declined all 1 node(s)" in text
+
+
+def test_a_provider_behind_one_that_took_everything_says_so(chain: str, cli: Callable) -> None:
+    r = cli("run", chain, "--providers", f"{CPU},{NUMBA}", "--json")
+    assert r.code == 0, r.err
+    assert r.json()["idle_providers"] == {NUMBA: "the providers before it in priority order took every node"}
+
+
+def test_compile_and_ctx_gen_list_only_what_they_wrote(chain: str, tmp_path: Path, cli: Callable) -> None:
+    (tmp_path / "unrelated.txt").write_text("not ours")
+    r = cli("compile", chain, "--providers", NUMBA)
+    assert r.code == 0, r.err
+    files = json.loads(r.out)["files"]
+    assert str(tmp_path / "chain_ctx.onnx") in files and all(
+        "unrelated" not in f and "chain.onnx" != Path(f).name for f in files
+    )
+    assert len(files) == 2  # the model and its context binary
+    out = tmp_path / "shared"
+    r = cli("ctx-gen", chain, "-e", NUMBA, "--output-dir", str(out))
+    assert r.code == 0, r.err
+    assert sorted(Path(f).name for f in json.loads(r.out)["files"]) == sorted(p.name for p in out.iterdir())
+    (out / "stray.bin").write_text("x")
+    r = cli("ctx-gen", chain, "-e", NUMBA, "--output-dir", str(out), "--overwrite")
+    assert r.code == 0, r.err
+    assert "stray.bin" not in " ".join(json.loads(r.out)["files"])
+
+
+def test_a_context_model_that_cannot_be_written_is_reported_and_the_run_goes_on(
+    chain: str, ctx_cache: Path, cli: Callable
+) -> None:
+    from _support.eps import FusingEp, FusingFactory
+
+    import ep_core
+
+    class BadContextEp(FusingEp):
+        def ep_get_ep_context_nodes(self, output: object) -> list:
+            return [helper.make_node("EPContext", ["x"], ["out"], name="bogus", domain="com.microsoft")]
+
+    class Factory(FusingFactory):
+        def ep_factory_api_version(self) -> int:
+            return 2
+
+        def ep_factory_get_fusable_ops(self) -> list:
+            return [("Add", "", 1, None), ("Mul", "", 1, None)]
+
+        def ep_factory_create_ep(self, devices, ep_options, session_options):  # noqa: ANN001, ANN201
+            return BadContextEp()
+
+    ep_core.register_execution_provider_library(Factory.ep_name, Factory())
+    try:
+        r = cli("run", chain, "--providers", Factory.ep_name, "--json")
+    finally:
+        ep_core.unregister_execution_provider_library(Factory.ep_name)
+    assert r.code == 0, r.err
+    data = r.json()
+    assert data["session"]["source"] == "model" and data["per_provider"][0]["fused_groups"] == 1
+    assert any("its EPContext model could not be written" in n and "bogus" in n for n in data["notes"]), data["notes"]
+    assert not any(ctx_cache.iterdir())
