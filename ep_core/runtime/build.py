@@ -86,7 +86,7 @@ def build(request: BuildRequest) -> Built:
         _register_custom_domains(built.eps)
         built.model = check_and_infer(proto)
         _trace(profiler, "model_loading", t0)
-        validate_model_compatibility(built.model, built.eps, options)
+        validate_model_compatibility(built.model, built.eps, options, model_path)
         if profiler is not None:
             for ep in built.eps:
                 prof = ep.call("ep_create_profiler")

@@ -9,6 +9,8 @@ from typing import TYPE_CHECKING, Any
 from ep_core.sdk.errors import InvalidGraph
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ep_core.runtime.eps import EpInstance
     from ep_core.runtime.options import SessionOptions
 
@@ -38,8 +40,11 @@ def parse_verdict(answer: Any) -> tuple[CompiledModelCompatibility, str]:
         ) from None
 
 
-def validate_model_compatibility(model: Any, eps: "list[EpInstance]", options: "SessionOptions") -> None:
-    """Ask each selected EP's factory about the compatibility info recorded for it."""
+def validate_model_compatibility(
+    model: Any, eps: "list[EpInstance]", options: "SessionOptions", model_path: "Path | None" = None
+) -> None:
+    """Ask each selected EP's factory about the compatibility info recorded for it; errors name
+    the model file (or say the model came as bytes)."""
     recorded = {
         p.key[len(METADATA_PREFIX) :]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)
     }
@@ -55,15 +60,23 @@ def validate_model_compatibility(model: Any, eps: "list[EpInstance]", options: "
             devices=[d.device for d in ep.devices],
             compatibility_info=info,
         )
-        verdict, reason = parse_verdict(answer)
+        where = (
+            f"the compiled model {str(model_path)!r}"
+            if model_path is not None
+            else "the compiled model (given as bytes)"
+        )
+        try:
+            verdict, reason = parse_verdict(answer)
+        except InvalidGraph as exc:
+            raise InvalidGraph(f"{where}: {ep.name}: {exc.message}") from exc
         why = f": {reason}" if reason else ""
         if verdict is CompiledModelCompatibility.UNSUPPORTED:
             raise InvalidGraph(
-                f"the compiled model cannot run on {ep.name}{why} (recorded {METADATA_PREFIX}{ep.name}={info!r}); "
+                f"{where} cannot run on {ep.name}{why} (recorded {METADATA_PREFIX}{ep.name}={info!r}); "
                 "recompile it from the source model"
             )
         if verdict is CompiledModelCompatibility.SUPPORTED_PREFER_RECOMPILATION:
-            msg = f"the compiled model runs on {ep.name} but should be recompiled{why}"
+            msg = f"{where} runs on {ep.name} but should be recompiled{why}"
             if options.flag("session.fail_on_suboptimal_compiled_model"):
                 raise InvalidGraph(msg + " (session.fail_on_suboptimal_compiled_model=1)")
             warnings.warn(msg, RuntimeWarning, stacklevel=3)
