@@ -5,8 +5,10 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+import warnings
 from pathlib import Path
 
+import numpy as np
 import onnx
 import pytest
 from epcontext_support import NUMBA, ctx_nodes, options, set_attr
@@ -88,9 +90,11 @@ def test_version_mismatch(ctx0):
     assert "numba 0.1.0" in msg and _first_node(ctx0.ctx) in msg and BIN in msg
 
 
-def test_replaced_kernel_machine_code_is_refused_before_it_is_unpickled(ctx0, monkeypatch):
-    """A forged blob whose header claims a new kernel hash is caught by the hash the model records,
-    before its payload reaches pickle."""
+def test_edited_context_is_never_unpickled_and_rebuilt_from_its_spec(ctx0, monkeypatch):
+    """A forged blob (a kernel's recorded sha256 replaced, the blob's sha256 in the model rewritten to
+    match) breaks the signature of the nodes whose graph uses that kernel: their payloads never
+    reach pickle, their kernels are compiled from the regenerated source, with a warning that says
+    why; under ep.context_require_signature=1 the session is refused."""
     import ep_numba_cpu.codegen as codegen
 
     forged = []
@@ -109,10 +113,64 @@ def test_replaced_kernel_machine_code_is_refused_before_it_is_unpickled(ctx0, mo
         return orig(key, *a, **k)
 
     monkeypatch.setattr(codegen, "rebuild_kernel", recording)
+    with pytest.warns(RuntimeWarning, match="modified after signing.*ep-core trust-key") as w:
+        sess = _load(ctx0.ctx)
+    assert BIN in str(w[0].message)
+    assert forged[0] not in rebuilt
+    for a, b in zip(sess.run(None, ctx0.feed), ctx0.expected, strict=True):
+        np.testing.assert_array_equal(a, b)
+    with pytest.raises(InvalidGraph) as e:
+        _load(ctx0.ctx, ep__context_require_signature=1)
+    assert "ep.context_require_signature=1" in e.value.message and BIN in e.value.message
+    assert "modified after signing" in e.value.message
+
+
+def test_a_context_signed_elsewhere_loads_fast_once_its_key_is_trusted(ctx0, tmp_path, monkeypatch, count_compiles):
+    """Signed with another user's key: warned (naming the key and ``ep-core trust-key``), compiled
+    from the spec; after trusting that key it loads its machine code without compiling."""
+    from ep_core.sdk.epcontext import signing
+
+    mine = signing.key_dir() / signing.OWN_KEY_FILE
+    monkeypatch.setenv(signing.KEY_DIR_ENV, str(tmp_path / "elsewhere"))
+    with pytest.warns(RuntimeWarning, match="which this user does not trust.*ep-core trust-key"):
+        sess = _load(ctx0.ctx)
+    np.testing.assert_array_equal(sess.run(None, ctx0.feed)[0], ctx0.expected[0])
+    with pytest.raises(InvalidGraph, match="ep.context_require_signature=1"):
+        _load(ctx0.ctx, ep__context_require_signature=1)
+    signing.trust_key(mine)
+    counter = count_compiles()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sess = _load(ctx0.ctx, ep__context_require_signature=1)
+    assert counter.numba == 0
+    np.testing.assert_array_equal(sess.run(None, ctx0.feed)[0], ctx0.expected[0])
+
+
+def test_older_context_format_is_refused_with_the_way_out(ctx0):
+    def edit(meta, head):
+        meta["format"] = "ep_numba_cpu/2"
+
+    _rewrite_blob(ctx0.ctx, ctx0.folder / BIN, edit)
     with pytest.raises(InvalidGraph) as e:
         _load(ctx0.ctx)
-    assert f"kernel {forged[0]} differs from the one recorded in the model" in e.value.message
-    assert forged[0] not in rebuilt
+    msg = e.value.message
+    assert "'ep_numba_cpu/2'" in msg and "stored kernel source" in msg and "regenerate the context model" in msg
+    assert _first_node(ctx0.ctx) in msg and BIN in msg
+
+
+def test_swapped_partition_names_are_an_invalid_graph(ctx0):
+    model = onnx.load(str(ctx0.ctx))
+    a, b = ctx_nodes(model)[:2]
+    pa, pb = (
+        onnx.helper.get_attribute_value(next(x for x in n.attribute if x.name == "partition_name")) for n in (a, b)
+    )
+    set_attr(a, "partition_name", pb)
+    set_attr(b, "partition_name", pa)
+    onnx.save(model, str(ctx0.ctx))
+    with pytest.raises(InvalidGraph) as e:
+        _load(ctx0.ctx)
+    assert "names another node's graph" in e.value.message and BIN in e.value.message
+    assert a.name in e.value.message or b.name in e.value.message
 
 
 @pytest.mark.parametrize(
@@ -154,11 +212,14 @@ def test_foreign_source_is_not_claimed(ctx0):
 
 
 def test_alias_source_is_claimed(ctx0):
+    """Claimed; the signature covers ``source`` as written, so the edit is reported."""
     model = onnx.load(str(ctx0.ctx))
     for n in ctx_nodes(model):
         set_attr(n, "source", "NumbaCpu")
     onnx.save(model, str(ctx0.ctx))
-    assert (_load(ctx0.ctx).run(None, ctx0.feed)[0] == ctx0.expected[0]).all()
+    with pytest.warns(RuntimeWarning, match="modified after signing"):
+        sess = _load(ctx0.ctx)
+    assert (sess.run(None, ctx0.feed)[0] == ctx0.expected[0]).all()
 
 
 def test_main_context_0_without_a_primary(ctx0):

@@ -4,4 +4,5 @@ that loading a compiled model runs no LLVM compilation."""
 
 EP_NAME = "NumbaCpuExecutionProvider"
 __version__ = "0.1.0"
-CONTEXT_FORMAT = "ep_numba_cpu/2"
+CONTEXT_FORMAT = "ep_numba_cpu/3"  # declarative specs, signed; no source
+OLD_FORMATS = ("ep_numba_cpu/1", "ep_numba_cpu/2")  # stored kernel source: refused

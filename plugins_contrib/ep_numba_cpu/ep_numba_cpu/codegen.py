@@ -1,12 +1,13 @@
 """Compiling generated kernel sources with Numba, and turning compiled kernels into bytes and back.
 
-The bytes are exactly what Numba's own on-disk cache stores for a function (``CompileResult._reduce``
-serialised by ``numba.core.serialize.dumps``: the object code of the kernel, the bitcode needed for
-linking, the function descriptor and signature). That format is a pickle. We contain the risk: a
-payload is only unpickled after its sha256 matched the one recorded beside it (and the whole context
-blob's sha256 matched the one recorded in the model), the Numba/llvmlite/Python versions in the
-header match this process, and only object-code payloads are accepted, so rebuilding never runs
-LLVM's optimiser or code generator."""
+Sources come from ``generate`` only (this EP's templates filled from a checked declarative spec),
+never from a file. The bytes are exactly what Numba's own on-disk cache stores for a function
+(``CompileResult._reduce`` serialised by ``numba.core.serialize.dumps``: the object code of the
+kernel, the bitcode needed for linking, the function descriptor and signature). That format is a
+pickle, so ``rebuild_kernel`` is only ever called for a payload whose context carries a valid
+signature from a key the user trusts (``ep.LoadedContext``), after its sha256 matched the signed
+one; only object-code payloads are accepted, so rebuilding never runs LLVM's optimiser or code
+generator."""
 
 from __future__ import annotations
 
@@ -31,9 +32,6 @@ class CompiledKernel:
     """A kernel ready to call, with the bytes that rebuild it in another process."""
 
     key: str
-    source: str
-    signature: str
-    parallel: bool
     dispatcher: Any
     payload: bytes
 
@@ -55,7 +53,7 @@ def _module_for(key: str, source: str) -> types.ModuleType:
         mod = types.ModuleType(name)
         mod.__dict__["__builtins__"] = __builtins__
         code = compile(source, f"<ep_numba_cpu kernel {key}>", "exec")
-        exec(code, mod.__dict__)  # our own generated source, never data read from a file
+        exec(code, mod.__dict__)  # source written by ``generate`` from a checked spec, never read from a file
         sys.modules[name] = mod
     return mod
 
@@ -78,7 +76,7 @@ def _parse_signature(signature: str) -> tuple[Any, ...]:
     return tuple(args)
 
 
-def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) -> CompiledKernel:
+def compile_kernel(source: str, signature: str, parallel: bool) -> CompiledKernel:
     """Compile (once per process) and serialise one generated kernel."""
     import numba
     from numba.core.serialize import dumps
@@ -89,7 +87,7 @@ def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) ->
         if hit is not None:
             return hit
         mod = _module_for(key, source)
-        py_func = getattr(mod, fn_name)
+        py_func = mod.kernel
         args = _parse_signature(signature)
         disp = numba.njit(args, parallel=parallel, nogil=True, error_model="numpy", cache=False)(py_func)
         STATS["compiled"] += 1
@@ -100,35 +98,27 @@ def compile_kernel(source: str, fn_name: str, signature: str, parallel: bool) ->
         reduced = cres._reduce()
         # the 7th field is the type-annotated source listing, only read by inspect_types(): drop it
         payload = dumps(reduced[:6] + ("",) + reduced[7:])
-        ck = CompiledKernel(key, source, signature, parallel, disp, payload)
+        ck = CompiledKernel(key, disp, payload)
         _compiled[key] = ck
         return ck
 
 
 def rebuild_kernel(
-    key: str,
-    source: str,
-    fn_name: str,
-    signature: str,
-    parallel: bool,
-    payload: bytes,
-    sha256: str,
-    fail: Callable[[str], Exception],
+    key: str, source: str, parallel: bool, payload: bytes, sha256: str, fail: Callable[[str], Exception]
 ) -> Any:
-    """A dispatcher serving the kernel from its serialised machine code, with compilation disabled
-    (a call with other types raises instead of compiling). ``fail(msg)`` builds the error raised."""
+    """A dispatcher serving kernel ``key`` (``source`` from ``generate``) from its serialised
+    machine code, with compilation disabled (a call with other types raises instead of compiling).
+    Only for a payload whose signed sha256 is ``sha256``; ``fail(msg)`` builds the error raised."""
     import numba
     from numba.core import compiler
 
-    if kernel_key(source, signature, parallel) != key:
-        raise fail(f"kernel {key}: its source or signature does not match its key")
     if hashlib.sha256(payload).hexdigest() != sha256:
-        raise fail(f"kernel {key}: machine-code payload sha256 mismatch (corrupt context)")
+        raise fail(f"kernel {key}: its machine code differs from its signed sha256")
     with _lock:
         mod = _module_for(key, source)
-        py_func = getattr(mod, fn_name)
+        py_func = mod.kernel
         try:
-            data = pickle.loads(payload)  # checksum-verified Numba cache payload (see module docstring)
+            data = pickle.loads(payload)  # signed by a trusted key, sha256 checked (see module docstring)
         except Exception as exc:
             raise fail(f"kernel {key}: payload does not load: {type(exc).__name__}: {exc}") from exc
         if not (

@@ -1,9 +1,14 @@
 """The EP's context blob: safetensors (a JSON header plus raw tensor bytes). Tensors hold the
-weights (keyed by content hash, so identical weights are stored once) and every kernel's machine
-code payload (``kernels.xz``: one xz stream, uint8); the header's metadata holds versions, the plans (JSON) and the
-kernel sources and signatures. Nothing here is code to evaluate: kernel sources are our own
-generated text, checked against their key, and payloads are verified before use (see
-``codegen``)."""
+weights (keyed by their sha256, so identical weights are stored once) and every kernel's machine
+code payload (``kernels.xz``: one xz stream, uint8); the header's metadata holds versions, each
+graph's declarative record (``spec``) and each kernel payload's sha256, offset and length. No
+source code: kernels are regenerated from the records.
+
+Trust: each EPContext node signs (``ep_core.sdk.epcontext.signing``) its binding (name,
+partition_name, source, main_context, embed_mode, inputs, outputs) together with the digest of its
+graph: the record (plan, weights' sha256, types) and the sha256 of every kernel payload the graph
+uses. So the signature covers every byte that decides what the node runs, wherever the blob lives
+(embedded, beside the model, or shared by several models)."""
 
 from __future__ import annotations
 
@@ -11,12 +16,12 @@ import hashlib
 import json
 import lzma
 import struct
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from ep_numba_cpu import CONTEXT_FORMAT, __version__
+from ep_numba_cpu import CONTEXT_FORMAT, OLD_FORMATS, __version__
 from ep_numba_cpu.compat import current_info, parse_info, versions
 
 META_KEY = "ep_numba_cpu"
@@ -24,8 +29,8 @@ KERNELS_TENSOR = "kernels.xz"
 
 
 def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bytes:
-    """``graphs``: name -> {"plan": ..., "weights": {value name: weight key}};
-    ``kernels``: key -> CompiledKernel; ``weights``: key -> array."""
+    """``graphs``: name -> record (``spec``); ``kernels``: key -> CompiledKernel; ``weights``:
+    weight key -> array."""
     from safetensors.numpy import save
 
     tensors: dict[str, np.ndarray] = {}
@@ -36,15 +41,7 @@ def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping
     offset = 0
     for key in sorted(kernels):
         ck = kernels[key]
-        kmeta[key] = {
-            "source": ck.source,
-            "fn": "kernel",
-            "signature": ck.signature,
-            "parallel": ck.parallel,
-            "sha256": ck.sha256,
-            "offset": offset,
-            "length": len(ck.payload),
-        }
+        kmeta[key] = {"sha256": ck.sha256, "offset": offset, "length": len(ck.payload)}
         chunks.append(ck.payload)
         offset += len(ck.payload)
     if chunks:
@@ -73,8 +70,16 @@ def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]
         meta = json.loads(head["__metadata__"][META_KEY])
     except Exception as exc:
         raise fail(f"the context header is unreadable ({type(exc).__name__}: {exc})") from None
+    if not isinstance(meta, dict):
+        raise fail("the context header's metadata is not an object")
+    if meta.get("format") in OLD_FORMATS:
+        raise fail(
+            f"the context has the older format {meta.get('format')!r}, which stored kernel source and unsigned "
+            f"machine code; this EP reads only {CONTEXT_FORMAT!r}: regenerate the context model from the source model "
+            "(ep.context_enable=1)"
+        )
     if meta.get("format") != CONTEXT_FORMAT:
-        raise fail(f"the context has format {meta.get('format')!r}, this EP reads {CONTEXT_FORMAT!r}")
+        raise fail(f"the context has format {str(meta.get('format'))[:40]!r}, this EP reads {CONTEXT_FORMAT!r}")
     cur = versions()
     for key in ("numba", "llvmlite", "python"):
         if meta.get(key) != cur[key]:
@@ -82,7 +87,7 @@ def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]
                 f"the context was written by {key} {meta.get(key)}, this process has {key} {cur[key]}; "
                 "recompile the model with this environment"
             )
-    rec, host = parse_info(meta.get("compatibility", "")), parse_info(current_info())
+    rec, host = parse_info(str(meta.get("compatibility", ""))), parse_info(current_info())
     if rec.get("triple") != host.get("triple"):
         raise fail(f"the context targets {rec.get('triple')}, this host is {host.get('triple')}")
     lacking = {f[1:] for f in rec.get("features", "").split(",") if f.startswith("+")} - {
@@ -90,14 +95,61 @@ def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]
     }
     if lacking:
         raise fail(f"the context's machine code uses CPU features this CPU lacks: {sorted(lacking)[:8]}")
+    _check_index(meta, fail)
     end = 8 + n
     for name, info in head.items():
         if name == "__metadata__":
             continue
-        lo, hi = info.get("data_offsets", (0, 0))
-        if end + hi > len(data):
+        lo, hi = info.get("data_offsets", (0, 0)) if isinstance(info, dict) else (0, 0)
+        if not isinstance(hi, int) or end + hi > len(data):
             raise fail(f"the context is truncated (tensor {name} ends at byte {end + hi}, the data has {len(data)})")
     return meta
+
+
+def _check_index(meta: Mapping[str, Any], fail: Callable[[str], Exception]) -> None:
+    """The header's graph table and kernel payload index (the records are checked on use)."""
+    if not isinstance(meta.get("graphs"), dict) or not isinstance(meta.get("kernels"), dict):
+        raise fail("the context header lacks its graph table or its kernel index")
+    for key, k in meta["kernels"].items():
+        ok = isinstance(k, dict) and set(k) == {"sha256", "offset", "length"} and isinstance(k["sha256"], str)
+        if not ok or len(k["sha256"]) != 64 or not all(type(k[f]) is int and k[f] >= 0 for f in ("offset", "length")):
+            raise fail(f"the context's kernel index entry {str(key)[:40]!r} is malformed")
+
+
+def canonical(value: Any) -> bytes:
+    """One byte string per JSON value (sorted keys, no spaces, ASCII): what digests are taken of."""
+    return json.dumps(value, sort_keys=True, separators=(",", ":")).encode()
+
+
+def graph_digest(record: Any, payloads: Mapping[str, str | None]) -> str:
+    """The sha256 of a graph's record and of the sha256 of each kernel payload it uses (None for a
+    kernel the context holds no machine code for): with the weights' sha256 in the record, this
+    pins every byte that decides what the graph runs."""
+    return hashlib.sha256(canonical({"graph": record, "payloads": dict(payloads)})).hexdigest()
+
+
+def signed_parts(
+    name: str,
+    partition_name: str,
+    source: str,
+    main_context: int,
+    embed_mode: int,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    digest: str,
+) -> dict[str, bytes | str]:
+    """What an EPContext node's signature covers: the context format, the node's binding to its
+    graph, and the graph's digest."""
+    binding = {
+        "name": name,
+        "partition_name": partition_name,
+        "source": source,
+        "main_context": main_context,
+        "embed_mode": embed_mode,
+        "inputs": list(inputs),
+        "outputs": list(outputs),
+    }
+    return {"format": CONTEXT_FORMAT, "binding": canonical(binding), "graph": digest}
 
 
 def read_tensors(data: bytes, fail: Callable[[str], Exception]) -> dict[str, np.ndarray]:
@@ -107,12 +159,6 @@ def read_tensors(data: bytes, fail: Callable[[str], Exception]) -> dict[str, np.
         return load(data)
     except Exception as exc:
         raise fail(f"the context's tensors do not load ({type(exc).__name__}: {exc})") from None
-
-
-def verify_weight(key: str, arr: np.ndarray) -> bool:
-    from ep_numba_cpu.planner import weight_key
-
-    return weight_key(arr) == key
 
 
 def sha256(data: bytes) -> str:
@@ -125,15 +171,15 @@ MAX_PAYLOAD = 256 << 20
 def kernel_payloads(
     tensors: Mapping[str, np.ndarray], meta: Mapping[str, Any], fail: Callable[[str], Exception]
 ) -> bytes:
-    """Every kernel's machine-code payload, decompressed with a size cap (each one's sha256 is
-    checked before it is used)."""
+    """Every kernel's machine-code payload, decompressed with a size cap (only read for a signed
+    context; each one's sha256 is checked before it is used)."""
     kernels = meta.get("kernels", {})
     if not kernels:
         return b""
     blob = tensors.get(KERNELS_TENSOR)
     if blob is None:
         raise fail("the context has kernels but no kernel payloads")
-    expected = sum(int(k.get("length", 0)) for k in kernels.values())
+    expected = sum(k["length"] for k in kernels.values())
     if expected > MAX_PAYLOAD:
         raise fail(f"the kernel payloads claim {expected} bytes, more than {MAX_PAYLOAD}")
     d = lzma.LZMADecompressor()
@@ -148,7 +194,7 @@ def kernel_payloads(
 
 def kernel_payload(data: bytes, meta: Mapping[str, Any], key: str, fail: Callable[[str], Exception]) -> bytes:
     k = meta["kernels"][key]
-    lo, n = int(k["offset"]), int(k["length"])
-    if lo < 0 or n < 0 or lo + n > len(data):
+    lo, n = k["offset"], k["length"]
+    if lo + n > len(data):
         raise fail(f"kernel {key}: payload range {lo}+{n} is outside the payloads")
     return data[lo : lo + n]

@@ -1,18 +1,27 @@
 """The EP object: claims fusable groups, compiles them into Numba kernels, writes and reads its
 EPContext nodes. EPContext nodes are served by a kernel (not ``ep_compile``), so a session created
-from a context model runs no compilation at all."""
+from a context model this user (or a machine this user trusts) signed runs no compilation at all.
+
+Loading treats the context as data: every graph record is checked field by field (``spec``), its
+kernel sources are regenerated (``generate``), the graph must declare exactly the node's inputs
+and outputs, and its machine code is unpickled only when the node's signature verifies; otherwise
+the kernels are compiled from the regenerated sources, with a warning, or the session is refused
+under ``ep.context_require_signature=1``."""
 
 from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Mapping, Sequence
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from ep_core.sdk.compute import FusedNode, NodeComputeInfo
+from ep_core.sdk.epcontext import signing
 from ep_core.sdk.epcontext.output import ContextOutput
 from ep_core.sdk.epcontext.payload import (
     ContextNode,
@@ -26,11 +35,12 @@ from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_c
 from ep_core.sdk.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
 from ep_core.sdk.errors import ConfigError, InvalidGraph
 from ep_core.sdk.kernels import KernelContext, KernelDef, KernelRegistry
-from ep_numba_cpu import EP_NAME, codegen, context
+from ep_numba_cpu import EP_NAME, codegen, context, generate, spec
 from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
 from ep_numba_cpu.runtime import GraphRunner
 
 SOURCES = (EP_NAME, "NumbaCpu")
+Fail = Callable[[str], InvalidGraph]  # builds the error naming the node and the context file
 
 
 class NumbaCpuEp:
@@ -41,10 +51,11 @@ class NumbaCpuEp:
         self.parallel_mode = ep_options.get("parallel", "auto")
         if self.parallel_mode not in ("auto", "0", "1"):
             raise ConfigError(f"{EP_NAME} option parallel={self.parallel_mode!r}: use one of ['auto', '0', '1']")
-        self.graphs: dict[str, dict[str, Any]] = {}  # fused node name -> record (plan, weights, kernels)
+        self.graphs: dict[str, dict[str, Any]] = {}  # fused node name -> {"record": spec record, "kernels": keys}
         self.kernels: dict[str, codegen.CompiledKernel] = {}
         self.weights: dict[str, np.ndarray] = {}
         self._loaded: dict[str, LoadedContext] = {}  # context location -> parsed blob
+        self._warned: set[tuple[str, str]] = set()  # (context location, reason) already warned about
         self.registry = KernelRegistry(EP_NAME)
         self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
 
@@ -66,18 +77,20 @@ class NumbaCpuEp:
         infos = []
         for view, fused in zip(graphs, fused_nodes, strict=True):
             gp = build_plan(view, fused.inputs, fused.outputs, self._parallel)
-            compiled = {
-                k: codegen.compile_kernel(v["source"], v["fn"], v["signature"], v["parallel"])
-                for k, v in gp.kernels.items()
-            }
             wmap = {}
             for name, arr in gp.weights.items():
                 key = weight_key(arr)
                 self.weights.setdefault(key, arr)
                 wmap[name] = key
+            # the record exactly as a loader will read it back, checked as a loader checks it
+            record = json.loads(json.dumps({"plan": gp.plan, "weights": wmap, "types": gp.types}))
+            spec.check_record(record)
+            spec.check_types(record, gp.weights)
+            plan, sources = generate.expand(record["plan"], gp.weights)
+            compiled = {k: codegen.compile_kernel(ks.source, ks.signature, ks.parallel) for k, ks in sources.items()}
             self.kernels.update(compiled)
-            self.graphs[fused.name] = {"plan": gp.plan, "weights": wmap, "kernels": sorted(compiled)}
-            runner = GraphRunner(gp.plan, {k: c.dispatcher for k, c in compiled.items()}, gp.weights)
+            self.graphs[fused.name] = {"record": record, "kernels": sorted(compiled)}
+            runner = GraphRunner(plan, {k: c.dispatcher for k, c in compiled.items()}, gp.weights)
             infos.append(NodeComputeInfo(compute=_compute(runner), metadata={"kernels": len(compiled)}))
         return infos
 
@@ -105,10 +118,11 @@ class NumbaCpuEp:
                     ws.graphs[name] = self.graphs[name]
                     for k in self.graphs[name]["kernels"]:
                         shared_kernels[k] = self.kernels[k]
-                    for wkey in self.graphs[name]["weights"].values():
+                    for wkey in self.graphs[name]["record"]["weights"].values():
                         ws.add_weight(wkey, self.weights[wkey])
                 if is_last_sharing_session(self.session_options):
-                    blob = context.pack(ws.graphs, shared_kernels, ws.weights)
+                    records = {n: g["record"] for n, g in ws.graphs.items()}
+                    blob = context.pack(records, shared_kernels, ws.weights)
                     output.write_absolute(ws.binary_path, blob)
                     ws.clear_generation()
             blob_sha = None
@@ -141,8 +155,8 @@ class NumbaCpuEp:
 
     def _pack(self, names: Sequence[str]) -> bytes:
         kernels = {k: self.kernels[k] for n in names for k in self.graphs[n]["kernels"]}
-        weights = {w: self.weights[w] for n in names for w in self.graphs[n]["weights"].values()}
-        return context.pack({n: self.graphs[n] for n in names}, kernels, weights)
+        weights = {w: self.weights[w] for n in names for w in self.graphs[n]["record"]["weights"].values()}
+        return context.pack({n: self.graphs[n]["record"] for n in names}, kernels, weights)
 
     def _node(self, name: str, main: int, embed: int, cache: bytes, blob_sha: str | None, model_file: str) -> Any:
         import numba
@@ -151,7 +165,10 @@ class NumbaCpuEp:
         from ep_numba_cpu.compat import host_target
 
         rec = self.graphs[name]
-        notes: dict[str, Any] = {"graph": name, "kernels": {k: self.kernels[k].sha256 for k in rec["kernels"]}}
+        plan = rec["record"]["plan"]
+        digest = context.graph_digest(rec["record"], {k: self.kernels[k].sha256 for k in rec["kernels"]})
+        parts = context.signed_parts(name, name, EP_NAME, main, embed, plan["inputs"], plan["outputs"], digest)
+        notes: dict[str, Any] = {"signature": signing.sign(parts)}
         if blob_sha:
             notes["blob_sha256"] = blob_sha
         attrs: dict[str, Any] = {
@@ -167,9 +184,7 @@ class NumbaCpuEp:
             attrs["ep_cache_context"] = cache
         if model_file:
             attrs["onnx_model_filename"] = model_file
-        return helper.make_node(
-            EP_CONTEXT_OP, rec["plan"]["inputs"], rec["plan"]["outputs"], name=name, domain=MS_DOMAIN, **attrs
-        )
+        return helper.make_node(EP_CONTEXT_OP, plan["inputs"], plan["outputs"], name=name, domain=MS_DOMAIN, **attrs)
 
     # ------------------------------------------------------------------------- loading
     def _accepts(self, source: str) -> bool:
@@ -178,23 +193,10 @@ class NumbaCpuEp:
     def _build_context_kernel(self, node: Any, ctx: KernelContext) -> Any:
         cn = ContextNode.from_node(node)
         base = context_base_dir(ctx.model_path, ctx.session_options)
-        runner = self._runner_for(cn, node.graph, base)
-        if len(runner.inputs) != len(cn.inputs) or len(runner.outputs) != len(cn.outputs):
-            raise InvalidGraph(
-                f"EPContext node {cn.name!r} has {len(cn.inputs)} inputs and {len(cn.outputs)} outputs, its graph "
-                f"{cn.graph_name!r} has {len(runner.inputs)} and {len(runner.outputs)}"
-            )
-        return _compute_kernel(runner)
+        return _compute_kernel(self._runner_for(cn, node.graph, base))
 
     def _runner_for(self, cn: ContextNode, graph: Any, base: Path | None) -> GraphRunner:
-        notes = cn.notes_json()
-        gname = notes.get("graph") or cn.graph_name
-        vouched = notes.get("kernels")
-        if not isinstance(vouched, dict):
-            raise InvalidGraph(
-                f"EPContext node {cn.name!r}: its notes do not record the sha256 of its kernels, so its machine code "
-                "cannot be trusted; regenerate the context model"
-            )
+        gname = cn.graph_name
         if cn.main_context == 1:
             primaries = [cn]
         else:
@@ -207,7 +209,7 @@ class NumbaCpuEp:
         share = sharing_enabled(self.session_options)
         ws = workspace(EP_NAME) if share else None
         for p in primaries:
-            loc = payload_location(p, base)
+            loc = _location(p, base)
             loaded = ws.take(loc, gname) if ws is not None else None
             if loaded is None:
                 loaded = self._load_primary(p, cn, base, loc)
@@ -218,15 +220,15 @@ class NumbaCpuEp:
                         if other not in mine:
                             ws.park(loc, other, loaded)
             if gname in loaded.graph_names:
-                return loaded.runner(gname, vouched, cn)
+                return loaded.runner(gname, cn, graph, self)
         raise InvalidGraph(
             f"EPContext node {cn.name!r}: its graph {gname!r} is in none of the contexts "
-            f"{[payload_location(p, base) for p in primaries]}; regenerate the context model"
+            f"{[_location(p, base) for p in primaries]}; regenerate the context model"
         )
 
     def _load_primary(self, p: ContextNode, cn: ContextNode, base: Path | None, loc: str) -> "LoadedContext":
-        """Parse (never unpickle) a primary context; kernels are rebuilt per graph, once a node of the
-        model vouches for their sha256."""
+        """Parse (never unpickle) a primary context; each graph is checked and its kernels built
+        when a node asks for it."""
         cached = self._loaded.get(loc)
         if cached is not None:
             return cached
@@ -236,61 +238,166 @@ class NumbaCpuEp:
             return InvalidGraph(f"{who}, context {loc}: {msg}; regenerate the context model")
 
         blob_sha = p.notes_json().get("blob_sha256")
-        data = read_context_payload(p, base, expected_sha256=blob_sha)
+        try:
+            data = read_context_payload(p, base, expected_sha256=blob_sha if isinstance(blob_sha, str) else None)
+        except (ValueError, OSError) as exc:  # a path with a NUL byte, a name too long for the OS
+            raise fail(f"its ep_cache_context does not name a readable file ({type(exc).__name__}: {exc})") from None
         meta = context.read_header(data, fail)
         tensors = context.read_tensors(data, fail)
         loaded = LoadedContext(loc, meta, tensors)
         self._loaded[loc] = loaded
         return loaded
 
+    def untrusted(self, cn: ContextNode, loc: str, reason: str) -> None:
+        """A node whose signature does not verify: refused under ``ep.context_require_signature=1``,
+        else a warning (once per context and reason) before its kernels are compiled."""
+        how = (
+            "regenerate the context model on this machine, or if a machine you trust wrote it, trust its key "
+            "(`ep-core trust-key FILE` with that machine's context-signing.key)"
+        )
+        if signing.require_signature(self.session_options):
+            raise InvalidGraph(
+                f"EPContext node {cn.name!r}, context {loc}: its machine code is not signed by a key this user trusts "
+                f"({reason}) and the session requires signed contexts (ep.context_require_signature=1); {how}"
+            )
+        if (loc, reason) not in self._warned:
+            self._warned.add((loc, reason))
+            warnings.warn(
+                f"{EP_NAME}: EPContext node {cn.name!r}, context {loc}: not loading its machine code: {reason}. Its "
+                "kernels are compiled from the context's declarative plan instead (slow; the session computes what "
+                f"that plan says). To load it without compiling, {how}; to refuse unsigned contexts, set "
+                "ep.context_require_signature=1",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+
+
+@dataclass
+class _Graph:
+    """One checked graph record: the runner's plan, its kernels' sources, its verified weights and
+    the digest its nodes' signatures cover."""
+
+    record: dict[str, Any]
+    plan: dict[str, Any]
+    sources: dict[str, generate.KernelSource]
+    weights: dict[str, np.ndarray]
+    digest: str
+
 
 class LoadedContext:
-    """One parsed context blob: graphs are built on request, each kernel rebuilt (unpickled) only
-    after the requesting EPContext node's recorded sha256 matched it."""
+    """One parsed context blob. A graph is checked (``spec``) and expanded when a node first asks
+    for it; each node's binding and signature are checked on every request; a kernel is rebuilt
+    from its machine code only for a node whose signature verifies, else compiled from source."""
 
     def __init__(self, loc: str, meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
         self.loc = loc
         self.meta = meta
         self.tensors = tensors
-        self.graph_names = frozenset(meta.get("graphs", {}))
+        self.graph_names = frozenset(meta["graphs"])
+        self._graphs: dict[str, _Graph] = {}
+        self._verified: set[str] = set()  # weight keys whose tensor matched
         self._dispatchers: dict[str, Any] = {}
         self._runners: dict[str, GraphRunner] = {}
         self._payloads: bytes | None = None
         self._lock = threading.Lock()
 
-    def runner(self, gname: str, vouched: Mapping[str, str], cn: ContextNode) -> GraphRunner:
+    def runner(self, gname: str, cn: ContextNode, graph: Any, ep: NumbaCpuEp) -> GraphRunner:
         def fail(msg: str) -> InvalidGraph:
             return InvalidGraph(f"EPContext node {cn.name!r}, context {self.loc}: {msg}; regenerate the context model")
 
         with self._lock:
-            rec = self.meta["graphs"][gname]
-            kernels = self.meta.get("kernels", {})
-            for key in rec["kernels"]:
-                k = kernels.get(key)
-                if k is None:
-                    raise fail(f"graph {gname!r} needs kernel {key}, which the context lacks")
-                if vouched.get(key) != k.get("sha256"):
-                    raise fail(f"kernel {key} differs from the one recorded in the model (corrupt or replaced context)")
-            if gname in self._runners:
-                return self._runners[gname]
-            for key in rec["kernels"]:
-                if key not in self._dispatchers:
-                    k = kernels[key]
-                    if self._payloads is None:
-                        self._payloads = context.kernel_payloads(self.tensors, self.meta, fail)
-                    payload = context.kernel_payload(self._payloads, self.meta, key, fail)
-                    self._dispatchers[key] = codegen.rebuild_kernel(
-                        key, k["source"], k["fn"], k["signature"], bool(k["parallel"]), payload, k["sha256"], fail
-                    )
-            weights = {}
-            for value, wkey in rec["weights"].items():
-                arr = self.tensors.get(f"w.{wkey}")
-                if arr is None or not context.verify_weight(wkey, arr):
-                    raise fail(f"weight {wkey} of graph {gname!r} is missing or corrupt")
-                weights[value] = arr
-            runner = GraphRunner(rec["plan"], {k: self._dispatchers[k] for k in rec["kernels"]}, weights)
-            self._runners[gname] = runner
+            g = self._graph(gname, fail)
+            _check_binding(g, gname, cn, graph, fail)
+            signature = cn.notes_json().get("signature")
+            parts = context.signed_parts(
+                cn.name, cn.partition_name, cn.source, cn.main_context, cn.embed_mode, cn.inputs, cn.outputs, g.digest
+            )
+            verdict = signing.verify(parts, signature if isinstance(signature, str) else None)
+            if not verdict.trusted:
+                ep.untrusted(cn, self.loc, verdict.reason)
+            runner = self._runners.get(gname)
+            if runner is None:
+                for key, ks in g.sources.items():
+                    if key not in self._dispatchers:
+                        self._dispatchers[key] = self._kernel(key, ks, verdict.trusted, fail)
+                runner = GraphRunner(g.plan, {k: self._dispatchers[k] for k in g.sources}, g.weights)
+                self._runners[gname] = runner
             return runner
+
+    def _graph(self, gname: str, fail: Fail) -> _Graph:
+        g = self._graphs.get(gname)
+        if g is None:
+            rec = self.meta["graphs"][gname]
+            try:
+                spec.check_record(rec)
+                weights = self._weights(rec["weights"], fail)
+                spec.check_types(rec, weights)
+                plan, sources = generate.expand(rec["plan"], weights)
+            except spec.SpecError as exc:
+                raise fail(f"graph {gname!r} is not one this EP accepts: {exc}") from None
+            payloads = {k: (self.meta["kernels"].get(k) or {}).get("sha256") for k in sources}
+            g = self._graphs[gname] = _Graph(rec, plan, sources, weights, context.graph_digest(rec, payloads))
+        return g
+
+    def _weights(self, wmap: Mapping[str, str], fail: Fail) -> dict[str, np.ndarray]:
+        out = {}
+        for value, wkey in wmap.items():
+            arr = self.tensors.get(f"w.{wkey}")
+            if arr is None or (wkey not in self._verified and weight_key(arr) != wkey):
+                raise fail(f"weight {value!r} ({wkey[:16]}) is missing or differs from its sha256")
+            self._verified.add(wkey)
+            out[value] = arr
+        return out
+
+    def _kernel(self, key: str, ks: generate.KernelSource, trusted: bool, fail: Fail) -> Any:
+        entry = self.meta["kernels"].get(key)
+        if trusted and entry is not None:
+            if self._payloads is None:
+                self._payloads = context.kernel_payloads(self.tensors, self.meta, fail)
+            payload = context.kernel_payload(self._payloads, self.meta, key, fail)
+            return codegen.rebuild_kernel(key, ks.source, ks.parallel, payload, entry["sha256"], fail)
+        try:
+            return codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
+        except Exception as exc:
+            raise fail(f"kernel {key} does not compile: {type(exc).__name__}: {str(exc)[:300]}") from exc
+
+
+def _location(node: ContextNode, base: Path | None) -> str:
+    """``payload_location``, also for a path no OS accepts (a NUL byte: the embedded blob of a node
+    whose embed_mode was flipped to 0), which reading it then reports as INVALID_GRAPH."""
+    try:
+        return payload_location(node, base)
+    except (ValueError, OSError):
+        return repr(node.relative_path[:60])
+
+
+def _check_binding(g: _Graph, gname: str, cn: ContextNode, graph: Any, fail: Fail) -> None:
+    """The graph a node resolves to must take exactly the node's inputs and make exactly its
+    outputs, with the types and shapes the model declares for them (where both are known): a
+    ``partition_name`` pointing at another node's graph is an error, never a wrong result."""
+    plan = g.record["plan"]
+    if tuple(plan["inputs"]) != cn.inputs or tuple(plan["outputs"]) != cn.outputs:
+        raise fail(
+            f"its graph {gname!r} takes {plan['inputs']} and makes {plan['outputs']}, but the node has inputs "
+            f"{list(cn.inputs)} and outputs {list(cn.outputs)} (its partition_name names another node's graph?)"
+        )
+    for side in ("inputs", "outputs"):
+        for name, (dtype, shape) in zip(plan[side], g.record["types"][side], strict=True):
+            vi = graph.value_info(name)
+            have = None if vi is None else vi.np_dtype
+            have_name = None if have is None else ("bool" if have == np.bool_ else str(np.dtype(have)))
+            if dtype is not None and have_name is not None and dtype != have_name:
+                raise fail(f"its graph's {side[:-1]} {name!r} is {dtype}, the model declares {have_name}")
+            dims = None if vi is None else vi.shape
+            if (
+                shape is not None
+                and dims is not None
+                and (
+                    len(shape) != len(dims)
+                    or any(a is not None and isinstance(b, int) and a != b for a, b in zip(shape, dims, strict=True))
+                )
+            ):
+                raise fail(f"its graph's {side[:-1]} {name!r} has shape {shape}, the model declares {list(dims)}")
 
 
 def _compute(runner: GraphRunner) -> Any:

@@ -1,12 +1,14 @@
 """What the EP fuses: elementwise ops as scalar expressions for generated kernels, and the
 contractions (Conv, MatMul, Gemm) it runs through NumPy/BLAS before their elementwise tails.
 
-An elementwise op is a function ``(node, args, dtypes) -> expression`` over the scalar expressions
-of its inputs; it returns None when this node's attributes or types are not supported."""
+An elementwise op is a function ``(params, args, dtypes, out) -> expression`` over the scalar
+expressions of its inputs; it returns None when these params or types are not supported. ``params``
+is the op's declarative parameters (``params_for(node)``, the ``PARAMS`` schema): the kernel source
+is generated from them and from nothing else, at compile time and again when a context loads."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -15,7 +17,8 @@ FLOAT_DTYPES = ("float32", "float64")
 KERNEL_DTYPES = ("float32", "float64", "int32", "int64", "bool")
 NB_NAMES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 
-Expr = Callable[[Any, Sequence[str], Sequence[str], str], "str | None"]
+Params = Mapping[str, Any]
+Expr = Callable[[Params, Sequence[str], Sequence[str], str], "str | None"]
 
 
 def literal(value: Any, dtype: str) -> str:
@@ -33,7 +36,7 @@ def literal(value: Any, dtype: str) -> str:
 
 
 def _binary(fmt: str, floats_only: bool = False) -> Expr:
-    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    def build(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
         if len(a) != 2 or (floats_only and out not in FLOAT_DTYPES) or dt[0] != dt[1] or dt[0] == "bool":
             return None
         return fmt.format(*a)
@@ -42,7 +45,7 @@ def _binary(fmt: str, floats_only: bool = False) -> Expr:
 
 
 def _unary(fmt: str) -> Expr:
-    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    def build(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
         if len(a) != 1 or dt[0] not in FLOAT_DTYPES:
             return None
         return fmt.format(a[0], one=literal(1, out), zero=literal(0, out))
@@ -51,7 +54,7 @@ def _unary(fmt: str) -> Expr:
 
 
 def _variadic(fn: str) -> Expr:
-    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    def build(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
         if not a or len(set(dt)) != 1 or dt[0] not in FLOAT_DTYPES:
             return None
         expr = a[0]
@@ -63,7 +66,7 @@ def _variadic(fn: str) -> Expr:
 
 
 def _compare(op: str) -> Expr:
-    def build(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    def build(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
         if len(a) != 2 or dt[0] != dt[1] or out != "bool":
             return None
         return f"({a[0]} {op} {a[1]})"
@@ -71,29 +74,28 @@ def _compare(op: str) -> Expr:
     return build
 
 
-def _div(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _div(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 2 or dt[0] != dt[1] or out not in FLOAT_DTYPES:
         return None
     return f"({a[0]} / {a[1]})"
 
 
-def _pow(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _pow(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 2 or dt[0] not in FLOAT_DTYPES or dt[0] != out:
         return None
-    exponent = node.graph.constant_value(node.inputs[1])
-    if exponent is not None and exponent.size == 1 and float(exponent.reshape(-1)[0]) == 2.0:
+    if p["square"]:
         return f"({a[0]} * {a[0]})"
     if dt[1] != dt[0]:
         return None
     return f"({a[0]} ** {a[1]})"
 
 
-def _clip(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
-    if out not in FLOAT_DTYPES:
+def _clip(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if out not in FLOAT_DTYPES or any(d and d != dt[0] for d in dt) or (p["legacy"] and len(a) != 1):
         return None
     expr = a[0]
-    if node.opset < 11:
-        lo, hi = node.attr("min"), node.attr("max")
+    if p["legacy"]:
+        lo, hi = p["min"], p["max"]
         if lo is not None:
             expr = f"max({expr}, {literal(lo, out)})"
         if hi is not None:
@@ -106,28 +108,28 @@ def _clip(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | Non
     return expr
 
 
-def _leaky(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _leaky(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if out not in FLOAT_DTYPES:
         return None
-    alpha = literal(node.attr("alpha", 0.01), out)
+    alpha = literal(p["alpha"], out)
     return f"({a[0]} if {a[0]} >= {literal(0, out)} else {a[0]} * {alpha})"
 
 
-def _hard_sigmoid(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _hard_sigmoid(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if out not in FLOAT_DTYPES:
         return None
-    alpha, beta = literal(node.attr("alpha", 0.2), out), literal(node.attr("beta", 0.5), out)
+    alpha, beta = literal(p["alpha"], out), literal(p["beta"], out)
     return f"max({literal(0, out)}, min({literal(1, out)}, {alpha} * {a[0]} + {beta}))"
 
 
-def _hard_swish(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _hard_swish(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if out not in FLOAT_DTYPES:
         return None
     sixth, half = literal(1.0 / 6.0, out), literal(0.5, out)
     return f"({a[0]} * max({literal(0, out)}, min({literal(1, out)}, {sixth} * {a[0]} + {half})))"
 
 
-def _cast(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _cast(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if dt[0] not in KERNEL_DTYPES or out not in KERNEL_DTYPES:
         return None
     if out == "bool":
@@ -160,13 +162,13 @@ def _tanh32(v):
 }
 
 
-def _tanh(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _tanh(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 1 or dt[0] not in FLOAT_DTYPES:
         return None
     return f"_tanh32({a[0]})" if out == "float32" else f"np.tanh({a[0]})"
 
 
-def _sigmoid(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _sigmoid(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 1 or dt[0] not in FLOAT_DTYPES:
         return None
     if out == "float32":
@@ -181,17 +183,17 @@ def helper_source(body: str) -> str:
     return "".join(HELPERS[name] for name in used)
 
 
-def _where(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _where(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 3 or dt[0] != "bool" or dt[1] != dt[2]:
         return None
     return f"({a[1]} if {a[0]} else {a[2]})"
 
 
-def _identity(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _identity(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     return a[0] if len(a) == 1 else None
 
 
-def _erf(node: Any, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+def _erf(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     return f"np.{out}(math.erf({a[0]}))" if out in FLOAT_DTYPES else None
 
 
@@ -230,6 +232,72 @@ ELEMENTWISE: dict[str, Expr] = {
     "Where": _where,
     "Identity": _identity,
 }
+
+# Items the planner makes up (not ONNX ops): inference BatchNormalization as a scale and shift,
+# and a convolution's bias added in the elementwise tail.
+INTERNAL: dict[str, Expr] = {
+    "ScaleShift": lambda p, a, dt, out: f"({a[0]} * {a[1]} + {a[2]})",
+    "BiasAdd": lambda p, a, dt, out: f"({a[0]} + {a[1]})",
+}
+_VARIADIC = ("Max", "Min", "Sum")
+_UNARY = tuple(
+    "Neg Abs Sqrt Exp Log Tanh Floor Ceil Reciprocal Sigmoid Relu Softplus Erf LeakyRelu HardSigmoid HardSwish Cast "
+    "Identity".split()
+)
+COMPARISONS = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+MAX_ARGS = 64
+# (fewest, most) arguments of each op an item may have; only Clip's optional bounds may be absent
+ARITY: dict[str, tuple[int, int]] = {
+    **{op: (2, 2) for op in ELEMENTWISE if op not in _VARIADIC + _UNARY},
+    **{op: (1, MAX_ARGS) for op in _VARIADIC},
+    **{op: (1, 1) for op in _UNARY},
+    "Clip": (1, 3),
+    "Where": (3, 3),
+    "ScaleShift": (3, 3),
+    "BiasAdd": (2, 2),
+}
+# The declarative parameters of the ops that have any (name -> "float", "float?" (or null), "bool")
+PARAMS: dict[str, dict[str, str]] = {
+    "Pow": {"square": "bool"},
+    "Clip": {"legacy": "bool", "min": "float?", "max": "float?"},
+    "LeakyRelu": {"alpha": "float"},
+    "HardSigmoid": {"alpha": "float", "beta": "float"},
+}
+
+
+def params_for(node: Any) -> dict[str, Any]:
+    """The declarative parameters of an elementwise node (what its expression depends on beyond
+    its arguments' types): attributes with their defaults, and whether Pow squares."""
+    op = node.op_type
+    if op == "Pow":
+        e = node.graph.constant_value(node.inputs[1])
+        return {"square": bool(e is not None and e.size == 1 and float(e.reshape(-1)[0]) == 2.0)}
+    if op == "Clip":
+        legacy = node.opset < 11
+        lo, hi = (node.attr("min"), node.attr("max")) if legacy else (None, None)
+        return {"legacy": legacy, "min": None if lo is None else float(lo), "max": None if hi is None else float(hi)}
+    if op == "LeakyRelu":
+        return {"alpha": float(node.attr("alpha", 0.01))}
+    if op == "HardSigmoid":
+        return {"alpha": float(node.attr("alpha", 0.2)), "beta": float(node.attr("beta", 0.5))}
+    return {}
+
+
+def expression(op: str, params: Params, args: Sequence[str], dtypes: Sequence[str], out: str) -> str | None:
+    """The scalar expression of one item, or None when the op does not take these arguments and
+    types. Beyond each op's own checks, the result type is what ONNX says: bool for comparisons,
+    the chosen branch's for Where, anything for Cast, else the first argument's type."""
+    fn = ELEMENTWISE.get(op) or INTERNAL.get(op)
+    lo, hi = ARITY.get(op, (0, -1))
+    if fn is None or not lo <= len(args) <= hi or not args[0] or (op != "Clip" and not all(args)):
+        return None
+    if any(d not in KERNEL_DTYPES for d in dtypes if d) or out not in KERNEL_DTYPES:
+        return None
+    if op in INTERNAL and len(set(dtypes)) != 1:
+        return None
+    want = {"Cast": out, "Where": dtypes[-1]}.get(op, "bool" if op in COMPARISONS else dtypes[0])
+    return fn(params, args, dtypes, out) if out == want else None
+
 
 CONTRACTIONS = ("Conv", "MatMul", "Gemm")
 

@@ -1,11 +1,12 @@
-"""Choosing the groups to fuse, and turning one group into a plan plus generated kernel sources.
+"""Choosing the groups to fuse, and turning one group into a declarative plan (``spec``).
 
 Groups are grown in topological order: a supported node joins the group of one of its producers
 unless that would make the group non-convex (a path leaving the group and re-entering at the node).
 Constant nodes whose every consumer is in one group join it, so their values travel with the
 compiled context. Inside a group, contractions are separate steps and elementwise nodes form
-clusters, each compiled into one kernel that computes every value at the broadcast shape of the
-cluster's inputs (values stay in registers; outputs of a smaller shape are sliced back)."""
+clusters, each described by its items (op, arguments, dtype, parameters) from which ``generate``
+writes one kernel that computes every value at the broadcast shape of the cluster's inputs (values
+stay in registers; outputs of a smaller shape are sliced back)."""
 
 from __future__ import annotations
 
@@ -16,18 +17,12 @@ from typing import Any
 
 import numpy as np
 
-from ep_numba_cpu.ops import (
-    CONTRACTIONS,
-    ELEMENTWISE,
-    FLOAT_DTYPES,
-    KERNEL_DTYPES,
-    NB_NAMES,
-    SINCE,
-    helper_source,
-    literal,
-)
+from ep_numba_cpu.generate import depthwise_geometry
+from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, SINCE, expression, params_for
 
 MAX_INLINE_SIZE = 1  # constants of this many elements become literals in the kernel source
+CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
+GEMM_ATTRS = ("alpha", "beta", "transA", "transB")
 
 
 def _dtype(graph: Any, name: str) -> str | None:
@@ -64,12 +59,11 @@ def supported(node: Any) -> bool:
     if op in ELEMENTWISE:
         if not node.outputs or len(node.outputs) != 1 or not _known(g, list(node.inputs) + list(node.outputs)):
             return False
-        dts = [_dtype(g, i) or "" for i in node.inputs if i]
-        args = [f"x{i}" for i, n in enumerate(node.inputs) if n]
-        if op == "Clip":
-            args = [f"x{i}" if n else "" for i, n in enumerate(node.inputs)]
+        keep = [i for i, n in enumerate(node.inputs) if n or op == "Clip"]
+        dts = [_dtype(g, node.inputs[i]) or "" if node.inputs[i] else "" for i in keep]
+        args = [f"x{i}" if node.inputs[i] else "" for i in keep]
         try:
-            return ELEMENTWISE[op](node, args, dts, _dtype(g, node.outputs[0]) or "") is not None
+            return expression(op, params_for(node), args, dts, _dtype(g, node.outputs[0]) or "") is not None
         except Exception:
             return False
     if op == "BatchNormalization":
@@ -169,11 +163,12 @@ def _group_depends(gdeps: dict[int, set[int]], start: int, target: int) -> bool:
 
 @dataclass
 class _Item:
-    """One elementwise computation inside a cluster."""
+    """One elementwise computation inside a cluster: an op of ``ops`` with its parameters."""
 
     inputs: list[str]
     output: str
-    expr: Callable[[Sequence[str], Sequence[str], str], str | None]
+    op: str
+    params: dict[str, Any]
 
 
 @dataclass
@@ -184,11 +179,12 @@ class _Cluster:
 
 @dataclass
 class GroupPlan:
-    """A plan (JSON data), the constants it needs and the kernel sources to compile."""
+    """A declarative plan (JSON data, see ``spec``), the constants it needs, and the fused node's
+    input and output types (``[dtype, shape]``, None where unknown) its context node must match."""
 
     plan: dict[str, Any]
     weights: dict[str, np.ndarray]
-    kernels: dict[str, dict[str, Any]]  # key -> {source, fn, signature, parallel}
+    types: dict[str, list[list[Any]]]
 
 
 def build_plan(
@@ -196,8 +192,6 @@ def build_plan(
 ) -> GroupPlan:
     """The plan of one fused group (``view`` holds its nodes; ``inputs``/``outputs`` are the fused
     node's)."""
-    from ep_numba_cpu.codegen import kernel_key
-
     graph = _WithSynthetic(view)
     consts: dict[str, np.ndarray] = {}
     members = list(view.nodes)
@@ -226,14 +220,14 @@ def build_plan(
                 const(i)
             kind = op.lower()
             ins = list(node.inputs) + ([""] * (3 - len(node.inputs)) if kind in ("conv", "gemm") else [])
-            attrs = {k: v for k, v in node.attributes.items() if isinstance(v, (int, float, str, list))}
-            body: dict[str, Any] = {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]], "attrs": attrs}
+            known = {"conv": CONV_ATTRS, "gemm": GEMM_ATTRS}.get(kind, ())
+            body: dict[str, Any] = {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]]}
+            if known:
+                body["attrs"] = {k: v for k, v in node.attributes.items() if k in known}
             bias_item = None
             if kind == "conv":
-                dw = _depthwise_kernel(graph, node, parallel)
-                if dw is not None:
-                    body["kernel"] = dw
-                else:
+                body["depthwise"] = _depthwise(graph, node, parallel)
+                if body["depthwise"] is None:
                     bias_item = _conv_bias_item(graph, node, ins, consts, body)
             steps.append(body)
             where[body["outputs"][0]] = len(steps) - 1
@@ -250,14 +244,11 @@ def build_plan(
             shape = (a.shape[0],) + (1,) * ((_rank(graph, x) or 2) - 2)
             an, bn = f"{node.outputs[0]}::bn_scale", f"{node.outputs[0]}::bn_shift"
             consts[an], consts[bn] = a.reshape(shape), b.reshape(shape)
-            item = _Item([x, an, bn], node.outputs[0], lambda a_, d_, o_: f"({a_[0]} * {a_[1]} + {a_[2]})")
+            item = _Item([x, an, bn], node.outputs[0], "ScaleShift", {})
         else:
             for i in node.inputs:
                 const(i)
-            fn = ELEMENTWISE[op]
-            item = _Item(
-                list(node.inputs), node.outputs[0], (lambda f, nd: lambda a_, d_, o_: f(nd, a_, d_, o_))(fn, node)
-            )
+            item = _Item(list(node.inputs), node.outputs[0], op, params_for(node))
         # join the latest cluster among the producers' if every producer runs no later
         # and the item keeps the cluster's shape: one of its inputs made there has its output's
         # static shape, so every value a cluster computes has the shape of its first item's output
@@ -292,33 +283,26 @@ def build_plan(
             needed_later.setdefault(where[name], set()).add(name)
 
     plan_steps: list[dict[str, Any]] = []
-    kernels: dict[str, dict[str, Any]] = {}
     used_consts: set[str] = set()
     for k, entry in enumerate(steps):
-        if not isinstance(entry, _Cluster):
-            used_consts.update(n for n in entry["inputs"] if n in consts)
-            if "kernel" in entry:
-                kernel = entry["kernel"]
-                key = kernel_key(kernel["source"], kernel["signature"], kernel["parallel"])
-                kernels[key] = kernel
-                entry = {**entry, "kernel": key}
-            plan_steps.append(entry)
-            continue
-        made = _cluster_kernel(graph, entry, needed_later.get(k, set()), consts, parallel)
-        if made is None:
-            continue  # nothing it computes is read: dead code
-        step, kernel, flat = made
-        used_consts.update(n for n in step["inputs"] if n in consts)
-        key = kernel_key(kernel["source"], kernel["signature"], kernel["parallel"])
-        step["kernel"] = key
-        kernels[key] = kernel
-        if flat is not None:
-            fkey = kernel_key(flat["source"], flat["signature"], flat["parallel"])
-            step["kernel_spec"] = fkey
-            kernels[fkey] = flat
-        plan_steps.append(step)
+        if isinstance(entry, _Cluster):
+            made = _cluster_step(graph, entry, needed_later.get(k, set()), consts, parallel)
+            if made is None:
+                continue  # nothing it computes is read: dead code
+            entry = made
+        used_consts.update(n for n in entry["inputs"] if n in consts)
+        plan_steps.append(entry)
     plan = {"inputs": list(inputs), "outputs": list(outputs), "steps": plan_steps}
-    return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]) for n in used_consts}, kernels)
+    types = {"inputs": [_type(graph, n) for n in inputs], "outputs": [_type(graph, n) for n in outputs]}
+    return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]) for n in used_consts}, types)
+
+
+def _type(graph: Any, name: str) -> list[Any]:
+    """``[dtype, shape]`` of a fused node's input or output (None where unknown; symbolic dims None)."""
+    shape = _static_shape(graph, name)
+    dims = None if shape is None else [d if isinstance(d, int) else None for d in shape]
+    dt = _dtype(graph, name)
+    return [dt if dt in KERNEL_DTYPES else None, dims]
 
 
 class _WithSynthetic:
@@ -354,23 +338,20 @@ def _conv_bias_item(
     graph.infos[raw] = info
     body["inputs"] = [ins[0], ins[1], ""]
     body["outputs"] = [raw]
-    return _Item([raw, b], out, lambda a_, d_, o_: f"({a_[0]} + {a_[1]})")
+    return _Item([raw, b], out, "BiasAdd", {})
 
 
-def _cluster_kernel(
+def _cluster_step(
     graph: Any, cl: _Cluster, exported: set[str], consts: dict[str, np.ndarray], parallel: Callable[[int | None], bool]
-) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any] | None] | None:
-    """The cluster's step and kernels: a general one over N-d strided (broadcast) views, and one
-    over flat contiguous buffers specialised for the broadcast pattern the static shapes predict
-    (``_spec_kernel``; the runtime uses it whenever the real shapes follow that pattern); None when
-    nothing the cluster computes is read."""
+) -> dict[str, Any] | None:
+    """The cluster's declarative step (``spec``: array arguments, items referring to arrays,
+    earlier items and literals, exported items, the broadcast flags the static shapes predict);
+    None when nothing the cluster computes is read."""
     dtype: dict[str, str] = {}
 
     def dt(name: str) -> str:
         if name not in dtype:
             dtype[name] = str(consts[name].dtype) if name in consts else (_dtype(graph, name) or "float32")
-            if dtype[name] == "bool":
-                pass
         return dtype[name]
 
     ext: list[str] = []
@@ -379,234 +360,51 @@ def _cluster_kernel(
             if i and i not in cl.produced and i not in ext:
                 ext.append(i)
     arrays = [n for n in ext if not (n in consts and consts[n].size <= MAX_INLINE_SIZE)]
-    expr: dict[str, str] = {}
+    ref: dict[str, list[Any]] = {n: ["a", j] for j, n in enumerate(arrays)}
     for n in ext:
-        if n not in arrays:
+        if n not in ref:
             v = consts[n].reshape(-1)[0]
-            expr[n] = literal(v, "bool" if consts[n].dtype == np.bool_ else str(consts[n].dtype))
-    for j, n in enumerate(arrays):
-        expr[n] = f"x{j}"
-    outs = [it.output for it in cl.items if it.output in exported]
-    if not outs:
+            kind = "bool" if consts[n].dtype == np.bool_ else str(consts[n].dtype)
+            ref[n] = ["c", kind, bool(v) if kind == "bool" else float(v) if kind in FLOAT_DTYPES else int(v)]
+    items: list[dict[str, Any]] = []
+    for t, it in enumerate(cl.items):
+        args = [ref[i] if i else None for i in it.inputs]
+        items.append({"op": it.op, "args": args, "dtype": dt(it.output), "params": it.params})
+        ref[it.output] = ["v", t]
+    exports = [t for t, it in enumerate(cl.items) if it.output in exported]
+    if not exports:
         return None
+    outs = [cl.items[t].output for t in exports]
     ranks = [(_rank(graph, n) if n not in consts else consts[n].ndim) or 0 for n in arrays + outs]
     rank = max([1] + ranks)
-    lines: list[str] = []
-    for t, it in enumerate(cl.items):
-        args = [expr[i] if i else "" for i in it.inputs]
-        e = it.expr(args, [dt(i) if i else "" for i in it.inputs], dt(it.output))
-        if e is None:
-            raise ValueError(f"cannot generate code for {it.output}")
-        var = f"v{t}"
-        lines.append(f"{var} = {e}")
-        expr[it.output] = var
-    # dependencies of every exported output on the array arguments
-    deps: dict[str, set[int]] = {n: {j} for j, n in enumerate(arrays)}
-    for it in cl.items:
-        deps[it.output] = set().union(*[deps.get(i, set()) for i in it.inputs if i])
-    idx = ", ".join(f"i{d}" for d in range(rank))
-    body = [f"        x{j} = a{j}[{idx}]" for j in range(len(arrays))]
-    body += [f"        {ln}" for ln in lines]
-    body += [f"        o{m}[{idx}] = {expr[n]}" for m, n in enumerate(outs)]
-    numel = _static_numel(graph, outs[0]) if outs else None
-    par = parallel(numel)
-    params = ", ".join([f"o{m}" for m in range(len(outs))] + [f"a{j}" for j in range(len(arrays))])
-    src = _prelude(lines) + [f"def kernel({params}):"]
-    src += [f"    n{d} = o0.shape[{d}]" for d in range(rank)]
-    loop = "prange" if par else "range"
-    if rank == 1:
-        src.append(f"    for i0 in {loop}(n0):")
-    else:
-        outer = " * ".join(f"n{d}" for d in range(rank - 1))
-        src.append(f"    for t in {loop}({outer}):")
-        rest = "t"
-        for d in range(rank - 2, -1, -1):
-            if d == 0:
-                src.append(f"        i0 = {rest}")
-            else:
-                src.append(f"        i{d} = {rest} % n{d}")
-                src.append(f"        r{d} = {rest} // n{d}")
-                rest = f"r{d}"
-        src.append(f"        for i{rank - 1} in range(n{rank - 1}):")
-        body = ["    " + b for b in body]
-    src += body
-    source = "\n".join(src) + "\n"
-    sig = ",".join([f"{NB_NAMES[dt(n)]}:{rank}:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:{rank}:A:r" for n in arrays])
-    step = {
-        "kind": "kernel",
-        "inputs": arrays,
-        "rank": rank,
-        "outputs": [{"name": n, "dtype": dt(n), "rank": (_rank(graph, n) or 0), "deps": sorted(deps[n])} for n in outs],
-    }
-    spec = _broadcast_spec(graph, arrays, consts, rank)
-    spec_kernel = _spec_kernel(spec, params, lines, expr, outs, arrays, dt, par)
-    step["spec"] = spec
-    return step, {"source": source, "fn": "kernel", "signature": sig, "parallel": par}, spec_kernel
-
-
-def _prelude(lines: Sequence[str]) -> list[str]:
-    """Imports, and the definitions of the helpers (``ops.HELPERS``) the kernel body calls."""
-    helpers = helper_source("\n".join(lines))
-    head = [
-        "import math",
-        "import numpy as np",
-        "from numba import njit, prange" if helpers else "from numba import prange",
-    ]
-    return head + ([helpers.rstrip("\n"), ""] if helpers else []) + ["", ""]
-
-
-def _broadcast_spec(graph: Any, arrays: Sequence[str], consts: dict[str, np.ndarray], rank: int) -> dict[str, Any]:
-    """The broadcast pattern the kernel is specialised for, from the static shapes: per array
-    argument and dimension, ``True`` where it spans the output (unknown dims are assumed to) and
-    ``False`` where its dim is 1; then the output dims coalesced into groups over which every
-    argument is uniformly full or broadcast, dims where every argument broadcasts dropped. The
-    runtime checks the real shapes against ``full`` before calling the specialised kernel."""
-    full: list[list[bool]] = []
+    full: list[list[bool]] = []  # per array and dim: spans the output (unknown dims are assumed to)
     for n in arrays:
         shape = tuple(consts[n].shape) if n in consts else (_static_shape(graph, n) or ())
-        shape = (1,) * (rank - len(shape)) + tuple(shape)
-        full.append([d != 1 for d in shape])
-    dims = [d for d in range(rank) if any(f[d] for f in full)]
-    groups: list[list[int]] = []
-    for d in dims:
-        if groups and all(f[groups[-1][-1]] == f[d] for f in full):
-            groups[-1].append(d)
-        else:
-            groups.append([d])
-    if not groups:
-        groups = [list(range(rank))]
-    return {"full": full, "groups": groups, "group_full": [[f[g[0]] for g in groups] for f in full]}
+        full.append([d != 1 for d in (1,) * (rank - len(shape)) + tuple(shape)])
+    return {
+        "kind": "kernel",
+        "inputs": arrays,
+        "arrays": [dt(n) for n in arrays],
+        "full": full,
+        "rank": rank,
+        "items": items,
+        "outputs": outs,
+        "exports": exports,
+        "out_ranks": [_rank(graph, n) or 0 for n in outs],
+        "parallel": parallel(_static_numel(graph, outs[0])),
+    }
 
 
-def _spec_kernel(
-    spec: dict[str, Any],
-    params: str,
-    lines: Sequence[str],
-    expr: dict[str, str],
-    outs: Sequence[str],
-    arrays: Sequence[str],
-    dt: Callable[[str], str],
-    par: bool,
-) -> dict[str, Any]:
-    """The kernel over flat contiguous buffers for one broadcast pattern: nested loops over the
-    coalesced dims, each argument read at a base offset plus the innermost index where it spans the
-    innermost dims, or as one value hoisted out of the innermost loop where it broadcasts there; no
-    per-element index arithmetic, so the innermost loop vectorises."""
-    k = len(spec["groups"])
-    gf = spec["group_full"]
-    src = _prelude(lines) + [f"def kernel({params}, dims):"]
-    src += [f"    n{g} = dims[{g}]" for g in range(k)]
-    # stride of argument j along group g: the product of the later groups it spans
-    for j in range(len(arrays)):
-        for g in range(k - 1):
-            if gf[j][g]:
-                later = [f"n{h}" for h in range(g + 1, k) if gf[j][h]]
-                src.append(f"    s{j}_{g} = {' * '.join(later) if later else '1'}")
-    ind = "    "
-    for g in range(k - 1):
-        loop = "prange" if (par and g == 0) else "range"
-        src.append(f"{ind}for i{g} in {loop}(n{g}):")
-        ind += "    "
-    last = k - 1
-    obase = "0"
-    for g in range(k - 1):
-        obase = f"({obase}) * n{g} + i{g}" if g else f"i{g}"
-    src.append(f"{ind}ob = ({obase}) * n{last}" if k > 1 else f"{ind}ob = 0")
-    for j in range(len(arrays)):
-        terms = [f"i{g} * s{j}_{g}" for g in range(k - 1) if gf[j][g]]
-        base = " + ".join(terms) if terms else "0"
-        if gf[j][last]:
-            src.append(f"{ind}b{j} = {base}")
-            src.append(f"{ind}r{j} = a{j}[b{j}:b{j} + n{last}]")
-        else:
-            src.append(f"{ind}x{j} = a{j}[{base}]")
-    for m in range(len(outs)):
-        src.append(f"{ind}q{m} = o{m}[ob:ob + n{last}]")
-    loop = "prange" if (par and k == 1) else "range"
-    src.append(f"{ind}for t in {loop}(n{last}):")
-    ind += "    "
-    src += [f"{ind}x{j} = r{j}[t]" for j in range(len(arrays)) if gf[j][last]]
-    src += [f"{ind}{ln}" for ln in lines]
-    src += [f"{ind}q{m}[t] = {expr[n]}" for m, n in enumerate(outs)]
-    sig = ",".join(
-        [f"{NB_NAMES[dt(n)]}:1:C:w" for n in outs] + [f"{NB_NAMES[dt(n)]}:1:C:r" for n in arrays] + ["int64:1:C:r"]
-    )
-    return {"source": "\n".join(src) + "\n", "fn": "kernel", "signature": sig, "parallel": par}
-
-
-def _depthwise_source(
-    dt: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, par: bool
-) -> str:
-    """A 2-D depthwise convolution with its geometry as constants: each channel's plane is copied
-    once into a zero-bordered buffer, then every output row is one loop over the output columns
-    whose body is the fully unrolled sum of the taps (weights held in locals), with the bias folded
-    in; with stride 1 that loop vectorises."""
-    taps = [(a, e) for a in range(kh) for e in range(kw)]
-    src = [
-        "import numpy as np",
-        "from numba import prange",
-        "",
-        "",
-        "def kernel(out, x, w, bias):",
-        "    nb = out.shape[0]",
-        "    nc = out.shape[1]",
-        "    ho = out.shape[2]",
-        "    wo = out.shape[3]",
-        "    hi = x.shape[2]",
-        "    wi = x.shape[3]",
-        f"    hb = max((ho - 1) * {sh} + {(kh - 1) * dh + 1}, {pt} + hi)",
-        f"    wb = max((wo - 1) * {sw} + {(kw - 1) * dw + 1}, {pl} + wi)",
-        f"    for t in {'prange' if par else 'range'}(nb * nc):",
-        "        b = t // nc",
-        "        c = t % nc",
-        f"        buf = np.zeros((hb, wb), dtype=np.{dt})",
-        "        for r in range(hi):",
-        f"            brow = buf[{pt} + r]",
-        "            xrow = x[b, c, r]",
-        "            for s in range(wi):",
-        f"                brow[{pl} + s] = xrow[s]",
-    ]
-    src += [f"        w{a}_{e} = w[c, {a}, {e}]" for a, e in taps]
-    src += ["        bv = bias[c]", "        for i in range(ho):"]
-    src += [f"            r{a} = buf[i * {sh} + {a * dh}]" for a in range(kh)]
-    src += ["            o = out[b, c, i]", "            for j in range(wo):"]
-    col = "j" if sw == 1 else f"j * {sw}"
-    terms = " + ".join(f"r{a}[{col} + {e * dw}] * w{a}_{e}" for a, e in taps)
-    src += [f"                o[j] = bv + {terms}"]
-    return "\n".join(src) + "\n"
-
-
-def _depthwise_kernel(graph: Any, node: Any, parallel: Callable[[int | None], bool]) -> dict[str, Any] | None:
-    """A compiled kernel for a 2-D depthwise convolution (one filter per channel) with explicit
-    non-negative pads, which BLAS serves badly; None for any other convolution."""
+def _depthwise(graph: Any, node: Any, parallel: Callable[[int | None], bool]) -> dict[str, Any] | None:
+    """``{dtype, parallel}`` for a 2-D depthwise convolution that ``generate`` compiles a kernel
+    for (``depthwise_geometry``: BLAS serves them badly); None for any other convolution."""
     w = graph.constant_value(node.inputs[1])
     dt = _dtype(graph, node.inputs[0])
-    if (
-        w is None
-        or w.ndim != 4
-        or w.shape[1] != 1
-        or int(node.attr("group", 1)) != w.shape[0]
-        or dt not in FLOAT_DTYPES
-    ):
+    if w is None or dt not in FLOAT_DTYPES or str(w.dtype) != dt or _rank(graph, node.inputs[0]) != 4:
         return None
-    if _rank(graph, node.inputs[0]) != 4 or node.attr("auto_pad", "NOTSET") not in ("NOTSET", ""):
+    if depthwise_geometry({k: v for k, v in node.attributes.items() if k in CONV_ATTRS}, w.shape) is None:
         return None
-    pads = list(node.attr("pads") or [0, 0, 0, 0])
-    sh, sw = (list(node.attr("strides") or [1, 1]) + [1, 1])[:2]
-    dh, dw = (list(node.attr("dilations") or [1, 1]) + [1, 1])[:2]
-    if len(pads) != 4 or min(pads) < 0 or w.shape[2] * w.shape[3] > 64:
-        return None
-    par = parallel(_static_numel(graph, node.outputs[0]))
-    source = _depthwise_source(
-        dt, int(w.shape[2]), int(w.shape[3]), int(sh), int(sw), int(dh), int(dw), int(pads[0]), int(pads[1]), par
-    )
-    nb = NB_NAMES[dt]
-    return {
-        "source": source,
-        "fn": "kernel",
-        "signature": f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r",
-        "parallel": par,
-    }
+    return {"dtype": dt, "parallel": parallel(_static_numel(graph, node.outputs[0]))}
 
 
 def _same_static_shape(graph: Any, a: str, b: str) -> bool:
@@ -635,8 +433,9 @@ def _static_numel(graph: Any, name: str) -> int | None:
 
 
 def weight_key(array: np.ndarray) -> str:
-    """Content key of a weight: identical weights are stored once."""
+    """Content key of a weight (the sha256 of its dtype, shape and bytes): identical weights are
+    stored once, and a stored weight is checked against its key when a context loads."""
     h = hashlib.sha256()
     h.update(f"{array.dtype.str}|{array.shape}|".encode())
     h.update(np.ascontiguousarray(array).tobytes())
-    return h.hexdigest()[:32]
+    return h.hexdigest()

@@ -1,6 +1,7 @@
 """Running one fused group: its contraction steps through NumPy/BLAS, its elementwise clusters
-through their Numba kernels. A plan is plain JSON data (it travels in the EP context); the compiled
-kernels and the weights are handed in beside it."""
+through their Numba kernels. A plan is plain data (``generate.expand`` makes it from the stored
+declarative record, naming kernels by key); the compiled kernels and the weights are handed in
+beside it."""
 
 from __future__ import annotations
 

@@ -1,0 +1,317 @@
+"""The declarative record of one compiled graph, as stored in a context, and its strict check.
+
+A record says what to compute and nothing else: value names, dtypes, ranks, broadcast flags, op
+names from a fixed table with their numeric parameters, contraction attributes. No string in it
+ever reaches generated code (value names only key dictionaries at run time); kernel sources are
+generated from it by ``generate`` after ``check_record`` accepted every field. Anything unexpected
+(an unknown key, op, dtype or kind, a wrong type, a number out of range, a reference to a value
+not yet defined) is a ``SpecError`` naming the field, which the EP reports as INVALID_GRAPH.
+
+    record = {"plan": {"inputs": [name], "outputs": [name], "steps": [step]},
+              "weights": {name: sha256 of the weight},
+              "types": {"inputs": [type], "outputs": [type]}}     type = [dtype | null, [dim | null] | null]
+    step   = {"kind": "kernel", "inputs": [name], "arrays": [dtype], "full": [[bool] * rank],
+              "rank": int, "items": [item], "outputs": [name], "exports": [item index],
+              "out_ranks": [int], "parallel": bool}
+           | {"kind": "conv", "inputs": [x, w, b | ""], "outputs": [name], "attrs": {...},
+              "depthwise": null | {"dtype": dtype, "parallel": bool}}
+           | {"kind": "matmul", "inputs": [a, b], "outputs": [name]}
+           | {"kind": "gemm", "inputs": [a, b, c | ""], "outputs": [name], "attrs": {...}}
+    item   = {"op": name, "args": [ref | null], "dtype": dtype, "params": {...}}
+    ref    = ["a", array index] | ["v", earlier item index] | ["c", dtype, number]
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from ep_numba_cpu.ops import ARITY, FLOAT_DTYPES, KERNEL_DTYPES, MAX_ARGS, PARAMS
+
+MAX_STEPS = 100_000
+MAX_ITEMS = 10_000
+MAX_ARRAYS = 1024
+MAX_RANK = 32
+MAX_NAME = 65_536
+INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
+AUTO_PADS = ("NOTSET", "", "SAME_UPPER", "SAME_LOWER", "VALID")
+_HEX64 = re.compile(r"[0-9a-f]{64}")
+
+
+class SpecError(ValueError):
+    """A stored record that this EP does not accept (the message names the field)."""
+
+
+def _fail(path: str, why: str) -> SpecError:
+    return SpecError(f"{path}: {why}")
+
+
+def _obj(value: Any, path: str, keys: set[str]) -> dict[str, Any]:
+    if not isinstance(value, dict):
+        raise _fail(path, f"is a {type(value).__name__}, not an object")
+    if set(value) != keys:
+        extra, missing = sorted(set(value) - keys), sorted(keys - set(value))
+        raise _fail(path, f"unexpected keys {extra[:4]}" if extra else f"missing keys {missing}")
+    return value
+
+
+def _list(value: Any, path: str, lo: int, hi: int) -> list[Any]:
+    if not isinstance(value, list):
+        raise _fail(path, f"is a {type(value).__name__}, not a list")
+    if not lo <= len(value) <= hi:
+        raise _fail(path, f"has {len(value)} entries, allowed {lo} to {hi}")
+    return value
+
+
+def _int(value: Any, path: str, lo: int, hi: int) -> int:
+    if type(value) is not int or not lo <= value <= hi:
+        raise _fail(path, f"{value!r:.40} is not an integer in [{lo}, {hi}]")
+    return value
+
+
+def _bool(value: Any, path: str) -> bool:
+    if type(value) is not bool:
+        raise _fail(path, f"{value!r:.40} is not true or false")
+    return value
+
+
+def _float(value: Any, path: str) -> float:
+    if type(value) is not float:
+        raise _fail(path, f"{value!r:.40} is not a floating-point number")
+    return value
+
+
+def _dtype(value: Any, path: str, allowed: tuple[str, ...] = KERNEL_DTYPES) -> str:
+    if not isinstance(value, str) or value not in allowed:
+        raise _fail(path, f"{value!r:.40} is not one of the dtypes {list(allowed)}")
+    return value
+
+
+def _name(value: Any, path: str) -> str:
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_NAME:
+        raise _fail(path, f"{value!r:.40} is not a value name")
+    return value
+
+
+def _names(value: Any, path: str, lo: int = 0, hi: int = MAX_ARRAYS) -> list[str]:
+    names = [_name(v, f"{path}[{i}]") for i, v in enumerate(_list(value, path, lo, hi))]
+    if len(set(names)) != len(names):
+        raise _fail(path, "names a value twice")
+    return names
+
+
+def check_record(rec: Any) -> None:
+    """Accept a stored graph record, or raise ``SpecError`` naming the first field at fault."""
+    _obj(rec, "graph", {"plan", "weights", "types"})
+    plan = _obj(rec["plan"], "plan", {"inputs", "outputs", "steps"})
+    inputs, outputs = _names(plan["inputs"], "plan.inputs"), _names(plan["outputs"], "plan.outputs", 1)
+    weights = rec["weights"]
+    if not isinstance(weights, dict):
+        raise _fail("weights", "is not an object")
+    for name, key in weights.items():
+        _name(name, "weights")
+        if not isinstance(key, str) or not _HEX64.fullmatch(key):
+            raise _fail(f"weights[{name!r:.60}]", "is not a sha256")
+    types = _obj(rec["types"], "types", {"inputs", "outputs"})
+    for side, names in (("inputs", inputs), ("outputs", outputs)):
+        for i, t in enumerate(_list(types[side], f"types.{side}", len(names), len(names))):
+            _check_type(t, f"types.{side}[{i}]")
+    defined = set(inputs)
+    if defined & set(weights):
+        raise _fail("weights", "redefine a plan input")
+    defined |= set(weights)
+    for k, step in enumerate(_list(plan["steps"], "plan.steps", 1, MAX_STEPS)):
+        _check_step(step, f"plan.steps[{k}]", defined, weights)
+    for i, name in enumerate(outputs):
+        if name not in defined:
+            raise _fail(f"plan.outputs[{i}]", f"{name!r:.60} is computed by no step")
+
+
+def _check_type(t: Any, path: str) -> None:
+    dtype, shape = _list(t, path, 2, 2)
+    if dtype is not None:
+        _dtype(dtype, f"{path}[0]")
+    if shape is not None:
+        for d, dim in enumerate(_list(shape, f"{path}[1]", 0, MAX_RANK)):
+            if dim is not None:
+                _int(dim, f"{path}[1][{d}]", 0, 2**62)
+
+
+def _reads(names: list[str], path: str, defined: set[str], optional: tuple[int, ...] = ()) -> None:
+    for i, name in enumerate(names):
+        if name == "" and i in optional:
+            continue
+        if name not in defined:
+            raise _fail(f"{path}[{i}]", f"{name!r:.60} is neither an input, a weight nor computed by an earlier step")
+
+
+def _writes(names: list[str], path: str, defined: set[str]) -> None:
+    for i, name in enumerate(names):
+        if name in defined:
+            raise _fail(f"{path}[{i}]", f"{name!r:.60} is already defined")
+        defined.add(name)
+
+
+_STEP_KEYS = {
+    "kernel": {"kind", "inputs", "arrays", "full", "rank", "items", "outputs", "exports", "out_ranks", "parallel"},
+    "conv": {"kind", "inputs", "outputs", "attrs", "depthwise"},
+    "matmul": {"kind", "inputs", "outputs"},
+    "gemm": {"kind", "inputs", "outputs", "attrs"},
+}
+
+
+def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, str]) -> None:
+    kind = step.get("kind") if isinstance(step, dict) else None
+    if not isinstance(kind, str) or kind not in _STEP_KEYS:
+        raise _fail(f"{path}.kind", f"{kind!r:.40} is not one of {sorted(_STEP_KEYS)}")
+    _obj(step, path, _STEP_KEYS[kind])
+    if kind == "kernel":
+        _check_cluster(step, path, defined)
+        return
+    n = 2 if kind == "matmul" else 3
+    inputs = _list(step["inputs"], f"{path}.inputs", n, n)
+    if not all(isinstance(v, str) for v in inputs):
+        raise _fail(f"{path}.inputs", "holds a non-string")
+    _reads(inputs, f"{path}.inputs", defined, optional=(2,))
+    if kind == "conv":
+        _check_conv_attrs(step["attrs"], f"{path}.attrs")
+        dw = step["depthwise"]
+        if dw is not None:
+            _obj(dw, f"{path}.depthwise", {"dtype", "parallel"})
+            _dtype(dw["dtype"], f"{path}.depthwise.dtype", FLOAT_DTYPES)
+            _bool(dw["parallel"], f"{path}.depthwise.parallel")
+            if inputs[1] not in weights:
+                raise _fail(f"{path}.inputs[1]", "a depthwise convolution's filter must be a stored weight")
+    elif kind == "gemm":
+        attrs = step["attrs"]
+        if not isinstance(attrs, dict) or not set(attrs) <= {"alpha", "beta", "transA", "transB"}:
+            raise _fail(f"{path}.attrs", "holds attributes Gemm does not have")
+        for key in set(attrs) & {"alpha", "beta"}:
+            _float(attrs[key], f"{path}.attrs.{key}")
+        for key in set(attrs) & {"transA", "transB"}:
+            _int(attrs[key], f"{path}.attrs.{key}", 0, 1)
+    _writes(_names(step["outputs"], f"{path}.outputs", 1, 1), f"{path}.outputs", defined)
+
+
+def _check_conv_attrs(attrs: Any, path: str) -> None:
+    ints = {"dilations": (1, 2, 1, 4096), "strides": (1, 2, 1, 4096), "kernel_shape": (1, 2, 1, 4096)}
+    ints["pads"] = (2, 4, -(2**20), 2**20)
+    if not isinstance(attrs, dict) or not set(attrs) <= set(ints) | {"auto_pad", "group"}:
+        raise _fail(path, "holds attributes Conv does not have")
+    for key, (lo, hi, vlo, vhi) in ints.items():
+        if key in attrs:
+            for i, v in enumerate(_list(attrs[key], f"{path}.{key}", lo, hi)):
+                _int(v, f"{path}.{key}[{i}]", vlo, vhi)
+    if "group" in attrs:
+        _int(attrs["group"], f"{path}.group", 1, 2**24)
+    if "auto_pad" in attrs and attrs["auto_pad"] not in AUTO_PADS:
+        raise _fail(f"{path}.auto_pad", f"{attrs['auto_pad']!r:.40} is not one of {list(AUTO_PADS)}")
+
+
+def _check_cluster(step: dict[str, Any], path: str, defined: set[str]) -> None:
+    rank = _int(step["rank"], f"{path}.rank", 1, MAX_RANK)
+    inputs = _names(step["inputs"], f"{path}.inputs")
+    _reads(inputs, f"{path}.inputs", defined)
+    arrays = [
+        _dtype(d, f"{path}.arrays[{j}]") for j, d in enumerate(_list(step["arrays"], f"{path}.arrays", 0, MAX_ARRAYS))
+    ]
+    full = _list(step["full"], f"{path}.full", len(inputs), len(inputs))
+    if len(arrays) != len(inputs):
+        raise _fail(f"{path}.arrays", f"has {len(arrays)} dtypes for {len(inputs)} inputs")
+    for j, flags in enumerate(full):
+        for d, f in enumerate(_list(flags, f"{path}.full[{j}]", rank, rank)):
+            _bool(f, f"{path}.full[{j}][{d}]")
+    items = _list(step["items"], f"{path}.items", 1, MAX_ITEMS)
+    for t, item in enumerate(items):
+        _check_item(item, f"{path}.items[{t}]", t, len(arrays))
+    outputs = _names(step["outputs"], f"{path}.outputs", 1, len(items))
+    exports = _list(step["exports"], f"{path}.exports", len(outputs), len(outputs))
+    for m, t in enumerate(exports):
+        _int(t, f"{path}.exports[{m}]", 0, len(items) - 1)
+    if len(set(exports)) != len(exports):
+        raise _fail(f"{path}.exports", "exports an item twice")
+    for m, r in enumerate(_list(step["out_ranks"], f"{path}.out_ranks", len(outputs), len(outputs))):
+        _int(r, f"{path}.out_ranks[{m}]", 0, rank)
+    _bool(step["parallel"], f"{path}.parallel")
+    _writes(outputs, f"{path}.outputs", defined)
+
+
+def _check_item(item: Any, path: str, t: int, n_arrays: int) -> None:
+    _obj(item, path, {"op", "args", "dtype", "params"})
+    op = item["op"]
+    if not isinstance(op, str) or op not in ARITY:
+        raise _fail(f"{path}.op", f"{op!r:.40} is not an op this EP generates code for")
+    for i, ref in enumerate(_list(item["args"], f"{path}.args", 1, MAX_ARGS)):
+        if ref is not None:
+            _check_ref(ref, f"{path}.args[{i}]", t, n_arrays)
+    _dtype(item["dtype"], f"{path}.dtype")
+    schema = PARAMS.get(op, {})
+    params = _obj(item["params"], f"{path}.params", set(schema))
+    for key, kind in schema.items():
+        value = params[key]
+        if kind == "bool":
+            _bool(value, f"{path}.params.{key}")
+        elif value is not None or kind != "float?":
+            # NaN parameters make no model; bounds may be infinite, slopes and offsets may not
+            if math.isnan(_float(value, f"{path}.params.{key}")) or (kind == "float" and math.isinf(value)):
+                raise _fail(f"{path}.params.{key}", f"{value} is not a usable {key}")
+    if op == "Clip" and not params["legacy"] and (params["min"] is not None or params["max"] is not None):
+        raise _fail(f"{path}.params", "Clip bounds are attributes only before opset 11 (legacy)")
+
+
+def _check_ref(ref: Any, path: str, t: int, n_arrays: int) -> None:
+    tag = ref[0] if isinstance(ref, list) and ref else None
+    if tag == "a":
+        _int(_list(ref, path, 2, 2)[1], f"{path}[1]", 0, n_arrays - 1)
+    elif tag == "v":
+        _int(_list(ref, path, 2, 2)[1], f"{path}[1]", 0, t - 1)
+    elif tag == "c":
+        _, dtype, value = _list(ref, path, 3, 3)
+        _dtype(dtype, f"{path}[1]")
+        if dtype == "bool":
+            _bool(value, f"{path}[2]")
+        elif dtype in INT_RANGE:
+            _int(value, f"{path}[2]", *INT_RANGE[dtype])
+        else:
+            _float(value, f"{path}[2]")
+    else:
+        raise _fail(path, f"{ref!r:.40} is not a reference ['a', i], ['v', i] or ['c', dtype, value]")
+
+
+def check_types(rec: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> None:
+    """The record agrees with itself and with its weights: every kernel argument has the dtype its
+    kernel is compiled for (a weight's stored dtype and rank, a plan input's declared dtype), and
+    every plan output a kernel makes has the declared dtype and rank."""
+    plan, types = rec["plan"], rec["types"]
+    declared_in = dict(zip(plan["inputs"], types["inputs"], strict=True))
+    declared_out = dict(zip(plan["outputs"], types["outputs"], strict=True))
+    for k, step in enumerate(plan["steps"]):
+        path = f"plan.steps[{k}]"
+        w = weights.get(step["inputs"][1]) if step["kind"] == "conv" else None
+        shape = step.get("attrs", {}).get("kernel_shape")
+        if w is not None and shape is not None and list(w.shape[2:]) != shape:
+            raise _fail(f"{path}.attrs.kernel_shape", f"is {shape}, but the filter has shape {list(w.shape)}")
+        if step["kind"] != "kernel":
+            continue
+        for j, (name, dtype) in enumerate(zip(step["inputs"], step["arrays"], strict=True)):
+            w = weights.get(name)
+            have = _np_name(w.dtype) if w is not None else declared_in.get(name, [None])[0]
+            if have is not None and have != dtype:
+                raise _fail(f"{path}.arrays[{j}]", f"is {dtype}, but {name!r:.60} is {have}")
+            if w is not None and w.ndim > step["rank"]:
+                raise _fail(f"{path}.rank", f"is {step['rank']}, less than the rank of weight {name!r:.60}")
+        for m, (name, t) in enumerate(zip(step["outputs"], step["exports"], strict=True)):
+            dtype, shape = declared_out.get(name, [None, None])
+            made = step["items"][t]["dtype"]
+            if dtype is not None and made != dtype:
+                raise _fail(f"{path}.items[{t}].dtype", f"makes {made}, but output {name!r:.60} is declared {dtype}")
+            if shape is not None and step["out_ranks"][m] != len(shape):
+                raise _fail(f"{path}.out_ranks[{m}]", f"output {name!r:.60} is declared with rank {len(shape)}")
+
+
+def _np_name(dtype: np.dtype) -> str:
+    return "bool" if dtype == np.bool_ else str(dtype)
