@@ -62,6 +62,13 @@ def test_paths_resolve_inside_the_model_folder(tmp_path):
         resolve_context_file(_node(str(tmp_path / "sub" / "a.bin")), tmp_path)
 
 
+def test_a_path_with_control_characters_is_refused_typed(tmp_path):
+    """An embedded payload whose embed_mode was flipped to 0 reads as a path with NUL bytes."""
+    for path in ("a\x00b.bin", "payload\n.bin"):
+        with pytest.raises(InvalidGraph, match="control characters"):
+            resolve_context_file(_node(path), tmp_path)
+
+
 def test_a_symlink_leaving_the_folder_is_refused(tmp_path):
     outside = tmp_path / "outside.bin"
     outside.write_bytes(b"x")

@@ -112,6 +112,11 @@ def resolve_context_file(node: ContextNode, base_dir: Path | None) -> Path:
             f"EPContext node {node.name!r} references the context file {rel!r}, but the model was given as bytes: "
             f"set the session config entry {CONTEXT_FILE_PATH_KEY!r} to the model's path so the file can be found"
         )
+    if "\x00" in rel or any(ord(c) < 32 for c in rel):
+        raise InvalidGraph(
+            f"EPContext node {node.name!r}: context file path {rel!r} contains control characters; it must be a "
+            "plain relative file name (an embedded payload read as a path?)"
+        )
     if os.path.isabs(rel) or Path(rel).is_absolute() or rel.startswith(("/", "\\")) or (len(rel) > 1 and rel[1] == ":"):
         raise InvalidGraph(
             f"EPContext node {node.name!r}: context file path {rel!r} is absolute; context paths must be relative to "
