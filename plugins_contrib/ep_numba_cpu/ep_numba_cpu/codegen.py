@@ -23,6 +23,10 @@ from typing import Any, Literal
 _lock = threading.Lock()
 # source sha256 + signature -> compiled kernel: identical kernels of one model compile once
 _compiled: dict[str, "CompiledKernel"] = {}
+# (kernel key, payload sha256) -> dispatcher rebuilt from a signed payload. Numba never frees JIT
+# code, so rebuilding a kernel for every session of a context model would grow the process by its
+# machine code each time (hundreds of MB over a few dozen sessions): one rebuild serves them all.
+_rebuilt: dict[tuple[str, str], Any] = {}
 # counters the tests and the benchmark read
 STATS = {"compiled": 0, "rebuilt": 0}
 
@@ -115,6 +119,9 @@ def rebuild_kernel(
     if hashlib.sha256(payload).hexdigest() != sha256:
         raise fail(f"kernel {key}: its machine code differs from its signed sha256")
     with _lock:
+        hit = _rebuilt.get((key, sha256))
+        if hit is not None:
+            return hit
         mod = _module_for(key, source)
         py_func = mod.kernel
         try:
@@ -139,6 +146,7 @@ def rebuild_kernel(
         disp.add_overload(cres)
         disp.disable_compile()
         STATS["rebuilt"] += 1
+        _rebuilt[(key, sha256)] = disp
         return disp
 
 
@@ -146,3 +154,4 @@ def clear_process_cache() -> None:
     """Forget kernels compiled in this process (benchmarks measure cold compiles with it)."""
     with _lock:
         _compiled.clear()
+        _rebuilt.clear()
