@@ -48,3 +48,9 @@ lint: $(STAMP)
 
 clean:
 	rm -rf $(VENV) build *.egg-info
+
+# The heavy security suites (tests/security): every onnx node-test model mutated, more zoo
+# mutations, three seeds, and the 2.004 GiB external-data model (writes 2 GiB to a temp folder).
+.PHONY: security
+security: $(STAMP)
+	EP_CORE_SECURITY_FULL=1 EP_CORE_SECURITY_HEAVY=1 NUMBA_ENABLE_CUDASIM=1 $(PY) -m pytest -q -s -p no:cacheprovider tests/security

@@ -124,5 +124,4 @@ class EpInstance:
             except EpCoreError as exc:  # handle.call already named the EP and hook
                 errors.append(exc)
         self.registry.unregister_ep(self.ep)
-        self.allocator = self.stream = self.data_transfer = None
         return errors

@@ -1,15 +1,24 @@
 """Step 1 of a session: path | bytes | ModelProto -> a checked ModelProto with its external data
-resolved and shapes inferred."""
+resolved and shapes inferred. Models are untrusted: loading is bounded (no data propagation,
+external data checked against its file, data past protobuf's limit left in its file), and a model
+onnxruntime refuses for its structure or types is refused, naming the node: onnx's checker, strict
+shape inference, then what both miss (tensor sizes, bad UTF-8, unknown opsets, arguments)."""
 
 from __future__ import annotations
 
+import functools
+import math
 import os
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph, NoSuchFile
+from ep_core.sdk.graph import GraphView, opset_map
 
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
+INLINE_LIMIT = 1 << 30  # a model whose external data brings it past this keeps that data in its file
+BUDGET_FLOOR = 64 << 20  # what creation may materialise (folds, sparse densifying) beyond 4x the stored tensors
 
 
 def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | None]:
@@ -38,7 +47,7 @@ def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | Non
         base = external_folder
     else:
         raise InvalidArgument(f"a model is a path, bytes or onnx.ModelProto, got {type(model).__name__}")
-
+    _check_strings(proto, "the model")
     external = [t for t in external_data_helper._get_all_tensors(proto) if external_data_helper.uses_external_data(t)]
     if external:
         if base is None:
@@ -48,25 +57,316 @@ def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | Non
             )
         if proto is model:
             proto = onnx.ModelProto.FromString(proto.SerializeToString())
-        try:
-            external_data_helper.load_external_data_for_model(proto, base)
-        except Exception as exc:  # onnx raises FileNotFoundError or a checker ValidationError
-            raise NoSuchFile(f"external data of the model cannot be read from folder {base!r}: {exc}") from exc
+        _resolve_external(proto, base)
     return proto, path
+
+
+def _resolve_external(proto: Any, base: str) -> None:
+    """Checks every external tensor against its file (inside ``base``, offset and length within
+    the file, length matching the dims), then reads it into the model, unless that would take the
+    model past ``INLINE_LIMIT``: main-graph initializers then keep their data in the file, their
+    location made the absolute path checked here, which ``GraphView`` reads (``tensor_array``)."""
+    from onnx import TensorProto
+    from onnx import external_data_helper as edh
+
+    total = sum(_external_span(t, base)[2] for t in edh._get_all_tensors(proto) if edh.uses_external_data(t))
+    if proto.ByteSize() + total > INLINE_LIMIT:
+        for t in proto.graph.initializer:
+            if edh.uses_external_data(t):
+                file, offset, length = _external_span(t, base)
+                del t.external_data[:]
+                for key, value in (("location", file), ("offset", str(offset)), ("length", str(length))):
+                    e = t.external_data.add()
+                    e.key, e.value = key, value
+    for t in edh._get_all_tensors(proto):
+        if edh.uses_external_data(t) and not os.path.isabs(edh.ExternalDataInfo(t).location):
+            file, offset, length = _external_span(t, base)
+            with open(file, "rb") as fh:
+                fh.seek(offset)
+                t.raw_data = fh.read(length)
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+
+
+def _external_span(t: Any, base: str) -> tuple[str, int, int]:
+    """(file, offset, length) of an external tensor, checked by onnx's own resolver (relative,
+    inside ``base``, no symbolic link out of it) and against the file's size."""
+    from onnx.onnx_cpp2py_export import checker as c_checker
+
+    info = {e.key: e.value for e in t.external_data}
+    location = info.get("location", "")
+    where = f"external data of tensor {t.name!r} ({location!r} in folder {base!r})"
+    try:
+        fd = c_checker._open_external_data(base, location, t.name, True)
+    except Exception as exc:
+        missing = not os.path.lexists(os.path.join(base, location))
+        raise (NoSuchFile if missing else InvalidGraph)(f"{where} cannot be read: {exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        offset = int(info.get("offset", "0"))
+        want = _stored_bytes(t, raw=True)
+        length = int(info["length"]) if "length" in info else want
+    except (ValueError, OSError, KeyError) as exc:
+        raise InvalidGraph(f"{where}: {exc}") from exc
+    finally:
+        os.close(fd)
+    file = os.path.realpath(os.path.join(base, location))
+    if offset < 0 or length != want or offset + length > size:
+        raise InvalidGraph(
+            f"{where}: offset {offset} and length {length} do not fit: its dims {list(t.dims)} need {want} "
+            f"bytes and the file has {size}"
+        )
+    return file, offset, length
 
 
 def check_and_infer(proto: Any) -> Any:
     """Validate the model and add inferred value types (kernels match on them)."""
     import onnx
 
+    _check_tensors(proto)
+    _check_opsets(proto)
+    moved = _lazy_initializers_as_inputs(proto)
     try:
         onnx.checker.check_model(_with_placeholder_shapes(proto), full_check=False)
-    except onnx.checker.ValidationError as exc:
-        raise InvalidGraph(f"the model is invalid: {str(exc).splitlines()[0]}") from exc
+    except Exception as exc:  # ValidationError, or a proto its C++ side cannot parse
+        raise InvalidGraph(f"the model is invalid: {' '.join(str(exc).split())}") from exc  # its context names the node
+    inferred = _infer(proto)
+    if moved:  # back from graph inputs to initializers, in the model kept
+        names = {t.name for t in moved}
+        kept = [v for v in inferred.graph.input if v.name not in names]
+        del inferred.graph.input[:]
+        inferred.graph.input.extend(kept)
+        inferred.graph.initializer.extend(moved)
+    _check_args(GraphView(inferred.graph, opset_map(inferred)))
+    return inferred
+
+
+def _infer(proto: Any) -> Any:
+    """Strict shape inference without data propagation (it turns every 1-D integer tensor into a
+    shape of as many dims: a bomb). Errors onnxruntime tolerates pass (``_LENIENT``)."""
+    import onnx
+
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=True)
-    except Exception:
-        return proto  # inference is a help, not a requirement: kernels still check at run time
+        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
+    except Exception as exc:  # InferenceError, or a checker error for a type the model misuses
+        problems = _problems(str(exc))
+        if problems:
+            if "node name:" not in problems[0]:  # onnx names only named nodes: name them as GraphView does
+                problems = _problems(_named_strict_error(proto)) or problems
+            raise InvalidGraph(
+                f"the model is invalid: {problems[0]} (onnx strict shape inference: "
+                "onnx.shape_inference.infer_shapes(model, strict_mode=True) shows it)"
+            ) from exc
+    try:
+        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
+    except Exception:  # noqa: BLE001 - only errors onnxruntime tolerates are left: run without shapes
+        return proto
+
+
+_LENIENT = (
+    "existing shape differ",  # a declared shape the inferred one contradicts: onnxruntime merges them
+    "One and only one of the attributes",  # Constant: onnxruntime takes one (onnx misreads function bodies too)
+)
+
+
+def _problems(text: str) -> list[str]:
+    """The errors of an onnx inference error text that onnxruntime would refuse too."""
+    lines = [line.strip() for line in text.replace("Inference error(s): ", "", 1).splitlines()]
+    return [line for line in lines if line and not any(p in line for p in _LENIENT)]
+
+
+def _named_strict_error(proto: Any) -> str:
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for g in _graphs(copy.graph):
+        for i, n in enumerate(g.node):
+            n.name = n.name or f"{n.op_type}_{i}"
+    try:
+        onnx.shape_inference.infer_shapes(copy, check_type=True, strict_mode=True, data_prop=False)
+    except Exception as exc:  # noqa: BLE001 - its text is all that is wanted
+        return str(exc)
+    return ""
+
+
+def _graphs(g: Any) -> Iterator[Any]:
+    """A graph and every subgraph nested in its nodes' attributes."""
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _graphs(sub)
+
+
+# ------------------------------------------------------------------------------- what onnx misses
+@functools.lru_cache(maxsize=64)
+def _string_fields(descriptor: Any) -> tuple[tuple[tuple[str, bool], ...], tuple[tuple[str, bool], ...]]:
+    strings = tuple((f.name, f.is_repeated) for f in descriptor.fields if f.type == f.TYPE_STRING)
+    messages = tuple((f.name, f.is_repeated) for f in descriptor.fields if f.type == f.TYPE_MESSAGE)
+    return strings, messages
+
+
+def _check_strings(msg: Any, where: str) -> None:
+    """Protobuf strings must be UTF-8; the Python bindings hand out bytes for those that are not
+    (and onnxruntime's Python API fails on them)."""
+    strings, messages = _string_fields(msg.DESCRIPTOR)
+    for name, repeated in strings:
+        for s in getattr(msg, name) if repeated else (getattr(msg, name),):
+            if isinstance(s, bytes):
+                raise InvalidGraph(f"{where}: field {name!r} is not valid UTF-8 ({s[:32]!r}); protobuf strings must be")
+    for name, repeated in messages:
+        children = getattr(msg, name) if repeated else ([getattr(msg, name)] if msg.HasField(name) else [])
+        for i, child in enumerate(children):
+            label = getattr(child, "name", "")
+            _check_strings(child, f"{where} / {name}[{i}]{f' {label!r}' if isinstance(label, str) and label else ''}")
+
+
+_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2, 24: 6, 27: 6}  # UINT4 INT4 FLOAT4E2M1, UINT2 INT2, FLOAT6 types
+
+
+def _bits(data_type: int) -> int:
+    """Bits per element of an ONNX tensor type; 0 for a number that is not one."""
+    from onnx import helper
+
+    try:
+        return _BITS.get(data_type) or int(helper.tensor_dtype_to_np_dtype(data_type).itemsize) * 8
+    except KeyError:
+        return 0
+
+
+def _stored_bytes(t: Any, raw: bool) -> int:
+    """What a tensor's dims need: bytes of raw data, else entries of its typed field."""
+    n, bits = int(math.prod(t.dims)), _bits(t.data_type)
+    if raw or bits in (2, 4):  # sub-byte types pack their typed field too
+        return -(-n * bits // 8)
+    return 2 * n if t.data_type in (14, 15) else n  # COMPLEX64, COMPLEX128: two floats each
+
+
+def _check_tensors(proto: Any) -> None:
+    """Tensor types and data lengths against dims (onnx checks only that data is not too short),
+    value types, and sparse tensors within what creation may materialise."""
+    from onnx import TensorProto, helper
+
+    known = set(TensorProto.DataType.values()) - {0}
+    budget = materialise_budget(proto.graph)
+    for v in proto.graph.input:
+        if v.type.WhichOneof("value") is None:
+            raise InvalidGraph(f"model input {v.name!r} has no type (tensor, sequence...)")
+    for g in _graphs(proto.graph):
+        for n in g.node:  # what onnx's inference crashes on: axes past int32, Split outputs past num_outputs
+            for a in n.attribute:
+                if a.name in ("axis", "axes") and any(not -(2**31) <= v < 2**31 for v in [a.i, *a.ints]):
+                    raise InvalidGraph(f"node {n.name or n.op_type!r}: attribute {a.name!r} is beyond any rank")
+                split = a.name == "num_outputs" and n.op_type == "Split" and n.domain in ("", "ai.onnx")
+                if split and (a.i != len(n.output) or len(n.input) > 1 and n.input[1]):
+                    raise InvalidGraph(
+                        f"node {n.name or n.op_type!r}: num_outputs {a.i} with a split input or other outputs"
+                    )
+        for v in list(g.input) + list(g.output) + list(g.value_info):
+            t = v.type
+            while t.WhichOneof("value") in ("sequence_type", "optional_type"):  # onnxruntime refuses an empty element
+                if (t := getattr(t, str(t.WhichOneof("value"))).elem_type).WhichOneof("value") is None:
+                    raise InvalidGraph(f"value {v.name!r} in graph {g.name!r} has a sequence or optional of no type")
+            if v.type.HasField("tensor_type") and v.type.tensor_type.elem_type not in known | {0}:  # 0: unknown
+                raise InvalidGraph(
+                    f"value {v.name!r} has element type {v.type.tensor_type.elem_type}, not an ONNX type"
+                )
+        attrs = [(a, f"attribute {a.name!r} of node {n.name or n.op_type!r}") for n in g.node for a in n.attribute]
+        tensors = [(t, f"initializer {t.name!r}") for t in g.initializer]
+        tensors += [(t, w) for a, w in attrs for t in ([a.t] if a.HasField("t") else []) + list(a.tensors)]
+        for t, where in tensors:
+            if t.data_type not in known or any(d < 0 for d in t.dims):
+                raise InvalidGraph(f"{where}: data type {t.data_type} or dims {list(t.dims)} is not valid")
+            if t.data_location == TensorProto.EXTERNAL:
+                continue  # checked against its file by load_model
+            raw = t.HasField("raw_data")  # len() below copies the data once: in proportion to the model
+            have = len(t.raw_data) if raw else len(getattr(t, helper.tensor_dtype_to_field(t.data_type)))
+            if have != _stored_bytes(t, raw):
+                unit = "bytes of raw_data" if raw else f"entries of {helper.tensor_dtype_to_field(t.data_type)}"
+                raise InvalidGraph(f"{where}: {have} {unit}, but its dims {list(t.dims)} need {_stored_bytes(t, raw)}")
+        sparse = [(s, f"sparse initializer {s.values.name!r}") for s in g.sparse_initializer]
+        sparse += [(s, w) for a, w in attrs for s in ([a.sparse_tensor] if a.HasField("sparse_tensor") else [])]
+        for s, where in sparse + [(s, w) for a, w in attrs for s in a.sparse_tensors]:
+            dense = math.prod(s.dims) * _bits(s.values.data_type) // 8
+            if dense > budget:
+                raise InvalidGraph(
+                    f"{where}: densifying it takes {dense} bytes, more than the {budget} bytes session creation "
+                    "may materialise for this model"
+                )
+
+
+def materialise_budget(graph: Any) -> int:
+    """Bytes session creation may materialise (constant folds, densified sparse tensors): 4x what
+    the model stores in tensors (dequantizing int8 weights to float32), at least BUDGET_FLOOR."""
+    stored = sum(max(0, int(math.prod(t.dims))) * _bits(t.data_type) // 8 for t in graph.initializer)
+    return max(BUDGET_FLOOR, 4 * stored)
+
+
+def _check_opsets(proto: Any) -> None:
+    from onnx import helper
+
+    release = helper.VERSION_TABLE[-1]  # the onnx installed: (version, IR, ai.onnx, ai.onnx.ml, training)
+    newest = dict(zip(("", "ai.onnx.ml", "ai.onnx.preview.training"), release[2:]))
+    newest["ai.onnx"] = newest[""]
+    for o in proto.opset_import:
+        if o.version > newest.get(o.domain, o.version):
+            raise InvalidGraph(
+                f"the model imports opset {o.version} of domain {o.domain or 'ai.onnx'!r}; the onnx installed "
+                f"defines up to {newest[o.domain]}: no schema exists to check or run its nodes"
+            )
+
+
+def _check_args(graph: GraphView) -> None:
+    """Arguments no input can make valid that onnx's inference lets through (onnxruntime's does
+    not, or the kernels would make up a shape): negative constant Split sizes, constant Pad
+    amounts below zero, an If condition of other than one element, a LayerNormalization axis past
+    the rank."""
+    import numpy as np
+
+    for n in graph.all_nodes:
+        for sub in n.subgraphs.values():
+            _check_args(sub)
+        op = n.op_type if n.domain_key == "ai.onnx" else ""
+        shapes = [i.shape if (i := n.input_info(k)) is not None else None for k in range(len(n.inputs))]
+        known = [s is not None and all(isinstance(d, int) for d in s) for s in shapes]
+        const = None  # input 1 when it is a small constant: Split sizes, Pad amounts
+        if op in ("Split", "Pad") and len(shapes) > 1 and known[1] and math.prod(shapes[1]) <= 4096:  # type: ignore[arg-type]
+            const = graph.constant_value(n.inputs[1])
+        bad = ""
+        if op == "Split" and (sizes := n.attr("split") if n.opset < 13 else const) is not None:
+            if any(int(v) < 0 for v in np.ravel(sizes)):
+                bad = f"split sizes {np.ravel(sizes).tolist()} include a negative size"
+        elif op == "Pad" and known[0] and (pads := n.attr("pads") if n.opset < 11 else const) is not None:
+            p, dims = [int(v) for v in np.ravel(pads)], [int(d) for d in shapes[0] or ()]  # type: ignore[arg-type]
+            axes = len(n.inputs) > 3 and n.inputs[3]
+            if not axes and len(p) == 2 * len(dims) and any(d + a + b < 0 for d, a, b in zip(dims, p, p[len(dims) :])):
+                bad = f"pads {p} take input shape {dims} below zero"
+        elif op == "If" and known[0] and math.prod(shapes[0]) != 1:  # type: ignore[arg-type]
+            bad = f"its condition has shape {list(shapes[0])}: it must hold one element"  # type: ignore[arg-type]
+        elif op == "LayerNormalization" and shapes[0] is not None:
+            if not -len(shapes[0]) <= int(n.attr("axis", -1)) < len(shapes[0]):
+                bad = f"axis {n.attr('axis')} is outside the rank {len(shapes[0])} of its input"
+        if bad:
+            raise InvalidGraph(f"{n.describe()}: {bad}")
+
+
+def _lazy_initializers_as_inputs(proto: Any) -> list[Any]:
+    """Main-graph initializers whose data stayed in its file become graph inputs of their type
+    and shape while onnx checks and infers (it would look for the file beside the working folder);
+    returns them, removed from ``proto``."""
+    from onnx import TensorProto, helper
+
+    moved = [t for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    if moved:
+        inputs = {v.name for v in proto.graph.input}
+        kept = [t for t in proto.graph.initializer if t.data_location != TensorProto.EXTERNAL]
+        del proto.graph.initializer[:]
+        proto.graph.initializer.extend(kept)
+        proto.graph.input.extend(
+            helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in moved if t.name not in inputs
+        )
+    return moved
 
 
 def _with_placeholder_shapes(proto: Any) -> Any:

@@ -5,15 +5,17 @@ output expectations (``contract.py``)."""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
 from ep_core.runtime.contract import OutputSpec, check_all, expect
+from ep_core.runtime.load import materialise_budget
 from ep_core.runtime.units import NONE_SLOT, SINK_SLOT, SessionContext, Step, StepInfo, Unit
 from ep_core.sdk.errors import EpCoreError, Fail, InvalidGraph
-from ep_core.sdk.graph import GraphView
+from ep_core.sdk.graph import GraphView, ValueInfo
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 
 # ops whose output must not be computed once: random draws, and ops with side effects on state
@@ -33,6 +35,7 @@ NON_FOLDABLE_OPS = frozenset(
         "EPContext",
     }
 )
+FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's default cap on what folding one node may produce
 
 
 @dataclass
@@ -124,18 +127,24 @@ def build_plan(
         return dst
 
     folded: list[str] = []
+    budget = _fold_budget(graph)
     for u in order:
         ep = eps[u.ep_index]
         mem = ep.memory_info
-        if _foldable(u, mem, constants):
-            outputs = folded_outputs.get(u.name)
-            if outputs is None:
+        outputs = folded_outputs.get(u.name) if _foldable(u, mem, constants) else ()
+        if outputs is None:
+            values = [template[slots[n]] if n else None for n in u.inputs]
+            size = _output_bytes(graph, u, values)
+            outputs = ()  # not folded: too big, or of a size nothing tells before computing it
+            if size is not None and size <= min(FOLD_NODE_LIMIT, budget[0]):
                 assert u.compute is not None  # every unit is built with one
                 try:
-                    res = u.compute(*[template[slots[n]] if n else None for n in u.inputs])
-                    outputs = folded_outputs[u.name] = check_all(expect(graph, u.outputs), res, u.outputs)
+                    outputs = check_all(expect(graph, u.outputs), u.compute(*values), u.outputs)
                 except Exception as exc:
                     raise _unit_error(u, ep.name, exc) from exc
+                budget[0] -= sum(getattr(v, "nbytes", 0) for v in outputs)
+            folded_outputs[u.name] = outputs
+        if outputs:
             for name, value in zip(u.outputs, outputs):
                 if name:
                     template[slot(name)] = value
@@ -143,6 +152,9 @@ def build_plan(
                     constants.add(name)
             folded.append(u.name)
             continue
+        size = getattr(template[slots[u.inputs[0]]], "size", 1) if u.op_type == "If" and u.inputs[0] in constants else 1
+        if size != 1:  # as onnxruntime, which folds it too
+            raise InvalidGraph(f"{u.name} (If): its condition is a constant of {size} elements, not one")
         ins = []
         for i, name in enumerate(u.inputs):
             if not name:
@@ -206,6 +218,49 @@ def _foldable(u: Unit, mem: MemoryInfo, constants: set[str]) -> bool:
         and len(u.outputs) > 0
         and all((not n) or n in constants for n in u.inputs)
         and not (not u.inputs and u.op_type != "Constant")
+    )
+
+
+def _fold_budget(graph: GraphView) -> list[int]:
+    """Bytes folding may still materialise, shared by every plan of the model (kept on its root
+    graph view): what ``materialise_budget`` allows for its stored tensors."""
+    root = graph
+    while root.parent is not None:
+        root = root.parent
+    budget: list[int] = root.__dict__.setdefault("_fold_budget", [materialise_budget(root.proto)])
+    return budget
+
+
+def _output_bytes(graph: GraphView, u: Unit, ins: list[Any]) -> int | None:
+    """Bytes a foldable node will produce: from the model's inferred shapes or, where those are
+    not all known (a shape computed by another folded node), from shape inference of the node
+    alone with its constant inputs. None when even that does not tell (never folded then)."""
+    infos = [graph.value_info(n) for n in u.outputs if n]
+    if not all(_sized(i) for i in infos):
+        import onnx
+        from onnx import helper, numpy_helper
+
+        node = graph.all_nodes[u.order_key].proto
+        try:
+            inits = [numpy_helper.from_array(v, n) for n, v in zip(node.input, ins) if n]
+            g = helper.make_graph([node], "fold", [], [], initializer=inits)
+            opsets = [helper.make_opsetid(d, v) for d, v in graph.opsets.items() if d != "ai.onnx"]
+            inferred = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=opsets))
+        except Exception:  # noqa: BLE001 - a sequence input, or a node onnx cannot infer: not folded
+            return None
+        alone = GraphView(inferred.graph, graph.opsets)
+        infos = [alone.value_info(n) for n in u.outputs if n]
+        if not all(_sized(i) for i in infos):
+            return None
+    return sum(int(math.prod(i.shape)) * i.np_dtype.itemsize for i in infos)  # type: ignore[arg-type, misc, union-attr]
+
+
+def _sized(info: ValueInfo | None) -> bool:
+    return (
+        info is not None
+        and info.np_dtype is not None
+        and info.shape is not None
+        and all(isinstance(d, int) and d >= 0 for d in info.shape)
     )
 
 

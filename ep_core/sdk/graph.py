@@ -6,6 +6,9 @@ parent's tables."""
 
 from __future__ import annotations
 
+import math
+import os
+import sys
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -73,10 +76,53 @@ def _value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
     return ValueInfo(name)
 
 
+def tensor_array(t: "onnx.TensorProto") -> "np.ndarray":
+    """A tensor's value; a tensor that cannot be read is INVALID_GRAPH naming it.
+
+    Data the loader left in its file (a model past protobuf's 2 GiB) is read from the absolute
+    location the loader checked, into one array. String data that is not UTF-8 is kept (as
+    onnxruntime keeps bytes), surrogate-escaped. ``segment`` is ignored, as onnxruntime does."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    try:
+        dims = tuple(t.dims)
+        if t.data_location == TensorProto.EXTERNAL:
+            info = {e.key: e.value for e in t.external_data}
+            if not os.path.isabs(info.get("location", "")):
+                raise ValueError("its external data was not resolved by the model loader")
+            dtype = helper.tensor_dtype_to_np_dtype(t.data_type)
+            with open(info["location"], "rb") as fh:
+                raw = np.fromfile(fh, np.uint8, count=int(info["length"]), offset=int(info["offset"]))
+            if dtype.itemsize * math.prod(dims) == raw.size and sys.byteorder == "little":
+                return raw.view(dtype).reshape(dims)
+            t = _without(t, "external_data", raw_data=raw.tobytes())  # packed types: onnx unpacks
+        if t.data_type == TensorProto.STRING:
+            return np.array([s.decode("utf-8", "surrogateescape") for s in t.string_data], object).reshape(dims)
+        return numpy_helper.to_array(_without(t, "segment") if t.HasField("segment") else t)
+    except Exception as exc:
+        from ep_core.sdk.errors import InvalidGraph
+
+        raise InvalidGraph(f"tensor {t.name!r} cannot be read: {type(exc).__name__}: {exc}") from exc
+
+
+def _without(t: "onnx.TensorProto", field_name: str, **values: Any) -> "onnx.TensorProto":
+    from onnx import TensorProto
+
+    copy = TensorProto()
+    copy.CopyFrom(t)
+    copy.ClearField(field_name)
+    if field_name == "external_data":
+        copy.data_location = TensorProto.DEFAULT
+    for k, v in values.items():
+        setattr(copy, k, v)
+    return copy
+
+
 def attribute_value(attr: "onnx.AttributeProto") -> Any:
     """An attribute as a plain Python value (str for STRING, ndarray for TENSOR, GraphProto for
     GRAPH), the form every kernel wants."""
-    from onnx import AttributeProto, numpy_helper
+    from onnx import AttributeProto
 
     t = attr.type
     if t == AttributeProto.FLOAT:
@@ -86,7 +132,7 @@ def attribute_value(attr: "onnx.AttributeProto") -> Any:
     if t == AttributeProto.STRING:
         return attr.s.decode("utf-8", errors="surrogateescape")
     if t == AttributeProto.TENSOR:
-        return numpy_helper.to_array(attr.t)
+        return tensor_array(attr.t)
     if t == AttributeProto.GRAPH:
         return attr.g
     if t == AttributeProto.FLOATS:
@@ -96,7 +142,7 @@ def attribute_value(attr: "onnx.AttributeProto") -> Any:
     if t == AttributeProto.STRINGS:
         return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
     if t == AttributeProto.TENSORS:
-        return [numpy_helper.to_array(x) for x in attr.tensors]
+        return [tensor_array(x) for x in attr.tensors]
     if t == AttributeProto.GRAPHS:
         return list(attr.graphs)
     if t == AttributeProto.SPARSE_TENSOR:
@@ -277,10 +323,7 @@ class GraphView:
         proto = self.initializer_protos.get(name)
         if proto is None:
             return None
-        from onnx import numpy_helper
-
-        arr = numpy_helper.to_array(proto)
-        cache[name] = arr
+        arr = cache[name] = tensor_array(proto)
         return arr
 
     def constant_value(self, name: str) -> "np.ndarray | None":

@@ -45,8 +45,11 @@ def _dropout(x: Any, ratio: float, training: bool, rng: Callable[[], Any], want_
 
 @REGISTRY.register("Dropout", since=1, end=11)
 def build_dropout_attr(node: NodeView, ctx: KernelContext) -> Fn:
-    """Opsets 1-11: inference only (identity; the mask is all ones)."""
+    """Opsets 1-11: inference only (identity; the mask is all ones, typed like the input before
+    opset 10 and bool from 10 on)."""
     want_mask = len(node.outputs) > 1  # one value per declared output, even an omitted one
+    if want_mask and node.opset < 10:
+        return lambda x: (x, np.ones(x.shape, dtype=x.dtype))
     return lambda x: _dropout(x, 0.0, False, _rng(node), want_mask)
 
 
@@ -140,6 +143,8 @@ REGISTRY.register("BlackmanWindow", since=17, host_inputs=(0,))(_window((0.42, 0
 def build_cumprod(node: NodeView, ctx: KernelContext) -> Fn:
     exclusive = int(node.attr("exclusive", 0))
     reverse = int(node.attr("reverse", 0))
+    if exclusive not in (0, 1) or reverse not in (0, 1):  # as CumSum
+        raise ValueError(f"{node.describe()}: exclusive ({exclusive}) and reverse ({reverse}) must be 0 or 1")
 
     def compute(x: Any, axis: Any) -> tuple[Any]:
         a = norm_axis(node, ints(axis)[0], x.ndim)

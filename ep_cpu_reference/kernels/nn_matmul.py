@@ -250,6 +250,8 @@ def build_attention(node: NodeView, ctx: KernelContext) -> Any:
     scale_attr = node.attr("scale")
     softcap = node.attr("softcap")
     mode = int(node.attr("qk_matmul_output_mode", 0))
+    if mode not in (0, 1, 2, 3):  # onnxruntime refuses other values at session creation too
+        raise fail(node, f"qk_matmul_output_mode must be 0, 1, 2 or 3, got {mode}")
     precision = node.attr("softmax_precision")
     left = int(node.attr("left_window_size", -1))
     right = int(node.attr("right_window_size", -1))

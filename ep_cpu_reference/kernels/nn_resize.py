@@ -176,7 +176,7 @@ class _Resizer:
 
     def __init__(self, node: Any, legacy: bool) -> None:
         self.node = node
-        mode = node.attr("mode", "nearest").lower()
+        mode = node.attr("mode", "nearest")  # lower case, as the spec and onnxruntime have it
         if mode == "bilinear":
             mode = "linear"
         if mode not in ("nearest", "linear", "cubic"):

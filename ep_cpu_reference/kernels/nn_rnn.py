@@ -76,6 +76,8 @@ class _RnnSpec:
             raise fail(node, f"direction={self.direction!r}; allowed forward, reverse, bidirectional")
         self.num_dir = 2 if self.direction == "bidirectional" else 1
         self.hidden = node.attr("hidden_size")
+        if self.hidden is None or int(self.hidden) <= 0:  # onnxruntime refuses these too
+            raise fail(node, f"hidden_size must be given and positive, got {self.hidden}")
         self.layout = int(node.attr("layout", 0))
         self.clip = node.attr("clip")
         self.n_gates = n_gates

@@ -109,11 +109,22 @@ def build_tfidf_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
         raise ValueError(f"{node.describe()}: mode must be TF, IDF or TFIDF, got {mode!r}")
     lo, hi = int(node.attr("min_gram_length")), int(node.attr("max_gram_length"))
     max_skip = int(node.attr("max_skip_count"))
+    if not 1 <= lo <= hi or max_skip < 0:  # onnxruntime refuses these at session creation too
+        raise ValueError(
+            f"{node.describe()}: needs 1 <= min_gram_length ({lo}) <= max_gram_length ({hi}) and max_skip_count ({max_skip}) >= 0"
+        )
     starts = [int(v) for v in node.attr("ngram_counts")]
     columns = [int(v) for v in node.attr("ngram_indexes")]
     pool_ints = node.attr("pool_int64s")
     pool = [int(v) for v in pool_ints] if pool_ints else [_text(s) for s in node.attr("pool_strings", [])]
+    if not pool:
+        raise ValueError(f"{node.describe()}: pool_int64s or pool_strings must list the n-grams to count")
     weights = node.attr("weights")
+    bounds = [*starts, len(pool)]
+    if not starts or starts[0] < 0 or any(b < a for a, b in zip(bounds, bounds[1:])) or min(columns, default=0) < 0:
+        raise ValueError(
+            f"{node.describe()}: ngram_counts {starts} must rise within the pool and ngram_indexes be >= 0"
+        )
     width = max(columns) + 1 if columns else 0
     table: dict[tuple[Any, ...], int] = {}
     k = 0
@@ -123,7 +134,7 @@ def build_tfidf_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
         for p in range(start, end, n):
             table[tuple(pool[p : p + n])] = columns[k]
             k += 1
-    w = np.ones(width, dtype=np.float32) if not weights else np.array(weights, dtype=np.float32)
+    w = np.float32(1.0) if not weights else np.array(weights, dtype=np.float32)  # nothing of width at creation
 
     def count_row(row: list[Any]) -> np.ndarray:
         counts = np.zeros(width, dtype=np.float32)

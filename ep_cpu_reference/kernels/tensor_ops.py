@@ -758,6 +758,8 @@ def build_compress(node: NodeView, ctx: KernelContext) -> Fn:
 def build_cumsum(node: NodeView, ctx: KernelContext) -> Fn:
     exclusive = int(node.attr("exclusive", 0))
     reverse = int(node.attr("reverse", 0))
+    if exclusive not in (0, 1) or reverse not in (0, 1):  # onnxruntime refuses other values too
+        raise ValueError(f"{node.describe()}: exclusive ({exclusive}) and reverse ({reverse}) must be 0 or 1")
 
     def compute(x: Any, axis: Any) -> tuple[Any]:
         a = norm_axis(node, int(np.asarray(axis).reshape(-1)[0]), x.ndim)

@@ -23,6 +23,8 @@ def build_rotary_embedding(node: NodeView, ctx: KernelContext) -> Fn:
     angles from the caches ([S, R/2], or [max_pos, R/2] indexed by position_ids [B, S])."""
     interleaved = int(node.attr("interleaved", 0))
     rot_dim_attr = int(node.attr("rotary_embedding_dim", 0))
+    if rot_dim_attr < 0:  # onnxruntime refuses it too
+        raise ValueError(f"{node.describe()}: rotary_embedding_dim must be >= 0, got {rot_dim_attr}")
     num_heads = int(node.attr("num_heads", 0))
 
     def compute(x: Any, cos: Any, sin: Any, pos: Any = None) -> tuple[Any]:

@@ -166,10 +166,10 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
     cases["feature_vectorizer"] = (
         _model(
             oh.make_node("FeatureVectorizer", ["a", "b"], ["y"], domain=ML, inputdimensions=[2, 3]),
-            [_t("a", T.INT64, [2, 2]), _t("b", T.FLOAT, [2, 2])],
+            [_t("a", T.FLOAT, [2, 2]), _t("b", T.FLOAT, [2, 2])],  # X is homogeneous: one type
             [_t("y", T.FLOAT, [2, 5])],
         ),
-        {"a": np.array([[1, 2], [3, 4]], dtype=np.int64), "b": np.array([[0.5, 1.5], [2.5, 3.5]], dtype=np.float32)},
+        {"a": np.array([[1, 2], [3, 4]], dtype=np.float32), "b": np.array([[0.5, 1.5], [2.5, 3.5]], dtype=np.float32)},
         [np.array([[1, 2, 0.5, 1.5, 0], [3, 4, 2.5, 3.5, 0]], dtype=np.float32)],
     )
     cases["category_mapper_str_to_int"] = (
@@ -371,11 +371,11 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
     cases["tile_opset1_axis_input"] = (
         _model(
             oh.make_node("Tile", ["x", "tiles", "axis"], ["y"]),
-            [_t("x", T.FLOAT, [2, 3]), _t("tiles", T.INT64, []), _t("axis", T.INT64, [])],
+            [_t("x", T.FLOAT, [2, 3]), _t("tiles", T.FLOAT, []), _t("axis", T.FLOAT, [])],  # Tile-1: all T
             [_t("y", T.FLOAT, [4, 3])],
             opset=1,
         ),
-        {"x": xi, "tiles": np.array(2, dtype=np.int64), "axis": np.array(0, dtype=np.int64)},
+        {"x": xi, "tiles": np.array(2, dtype=np.float32), "axis": np.array(0, dtype=np.float32)},
         [np.concatenate([xi, xi], axis=0)],
     )
     cases["add_opset6_broadcast_axis"] = (

@@ -1,0 +1,1 @@
+"""Security suites (issue 11): hostile models under time and memory limits, bounded loading."""
