@@ -5,6 +5,7 @@ per input placement) and run by ``execute.py``."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import time
 from collections.abc import Mapping, Sequence
@@ -174,7 +175,14 @@ class GraphProgram:
                     )
                 state = None
                 if info.create_state is not None:
-                    state = info.create_state(ComputeContext(fused.name, ep.memory_info, ep.stream, ep.allocator))
+                    try:
+                        state = info.create_state(ComputeContext(fused.name, ep.memory_info, ep.stream, ep.allocator))
+                    except Exception as exc:
+                        for made in units:  # states already created would otherwise never be released
+                            if made.release is not None:
+                                with contextlib.suppress(Exception):
+                                    made.release(made.state)
+                        raise hook_error(ep.name, f"create_state of {fused.name}", exc) from exc
                 self.session.compiled.append((ep_i, fused, view))
                 units.append(
                     Unit(

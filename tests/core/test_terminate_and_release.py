@@ -224,3 +224,27 @@ def test_300_create_close_cycles_do_not_grow_rss() -> None:
         sess.close()
     gc.collect()
     assert _rss_mb() - before <= 50
+
+
+def test_a_raising_create_state_is_typed_and_earlier_states_are_released() -> None:
+    class FailingSecondState(ReleasingEp):
+        def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[Any]) -> list[NodeComputeInfo]:
+            infos = super().ep_compile(graphs, fused_nodes)
+
+            def refuse(ctx: Any) -> None:
+                raise OSError("out of device memory")
+
+            infos[-1].create_state = refuse
+            return infos
+
+    class Factory(ReleasingFactory):
+        def ep_factory_create_ep(
+            self, devices: Any, ep_options: Mapping[str, str], session_options: Any
+        ) -> ReleasingEp:
+            return FailingSecondState(self.log, False)
+
+    with registered(Factory()) as factory, pytest.raises(EpFail) as err:
+        ep_core.InferenceSession(_two_group_model(), providers=[NAME])
+    assert f"{NAME}.create_state of " in str(err.value) and "OSError: out of device memory" in str(err.value)
+    assert isinstance(err.value.__cause__, OSError)
+    assert sum(e.startswith("release_state") for e in factory.log) == 1  # the first group's state
