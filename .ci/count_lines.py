@@ -1,5 +1,6 @@
 """Size check for `make lint`: non-blank, non-comment lines of the core (ep_core/sdk + ep_core/runtime,
-at most 6,000, issue 12) and of ep_core/tools, counted apart. Docstrings count: they are code to read.
+at most 6,000, issue 12) and of the layers around it (host services, tools, the onnxruntime compat
+module), counted apart. Docstrings count: they are code to read.
 
 Standard library only, so it runs before (and without) anything ep-core imports. Exit 1 over the limit."""
 
@@ -10,7 +11,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 CORE_LIMIT = 6000
-PARTS = ("ep_core/sdk", "ep_core/runtime", "ep_core/tools")
+PARTS = ("ep_core/sdk", "ep_core/runtime", "ep_core/host", "ep_core/tools", "ep_core/onnxruntime")
 
 
 def count_lines(folder: Path) -> int:
@@ -25,7 +26,7 @@ def count_lines(folder: Path) -> int:
 
 
 def main() -> int:
-    counts = {part: count_lines(ROOT / part) for part in PARTS}
+    counts = {part: count_lines(ROOT / part) for part in PARTS if (ROOT / part).is_dir()}
     core = counts["ep_core/sdk"] + counts["ep_core/runtime"]
     for part, n in counts.items():
         print(f"{part:<16} {n:>6}")

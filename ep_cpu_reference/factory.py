@@ -16,7 +16,12 @@ class CpuReferenceFactory(HostEpFactory):
     ep_version = __version__
 
     def ep_factory_api_version(self) -> int:
-        return 2
+        return 3
+
+    def ep_factory_get_provider_aliases(self) -> list[str]:
+        """onnxruntime's default CPU EP: this EP runs every ONNX operator on the CPU and is tested
+        against onnxruntime's results (the parity report and the node tests)."""
+        return ["CPUExecutionProvider"]
 
     def ep_factory_is_cpu_fallback(self) -> bool:
         return True

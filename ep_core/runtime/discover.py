@@ -93,6 +93,20 @@ def unknown_hook_names(plugin: Any) -> list[str]:
     return problems
 
 
+def _rank(name: str, candidates: list[str]) -> list[str]:
+    """Up to two names like ``name``: one containing the other's core ('CUDA' in 'NumbaCuda') first,
+    then by similarity of the cores (the shared 'ExecutionProvider' says nothing)."""
+
+    def core(n: str) -> str:
+        return n.removesuffix("ExecutionProvider").lower()
+
+    q = core(name)
+    scored = [
+        ((q in core(c) or core(c) in q), difflib.SequenceMatcher(None, q, core(c)).ratio(), c) for c in candidates
+    ]
+    return [c for within, ratio, c in sorted(scored, reverse=True) if within or ratio >= 0.6][:2]
+
+
 def hook_error(ep_name: str, hook: str, exc: Exception) -> EpCoreError:
     """The one place an exception crossing the EP contract is attributed: typed errors keep their
     type (and code) with the EP and hook prepended; anything else becomes EP_FAIL. The caller
@@ -289,16 +303,31 @@ class PluginRegistry:
     def handles(self) -> list[FactoryHandle]:
         return list(self._handles.values())
 
+    def aliases(self) -> dict[str, str]:
+        """Alias -> EP name, from the factories that load (``ep_factory_get_provider_aliases``)."""
+        out: dict[str, str] = {}
+        for h in self.handles():
+            if h.load() is None:
+                continue
+            for alias in h.call("ep_factory_get_provider_aliases", default=()) or ():
+                if isinstance(alias, str) and alias.endswith("ExecutionProvider") and alias not in self._handles:
+                    out.setdefault(alias, h.name)
+        return out
+
     def handle(self, name: str) -> FactoryHandle:
-        try:
+        """The EP registered as ``name``, or the one that declares ``name`` as an alias."""
+        if name in self._handles:
             return self._handles[name]
-        except KeyError:
-            close = difflib.get_close_matches(name, self._handles, n=1)
-            hint = f" Did you mean {close[0]!r}?" if close else ""
-            raise UnknownProviderError(
-                f"unknown execution provider {name!r}.{hint} Available: {sorted(self._handles) or 'none'}. "
-                "Run `ep-core providers` to see every installed EP and why any is unusable."
-            ) from None
+        aliases = self.aliases()
+        if name in aliases:
+            return self._handles[aliases[name]]
+        usable = [h.name for h in self.handles() if h.load_error is None] + list(aliases)
+        close = _rank(name, usable)
+        hint = f" Did you mean {' or '.join(map(repr, close))}?" if close else ""
+        raise UnknownProviderError(
+            f"unknown execution provider {name!r}.{hint} Available: {sorted(usable) or 'none'}. "
+            "Run `ep-core providers` to see every installed EP and why any is unusable."
+        )
 
     def load_errors(self) -> list[PluginLoadError]:
         for h in self.handles():

@@ -13,7 +13,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from ep_core.sdk.errors import InvalidArgument, InvalidGraph, NoSuchFile
+from ep_core.sdk.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
 from ep_core.sdk.graph import GraphView, opset_map
 
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
@@ -34,13 +34,13 @@ def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | Non
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as exc:
-            raise InvalidGraph(f"{path} is not a valid ONNX model: {exc}") from exc
+            raise InvalidProtobuf(f"{path} is not a valid ONNX model: {exc}") from exc
         base: str | None = str(path.parent)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         try:
             proto = onnx.load_from_string(bytes(model))
         except Exception as exc:
-            raise InvalidGraph(f"the model bytes are not a valid ONNX model: {exc}") from exc
+            raise InvalidProtobuf(f"the model bytes are not a valid ONNX model: {exc}") from exc
         base = external_folder
     elif isinstance(model, onnx.ModelProto):
         proto = model

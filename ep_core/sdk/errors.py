@@ -8,15 +8,25 @@ from enum import Enum
 
 
 class StatusCode(str, Enum):
-    """The subset of ``OrtErrorCode`` values that ep-core raises."""
+    """``OrtErrorCode``'s values. Each has an exception class below, named as
+    ``onnxruntime.capi.onnxruntime_pybind11_state`` names it (``ep_core.onnxruntime`` re-exports
+    these very classes there), so ``except onnxruntime...InvalidArgument`` catches ep-core's."""
 
     FAIL = "FAIL"
     INVALID_ARGUMENT = "INVALID_ARGUMENT"
     NO_SUCHFILE = "NO_SUCHFILE"
     INVALID_GRAPH = "INVALID_GRAPH"
     NOT_IMPLEMENTED = "NOT_IMPLEMENTED"
+    NO_MODEL = "NO_MODEL"
+    ENGINE_ERROR = "ENGINE_ERROR"
+    RUNTIME_EXCEPTION = "RUNTIME_EXCEPTION"
+    INVALID_PROTOBUF = "INVALID_PROTOBUF"
+    MODEL_LOADED = "MODEL_LOADED"
+    NOT_FOUND = "NOT_FOUND"
     EP_FAIL = "EP_FAIL"
+    MODEL_LOAD_CANCELED = "MODEL_LOAD_CANCELED"
     MODEL_REQUIRES_COMPILATION = "MODEL_REQUIRES_COMPILATION"
+    DEVICE_RESET = "DEVICE_RESET"
 
 
 class EpCoreError(Exception):
@@ -46,12 +56,51 @@ class InvalidGraph(EpCoreError):
 
 
 class NotImplementedByAnyEp(EpCoreError):
-    """No execution provider can run a node (or an op has no kernel)."""
+    """No execution provider can run a node (or an op has no kernel); onnxruntime's ``NotImplemented``."""
 
     code = StatusCode.NOT_IMPLEMENTED
 
 
-class EpFail(EpCoreError):
+NotImplemented_ = NotImplementedByAnyEp  # onnxruntime's name, which shadows a builtin here
+
+
+class NoModel(EpCoreError):
+    code = StatusCode.NO_MODEL
+
+
+class EngineError(EpCoreError):
+    code = StatusCode.ENGINE_ERROR
+
+
+class RuntimeException(EpCoreError):
+    code = StatusCode.RUNTIME_EXCEPTION
+
+
+class InvalidProtobuf(EpCoreError):
+    """A model file that is not a parseable ONNX protobuf."""
+
+    code = StatusCode.INVALID_PROTOBUF
+
+
+class ModelLoaded(EpCoreError):
+    code = StatusCode.MODEL_LOADED
+
+
+class NotFound(EpCoreError):
+    code = StatusCode.NOT_FOUND
+
+
+class ModelLoadCanceled(EpCoreError):
+    """Session creation stopped by ``SessionOptions.set_load_cancellation_flag(True)``."""
+
+    code = StatusCode.MODEL_LOAD_CANCELED
+
+
+class DeviceReset(EpCoreError):
+    code = StatusCode.DEVICE_RESET
+
+
+class EpFail(EpCoreError):  # onnxruntime's EPFail
     """An execution provider broke one of its promises (bad return value, failed hook)."""
 
     code = StatusCode.EP_FAIL

@@ -31,6 +31,9 @@ Version 2 brought the last pieces of the contract that lived outside this module
 * Kernel builders get a fully typed ``KernelContext`` whose ``ep`` is the EP's own object.
 * EP-level hooks are version-gated like factory hooks.
 
+Version 3 adds ``ep_factory_get_provider_aliases``: other runtimes' EP names a user may select
+this EP by (the CPU fallback answers to onnxruntime's ``CPUExecutionProvider``).
+
 A version-1 factory keeps working unchanged: its EP's ``ep_get_ep_context_nodes`` may omit
 ``output`` (pluggy passes an implementation only the arguments it names).
 """
@@ -61,7 +64,7 @@ if TYPE_CHECKING:
     )
 
 PROJECT = "ep_core"
-API_VERSION = 2
+API_VERSION = 3
 ENTRY_POINT_GROUP = "ep_core.execution_providers"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -218,6 +221,15 @@ def ep_factory_get_fusable_ops(
     newest opset; domain ``""`` or ``"ai.onnx"`` is the default domain), ``KernelDef``s, or a
     ``KernelRegistry`` of compile-only defs (its builders are never called). Optional, default
     None: the EP declares no fusable ops (an empty sequence declares that it fuses nothing)."""
+
+
+@_since(3)
+def ep_factory_get_provider_aliases(factory: "ExecutionProviderFactory") -> "Sequence[str] | None":
+    """Other names this EP may be selected by: another runtime's EP whose job this EP does with
+    the same results (onnxruntime's ``CPUExecutionProvider`` for a CPU EP of the ONNX operators).
+    Only where honest: an alias promises the ops and numbers of the EP it names. Each ends in
+    ``ExecutionProvider`` and names no installed EP; the first factory to claim an alias keeps it.
+    Optional, default none."""
 
 
 # ================================================================================= EP level

@@ -1,0 +1,122 @@
+"""Run code written for onnxruntime on ep-core, unchanged, when (and only when) asked.
+
+``install()`` makes ``import onnxruntime`` and its submodules resolve to ``ep_core.onnxruntime`` in
+this process (a meta-path finder that aliases the very module objects, so ``onnxruntime.capi...
+InvalidArgument`` *is* ep-core's class). ``ep-core exec -- python app.py`` does it for a command and
+the Python processes it starts, through a one-file ``onnxruntime`` package put first on
+``PYTHONPATH`` for that command only.
+
+Nothing happens by default: importing ep-core never touches ``onnxruntime``. ``install()`` refuses
+when the real onnxruntime is already imported (objects of both would mix in one process), and says
+which one is in use when asked (``active()``)."""
+
+from __future__ import annotations
+
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from types import ModuleType
+
+from ep_core.sdk.errors import Fail
+
+TARGET = "onnxruntime"
+PACKAGE = "ep_core.onnxruntime"
+ENV = "EP_CORE_DROPIN"  # set to "1" in the environment of `ep-core exec`
+
+# The one file of the shim package `ep-core exec` puts first on PYTHONPATH.
+SHIM = '''"""ep-core's stand-in for onnxruntime, put first on PYTHONPATH by `ep-core exec`."""
+import sys
+
+from ep_core.onnxruntime import dropin
+
+del sys.modules[__name__]  # this file steps aside: install() puts ep_core.onnxruntime in its place
+dropin.install()
+'''
+
+
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Finds ``onnxruntime[.x]`` as ``ep_core.onnxruntime[.x]``: the same module objects."""
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None = None, target: ModuleType | None = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname != TARGET and not fullname.startswith(TARGET + "."):
+            return None
+        real = PACKAGE + fullname[len(TARGET) :]
+        if importlib.util.find_spec(real) is None:
+            raise ModuleNotFoundError(
+                f"No module named {fullname!r}: ep-core's onnxruntime drop-in does not provide it "
+                "(docs/onnxruntime-compat.md lists what it does)",
+                name=fullname,
+            )
+        return importlib.util.spec_from_loader(fullname, self, origin=real)
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> ModuleType:
+        assert spec.origin is not None
+        return importlib.import_module(spec.origin)
+
+    def exec_module(self, module: ModuleType) -> None:
+        """The module ran when ``create_module`` imported it under its own name."""
+
+
+def active() -> bool:
+    """Whether ``import onnxruntime`` gives ep-core's drop-in in this process."""
+    return any(isinstance(f, _Alias) for f in sys.meta_path)
+
+
+def install() -> ModuleType:
+    """Make ``import onnxruntime`` give ``ep_core.onnxruntime`` in this process; returns it.
+
+    Call it before anything imports onnxruntime. Refused (``Fail``) when the real onnxruntime is
+    already imported. Idempotent."""
+    loaded = sys.modules.get(TARGET)
+    if loaded is not None and not getattr(loaded, "__name__", "").startswith(PACKAGE):
+        raise Fail(
+            f"the real onnxruntime is already imported in this process (from {getattr(loaded, '__file__', '?')}); "
+            "call ep_core.onnxruntime.install() before anything imports onnxruntime, or start the program "
+            "with `ep-core exec -- python ...`"
+        )
+    if not active():
+        sys.meta_path.insert(0, _Alias())
+    module = importlib.import_module(PACKAGE)
+    sys.modules[TARGET] = module
+    return module
+
+
+def uninstall() -> None:
+    """Undo ``install()``: ``import onnxruntime`` finds the installed package again (modules
+    already imported under the alias keep working)."""
+    sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, _Alias)]
+    for name in [n for n in sys.modules if n == TARGET or n.startswith(TARGET + ".")]:
+        if getattr(sys.modules[name], "__name__", "").startswith(PACKAGE):
+            del sys.modules[name]
+
+
+def run_command(argv: Sequence[str]) -> int:
+    """Run ``argv`` with ``import onnxruntime`` resolving to ep-core in every Python process it
+    starts; returns its exit code."""
+    if not argv:
+        raise Fail("give the command to run after `--`, e.g. `ep-core exec -- python app.py`")
+    shim_root = Path(tempfile.mkdtemp(prefix="ep-core-dropin-"))
+    try:
+        (shim_root / TARGET).mkdir()
+        (shim_root / TARGET / "__init__.py").write_text(SHIM, encoding="utf-8")
+        paths = [str(shim_root), os.environ.get("PYTHONPATH", "")]
+        env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), ENV: "1"}
+        command = list(argv)
+        if command[0] in ("python", "python3"):  # the Python ep-core runs on: it can import ep_core
+            command[0] = sys.executable
+        try:
+            return subprocess.call(command, env=env)
+        except FileNotFoundError:
+            raise Fail(f"command not found: {command[0]!r}") from None
+    finally:
+        shutil.rmtree(shim_root, ignore_errors=True)
