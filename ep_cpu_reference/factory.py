@@ -26,6 +26,13 @@ class CpuReferenceFactory(HostEpFactory):
     def ep_factory_is_cpu_fallback(self) -> bool:
         return True
 
+    def set_random_seed(self, seed: int) -> None:
+        """onnxruntime's ``set_seed``: random ops without a ``seed`` attribute, in sessions created
+        from now on, draw from ``numpy.random.RandomState(seed)``."""
+        from ep_cpu_reference.kernels import misc
+
+        misc.SEED[0] = seed
+
     def ep_factory_create_ep(
         self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
     ) -> Any:

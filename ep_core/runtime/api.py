@@ -13,10 +13,4 @@ def get_all_providers() -> list[str]:
 
 def get_available_providers() -> list[str]:
     """EPs that load and support at least one device here."""
-    names = []
-    seen = set()
-    for d in get_ep_devices():
-        if d.ep_name not in seen:
-            seen.add(d.ep_name)
-            names.append(d.ep_name)
-    return names
+    return list(dict.fromkeys(d.ep_name for d in get_ep_devices()))

@@ -8,6 +8,7 @@ else reaches into a session's state."""
 
 from __future__ import annotations
 
+import copy
 import os
 import time
 import warnings
@@ -15,14 +16,15 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ep_core.host.session import SessionHost
+from ep_core.host.trace import Profiler
 from ep_core.runtime import context_write
 from ep_core.runtime.compatibility import validate_model_compatibility
 from ep_core.runtime.engine import Built
 from ep_core.runtime.eps import EpInstance
-from ep_core.runtime.load import EXTERNAL_FOLDER_KEY, check_and_infer, load_model
+from ep_core.runtime.load import EXTERNAL_FOLDER_KEY, check_and_infer, check_options, load_model
 from ep_core.runtime.options import CONFIG_ENV, ProviderConfig, SessionOptions, load_provider_config
 from ep_core.runtime.partition import Partition, partition_graph
-from ep_core.runtime.profiling import Profiler
 from ep_core.runtime.program import GraphProgram
 from ep_core.runtime.select import select_providers
 from ep_core.runtime.units import SessionContext, model_hash
@@ -44,6 +46,7 @@ class BuildRequest:
     config: ProviderConfig | None
     registry: "PluginRegistry"
     compile: "CompileRequest | None" = None  # set by the compile API: write the context model its way
+    origin: SessionOptions | None = None  # the caller's options: its load cancellation flag is watched
 
 
 def resolve_request(
@@ -56,7 +59,9 @@ def resolve_request(
 ) -> BuildRequest:
     """Apply the provider config (argument, else ``$EP_CORE_CONFIG`` when nothing else chooses) to
     a private copy of the session options, and pair ``provider_options`` with ``providers``."""
-    options = sess_options.model_copy(deep=True) if sess_options is not None else SessionOptions()
+    o = sess_options if sess_options is not None else SessionOptions()
+    shared = {id(v): v for d in (o.initializers, o.external_initializer_files) for v in d.values()}
+    options = copy.deepcopy(o, shared)  # initializers stay the caller's arrays (onnxruntime keeps a reference)
     chooses = providers or options.provider_devices or options.ep_selection_policy is not None
     if config is None and not chooses and options.ep_selection_delegate is None and os.environ.get(CONFIG_ENV):
         config = os.environ[CONFIG_ENV]
@@ -68,24 +73,25 @@ def resolve_request(
         if providers is None or len(provider_options) != len(providers):
             raise InvalidArgument("provider_options must have one mapping per entry of providers")
         providers = [(p if isinstance(p, str) else p[0], dict(o)) for p, o in zip(providers, provider_options)]
-    return BuildRequest(model, options, providers, config, registry)
+    return BuildRequest(model, options, providers, config, registry, origin=sess_options)
 
 
 def build(request: BuildRequest) -> Built:
     """Run every creation step; on failure everything created so far is released."""
     options = request.options
-    profiler = Profiler(options.profile_file_prefix) if options.enable_profiling else None
+    profiler = (host := SessionHost(options)).trace  # the session's threads, logger and trace
     t_start = t0 = time.perf_counter_ns()
-    proto, model_path = load_model(request.model, options.get_session_config_entry(EXTERNAL_FOLDER_KEY))
+    check_options(request.origin)
+    proto, model_path = load_model(request.model, options.get_session_config_entry(EXTERNAL_FOLDER_KEY), options)
     context_write.prepare_session(options, model_path, proto, request.compile)  # refuse a bad output early
     selected = select_providers(options, request.providers, request.config, request.registry)
-    built = Built(options, request.registry, [], model_path, profiler)
+    built = Built(options, request.registry, [], model_path, host)
     try:
         for sel in selected:
             built.eps.append(EpInstance(sel, options, request.registry))
         _register_custom_domains(built.eps)
         built.model = check_and_infer(proto)
-        _trace(profiler, "model_loading", t0)
+        _trace(profiler, "model_loading_uri" if model_path else "model_loading_array", t0)
         validate_model_compatibility(built.model, built.eps, options, model_path)
         if profiler is not None:
             for ep in built.eps:
@@ -97,12 +103,16 @@ def build(request: BuildRequest) -> Built:
         t0 = time.perf_counter_ns()
         built.program.plan()
         _trace(profiler, "plan", t0)
+        check_options(request.origin)
+        if options.optimized_model_filepath:  # the model as planned: folded, pruned, dims fixed
+            built.program.save_optimized(built.model, options.optimized_model_filepath)
         if options.flag("ep.context_enable"):
             t0 = time.perf_counter_ns()
             built.context_model_path = context_write.generate_context_model(built, request.compile)
             _trace(profiler, "ep_context_generation", t0)
         built.run_hooks = [ep for ep in built.eps if ep.has_run_start or ep.has_run_end]
         _trace(profiler, "session_initialization", t_start)
+        host.created(built, t_start)
     except BaseException:
         try:
             built.release()
@@ -127,7 +137,7 @@ def _register_custom_domains(eps: list[EpInstance]) -> None:
 
 
 def _new_context(built: Built, model_id: str) -> SessionContext:
-    ctx = SessionContext(built.options, built.eps, model_id, built.profiler)
+    ctx = SessionContext(built.options, built.eps, model_id, built.host.trace)
     ctx.model_path = built.model_path  # EPContext payloads resolve against the model's folder
     return ctx
 
@@ -145,7 +155,7 @@ def _place_and_compile(built: Built) -> None:
         t0 = time.perf_counter_ns()
         first = partition_graph(graph, built.eps, layout_trial=trial)
         layout = transform_to_nhwc(built.model, graph, built.eps, first)
-        _trace(built.profiler, "layout_transformation", t0)
+        _trace(built.host.trace, "layout_transformation", t0)
         if layout is not None:
             nhwc_graph = GraphView(layout.model.graph, opset_map(layout.model))
             second = partition_graph(nhwc_graph, built.eps)

@@ -48,22 +48,14 @@ def validate_model_compatibility(
     recorded = {
         p.key[len(METADATA_PREFIX) :]: p.value for p in model.metadata_props if p.key.startswith(METADATA_PREFIX)
     }
-    if not recorded:
-        return
+    where = f"the compiled model {str(model_path)!r}" if model_path else "the compiled model (given as bytes)"
     for ep in eps:
         info = recorded.get(ep.name)
         if info is None:
             continue
+        devices = [d.device for d in ep.devices]
         answer = ep.handle.call(
-            "ep_factory_validate_compiled_model_compatibility",
-            default=None,
-            devices=[d.device for d in ep.devices],
-            compatibility_info=info,
-        )
-        where = (
-            f"the compiled model {str(model_path)!r}"
-            if model_path is not None
-            else "the compiled model (given as bytes)"
+            "ep_factory_validate_compiled_model_compatibility", devices=devices, compatibility_info=info
         )
         try:
             verdict, reason = parse_verdict(answer)

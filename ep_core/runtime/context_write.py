@@ -31,6 +31,7 @@ from ep_core.sdk.epcontext.output import (
 )
 from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema
 from ep_core.sdk.errors import EpFail, Fail, InvalidArgument
+from ep_core.sdk.graph import topo_order
 
 if TYPE_CHECKING:
     from ep_core.runtime.engine import Built
@@ -68,13 +69,6 @@ def output_path(options: "SessionOptions", model_path: Path | None, req: Compile
     name = model_path.name
     stem = name[:-5] if name.endswith(".onnx") else name
     return model_path.with_name(f"{stem}_ctx.onnx")
-
-
-def check_output_early(options: "SessionOptions", model_path: Path | None, req: CompileRequest | None) -> None:
-    """Refuse before any compiling: a bytes model without an output path, and every output file
-    (the model, the external initializers) this generation may not write (see ``open_output``)."""
-    register_ep_context_schema()
-    open_output(options, model_path, req)
 
 
 def open_output(options: "SessionOptions", model_path: Path | None, req: CompileRequest | None) -> ContextOutput:
@@ -144,15 +138,8 @@ def _external_locations(path: str, mtime_ns: int, size: int) -> tuple[str, ...]:
     with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as mm:
         if mm.find(b"location") < 0:  # no external-data entry can be in it: skip parsing the model
             return ()
-    proto = onnx.load(path, load_external_data=False)
-    locs = [
-        e.value
-        for t in edh._get_all_tensors(proto)
-        if edh.uses_external_data(t)
-        for e in t.external_data
-        if e.key == "location"
-    ]
-    return tuple(dict.fromkeys(locs))
+    tensors = [t for t in edh._get_all_tensors(onnx.load(path, load_external_data=False)) if edh.uses_external_data(t)]
+    return tuple(dict.fromkeys(e.value for t in tensors for e in t.external_data if e.key == "location"))
 
 
 # ---------------------------------------------------------------------------------- writing
@@ -160,8 +147,6 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
     """Write the EPContext model of a session that just compiled. Returns its path (None when the
     compile API asked for bytes; they are left in its request)."""
     import onnx
-
-    from ep_core.sdk.graph import topo_order
 
     register_ep_context_schema()
     options = built.options
@@ -210,7 +195,7 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
                 raise Fail(msg + "; the compile API flag ERROR_IF_NO_NODES_COMPILED makes this an error")
             warnings.warn(msg + "; the context model is a copy of the source model", RuntimeWarning, stacklevel=3)
 
-        model = _build_model(built, compiled, ctx_nodes, topo_order)
+        model = _build_model(built, compiled, ctx_nodes)
         for ep in contributing:
             info = ep.call("ep_get_compiled_model_compatibility_info", graph=main_graph)
             if info:
@@ -245,7 +230,7 @@ def _set_metadata(model: Any, key: str, value: str) -> None:
     entry.key, entry.value = key, value
 
 
-def _build_model(built: "Built", compiled: list[Any], ctx_nodes: dict[str, Any], topo_order: Any) -> Any:
+def _build_model(built: "Built", compiled: list[Any], ctx_nodes: dict[str, Any]) -> Any:
     import onnx
     from onnx import helper
 
@@ -282,12 +267,9 @@ def _build_model(built: "Built", compiled: list[Any], ctx_nodes: dict[str, Any],
     inits = [t for t in graph.initializer if t.name in used]
     live = {o for n in new_nodes for o in n.output} | {v.name for v in graph.input}
     value_info = [v for v in graph.value_info if v.name in live]
-    del graph.node[:]
-    graph.node.extend(new_nodes)
-    del graph.initializer[:]
-    graph.initializer.extend(inits)
-    del graph.value_info[:]
-    graph.value_info.extend(value_info)
+    for field_name, items in (("node", new_nodes), ("initializer", inits), ("value_info", value_info)):
+        graph.ClearField(field_name)
+        getattr(graph, field_name).extend(items)
     if ctx_nodes and not any(o.domain == MS_DOMAIN for o in src.opset_import):
         src.opset_import.append(helper.make_opsetid(MS_DOMAIN, SINCE_VERSION))
     return src
@@ -302,28 +284,21 @@ def _all_inputs(node: Any) -> list[str]:
         graphs = [a.g] if a.type == AttributeProto.GRAPH else list(a.graphs) if a.type == AttributeProto.GRAPHS else []
         for g in graphs:
             local = {v.name for v in g.input} | {t.name for t in g.initializer} | {o for n in g.node for o in n.output}
-            names.extend(i for i in _sub_inputs(g) if i not in local)
+            names.extend(i for n in g.node for i in _all_inputs(n) if i not in local)
     return names
-
-
-def _sub_inputs(g: Any) -> list[str]:
-    out: list[str] = []
-    for n in g.node:
-        out.extend(_all_inputs(n))
-    return out
 
 
 def _stage_external_initializers(model: Any, output: ContextOutput, name: str) -> None:
     """Every initializer of the context model into one external file (the design's
     ``ep.context_model_external_initializers_file_name``), staged like the other files."""
-    from onnx import external_data_helper
+    from onnx import external_data_helper, numpy_helper
 
     assert output.folder is not None
     rel = check_name(name, EXTERNAL_INIT_KEY).as_posix()
     chunks: list[bytes] = []
     offset = 0
     for t in model.graph.initializer:
-        raw = t.raw_data if t.HasField("raw_data") else _tensor_bytes(t)
+        raw = t.raw_data if t.HasField("raw_data") else numpy_helper.to_array(t).tobytes()
         pad = (-offset) % 64
         if pad:
             chunks.append(b"\0" * pad)
@@ -338,12 +313,6 @@ def _stage_external_initializers(model: Any, output: ContextOutput, name: str) -
     output._write_claimed(output.folder / rel, b"".join(chunks))
 
 
-def _tensor_bytes(t: Any) -> bytes:
-    from onnx import numpy_helper
-
-    return numpy_helper.to_array(t).tobytes()
-
-
 def prepare_session(options: "SessionOptions", model_path: Path | None, proto: Any, req: CompileRequest | None) -> None:
     """Called by the session right after loading: registers the EPContext schema when the model
     uses the com.microsoft domain, and with ``ep.context_enable=1`` refuses a missing or existing
@@ -351,4 +320,4 @@ def prepare_session(options: "SessionOptions", model_path: Path | None, proto: A
     if options.flag("ep.context_enable") or any(o.domain == MS_DOMAIN for o in proto.opset_import):
         register_ep_context_schema()
     if options.flag("ep.context_enable"):
-        check_output_early(options, model_path, req)
+        open_output(options, model_path, req)  # refuses: no path for a bytes model, a file it may not write

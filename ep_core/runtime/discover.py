@@ -67,29 +67,30 @@ class _Manager(pluggy.PluginManager):
 
     def parse_hookimpl_opts(self, plugin: Any, name: str) -> Any:
         opts = super().parse_hookimpl_opts(plugin, name)
-        if opts is None and name.startswith("ep_"):
-            try:
-                attr = getattr(plugin, name)
-            except Exception:
-                return None
-            if callable(attr) and not inspect.isclass(attr):
-                return {}
-        return opts
+        return {} if opts is None and name.startswith("ep_") and _callable_attr(plugin, name) else opts
 
 
-def unknown_hook_names(plugin: Any) -> list[str]:
-    """``ep_*`` names on ``plugin`` that are not hooks, each with a suggestion."""
+def _callable_attr(plugin: Any, name: str) -> bool:
+    """Whether ``plugin.name`` is a function or method (an attribute that raises is not)."""
+    try:
+        attr = getattr(plugin, name)
+    except Exception:
+        return False
+    return callable(attr) and not inspect.isclass(attr)
+
+
+def hook_problems(plugin: Any, required: tuple[str, ...]) -> list[str]:
+    """``ep_*`` names on ``plugin`` that are not hooks (each with a suggestion), and the
+    ``required`` hooks it lacks."""
     problems = []
     for name in dir(plugin):
-        if name.startswith("ep_") and name not in _SPEC_NAMES:
-            try:
-                attr = getattr(plugin, name)
-            except Exception:
-                continue
-            if callable(attr) and not inspect.isclass(attr):
-                close = difflib.get_close_matches(name, _SPEC_NAMES, n=1)
-                hint = f" (did you mean {close[0]!r}?)" if close else ""
-                problems.append(f"unknown hook {name!r}{hint}")
+        if name.startswith("ep_") and name not in _SPEC_NAMES and _callable_attr(plugin, name):
+            close = difflib.get_close_matches(name, _SPEC_NAMES, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(f"unknown hook {name!r}{hint}")
+    missing = [h for h in required if not callable(getattr(plugin, h, None))]
+    if missing:
+        problems.append("missing required hooks " + ", ".join(missing))
     return problems
 
 
@@ -225,10 +226,7 @@ class PluginRegistry:
             plugin = obj() if inspect.isclass(obj) else obj
         except Exception as exc:
             return fail(f"constructing the factory failed: {type(exc).__name__}: {exc}", exc)
-        problems = unknown_hook_names(plugin)
-        missing = [h for h in REQUIRED_FACTORY_HOOKS if not callable(getattr(plugin, h, None))]
-        if missing:
-            problems.append("missing required hooks " + ", ".join(missing))
+        problems = hook_problems(plugin, REQUIRED_FACTORY_HOOKS)
         if problems:
             return fail("; ".join(problems))
         with self._lock:
@@ -329,11 +327,6 @@ class PluginRegistry:
             "Run `ep-core providers` to see every installed EP and why any is unusable."
         )
 
-    def load_errors(self) -> list[PluginLoadError]:
-        for h in self.handles():
-            h.load()
-        return [h.load_error for h in self.handles() if h.load_error is not None]
-
     def cpu_fallback(self) -> FactoryHandle | None:
         """The first loadable factory that offers itself as the CPU fallback."""
         for h in self.handles():
@@ -395,10 +388,7 @@ class PluginRegistry:
 
     # ------------------------------------------------------------------------- EP objects
     def register_ep(self, ep: Any, ep_name: str) -> None:
-        problems = unknown_hook_names(ep)
-        missing = [h for h in REQUIRED_EP_HOOKS if not callable(getattr(ep, h, None))]
-        if missing:
-            problems.append("missing required hooks " + ", ".join(missing))
+        problems = hook_problems(ep, REQUIRED_EP_HOOKS)
         if problems:
             raise EpFail(f"the EP object {ep_name} created is invalid: " + "; ".join(problems))
         with self._lock:

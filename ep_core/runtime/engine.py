@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 from ep_core.sdk.errors import EpCoreError
 
 if TYPE_CHECKING:
+    from ep_core.host.session import SessionHost
     from ep_core.runtime.discover import PluginRegistry
     from ep_core.runtime.eps import EpInstance
     from ep_core.runtime.options import SessionOptions
-    from ep_core.runtime.profiling import Profiler
     from ep_core.runtime.program import GraphProgram
     from ep_core.runtime.units import SessionContext
     from ep_core.sdk.graph import GraphView
@@ -27,7 +27,7 @@ class Built:
     registry: "PluginRegistry"
     eps: "list[EpInstance]"
     model_path: Path | None
-    profiler: "Profiler | None"
+    host: "SessionHost"  # threads, logger and trace (``host.trace``: None unless profiling)
     model: Any = None  # the checked, shape-inferred model (layout-transformed if that was kept)
     graph: "GraphView | None" = None
     program: "GraphProgram | None" = None

@@ -8,6 +8,7 @@ import threading
 import time
 from typing import TYPE_CHECKING, Any
 
+from ep_core.host.trace import step_event
 from ep_core.runtime.contract import check_result
 from ep_core.runtime.plan import Plan
 from ep_core.sdk.errors import EpCoreError, Fail, RunTerminated
@@ -18,17 +19,10 @@ if TYPE_CHECKING:
 _PROFILING = threading.local()  # this thread's run: .events (profiled runs) and .run_options
 
 
-def profiled_events() -> list[dict[str, Any]] | None:
-    """The events list of the profiled run on this thread, if any: subgraph runs trace into it."""
-    events: list[dict[str, Any]] | None = getattr(_PROFILING, "events", None)
-    return events
-
-
-def current_run_options() -> "RunConfig | None":
-    """The run options of the run on this thread: subgraph runs (Loop/Scan iterations) honour its
-    ``terminate`` too."""
-    options: RunConfig | None = getattr(_PROFILING, "run_options", None)
-    return options
+def execute_subplan(plan: Plan, vals: list[Any]) -> None:
+    """A subgraph's run (If branch, Loop/Scan body) inside the run on this thread: its steps are
+    traced into that run's trace, and that run's ``terminate`` stops it too."""
+    execute_plan(plan, vals, getattr(_PROFILING, "events", None), getattr(_PROFILING, "run_options", None))
 
 
 def run_plan(plan: Plan, vals: list[Any], events: list[dict[str, Any]] | None, run_options: "RunConfig | None") -> None:
@@ -83,8 +77,9 @@ def _execute_profiled(
         for k, (fn, get, outs, frees, want) in enumerate(plan.steps):
             if stop is not None and stop.terminate:
                 raise _terminated()
+            args = get(vals)
             t0 = clock()
-            res = fn(*get(vals))
+            res = fn(*args)
             t1 = clock()
             if res.__class__ is not tuple or len(res) != len(outs):
                 res = check_result(res, plan.infos[k].outputs)
@@ -94,21 +89,7 @@ def _execute_profiled(
                     w.accept(r)
             for f in frees:
                 vals[f] = None
-            info = plan.infos[k]
-            events.append(
-                {
-                    "name": info.name,
-                    "cat": "Copy" if info.kind == "copy" else "Node",
-                    "ts_ns": t0,
-                    "dur_ns": t1 - t0,
-                    "args": {
-                        "op_type": info.op_type,
-                        "provider": info.ep,
-                        "kind": info.kind,
-                        "detail": info.detail,
-                    },
-                }
-            )
+            events.append(step_event(plan, k, t0, t1, args, res))
     except Exception as exc:
         raise _step_error(plan, k, exc) from exc
     finally:

@@ -1,5 +1,5 @@
-"""IO binding: feed inputs already on a device and keep outputs there, like ORT's
-``SessionIOBinding``. Plans are built per placement of inputs and cached."""
+"""IO binding, like ORT's ``SessionIOBinding``: inputs already on a device; only bound outputs come
+back, in bind order, kept on their device or written into their bound buffer. Plans are cached."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ class IOBinding:
     def __init__(self, built: "Built") -> None:
         self._built = built
         self._inputs: dict[str, Tensor] = {}
-        self._outputs: dict[str, MemoryInfo] = {}
-        self._results: list[Tensor] | None = None
+        self._outputs: dict[str, tuple[MemoryInfo, Tensor | None]] = {}
+        self._results: list[Tensor] = []
 
     def _memory(self, device: MemoryInfo | str) -> MemoryInfo:
         if isinstance(device, MemoryInfo):
@@ -47,23 +47,21 @@ class IOBinding:
         self.bind_input(name, np.asarray(array), "cpu")
 
     def bind_input(self, name: str, value: Any, device: MemoryInfo | str = "cpu") -> None:
-        if isinstance(value, Tensor):
-            self._inputs[name] = value
-        else:
-            self._inputs[name] = Tensor(value, self._memory(device))
+        self._inputs[name] = value if isinstance(value, Tensor) else Tensor(value, self._memory(device))
 
-    def bind_output(self, name: str, device: MemoryInfo | str = "cpu") -> None:
+    def bind_output(self, name: str, device: MemoryInfo | str = "cpu", buffer: Tensor | None = None) -> None:
         assert self._built.graph is not None
         names = [v.name for v in self._built.graph.outputs]
         if name not in names:
             raise InvalidArgument(f"unknown output {name!r}; the model's outputs are {names}")
-        self._outputs[name] = self._memory(device)
+        self._outputs[name] = (buffer.memory_info if buffer else self._memory(device), buffer)
 
     def clear_binding_inputs(self) -> None:
         self._inputs.clear()
 
     def clear_binding_outputs(self) -> None:
         self._outputs.clear()
+        self._results = []
 
     def synchronize_inputs(self) -> None:
         self._sync()
@@ -81,6 +79,8 @@ class IOBinding:
         built = self._built
         if built.program is None or built.graph is None or built.context is None:
             raise InvalidArgument("the session is closed")
+        if not self._outputs:
+            raise InvalidArgument("no output is bound: bind_output() the outputs to compute (only those come back)")
         feed = {k: t.data for k, t in self._inputs.items()}
         run.check_feed(built.graph, feed, frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host))
         placement = {k: t.memory_info for k, t in self._inputs.items() if not t.memory_info.is_host}
@@ -88,13 +88,15 @@ class IOBinding:
         plan = built.program.plan(placement, False)
         names = [v.name for v in built.graph.outputs]
         results: list[Tensor] = []
-        for name, value, have in zip(names, values, plan.output_memory):
-            want = self._outputs.get(name, HOST_MEMORY)
+        for name, (want, buf) in self._outputs.items():
+            value, have = values[names.index(name)], plan.output_memory[names.index(name)]
             if not (have == want or (have.is_host and want.is_host)):
                 dt, stream = built.context.transfer_for(have, want)
                 value = dt.copy(value, have, want, stream)
                 have = want
-            results.append(Tensor(value, have, self._host_copier(have)))
+            if buf is not None:
+                buf.write(value, f"the buffer bound for output {name!r}")
+            results.append(buf or Tensor(value, have, self._host_copier(have)))
         self._results = results
 
     def _host_copier(self, mem: MemoryInfo) -> Callable[[Any], np.ndarray] | None:
@@ -110,9 +112,7 @@ class IOBinding:
         return to_host
 
     def get_outputs(self) -> list[Tensor]:
-        if self._results is None:
-            raise InvalidArgument("run_with_iobinding has not run yet")
         return list(self._results)
 
-    def copy_outputs_to_cpu(self) -> list[np.ndarray]:
-        return [t.numpy() for t in self.get_outputs()]
+    def copy_outputs_to_cpu(self) -> list[Any]:
+        return [t.numpy() if hasattr(t.data, "shape") else t.data for t in self._results]  # sequences, maps as is

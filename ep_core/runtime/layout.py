@@ -86,9 +86,8 @@ def transform_to_nhwc(
 
 
 def _rewrite(model: "onnx.ModelProto", graph: "GraphView", chosen: dict[int, tuple[int, str]]) -> LayoutResult:
-    import numpy as np
     import onnx
-    from onnx import helper, numpy_helper
+    from onnx import helper
 
     new = onnx.ModelProto()
     new.CopyFrom(model)
@@ -115,7 +114,7 @@ def _rewrite(model: "onnx.ModelProto", graph: "GraphView", chosen: dict[int, tup
         vi_like(x, x_nhwc, fwd)
         inputs = [x_nhwc, *node.inputs[1:]]
         if node.op_type == "Resize":
-            inputs = _permute_resize_inputs(graph, node, inputs, fwd, g, np, numpy_helper)
+            inputs = _permute_resize_inputs(graph, node, inputs, fwd, g)
         rewritten = helper.make_node(
             node.op_type, inputs, [y_nhwc, *node.outputs[1:]], name=node.name, domain=NHWC_DOMAIN
         )
@@ -133,10 +132,11 @@ def _rewrite(model: "onnx.ModelProto", graph: "GraphView", chosen: dict[int, tup
     return result
 
 
-def _permute_resize_inputs(
-    graph: Any, node: Any, inputs: list[str], fwd: list[int], g: Any, np: Any, numpy_helper: Any
-) -> list[str]:
+def _permute_resize_inputs(graph: Any, node: Any, inputs: list[str], fwd: list[int], g: Any) -> list[str]:
     """Resize's roi/scales/sizes follow the data's axis order: permute the constants."""
+    import numpy as np
+    from onnx import numpy_helper
+
     out = list(inputs)
     for i in (1, 2, 3):
         if i < len(node.inputs) and node.inputs[i]:
@@ -155,10 +155,7 @@ def _permute_resize_inputs(
 
 
 def _perm(node: Any) -> list[int] | None:
-    for a in node.attribute:
-        if a.name == "perm":
-            return list(a.ints)
-    return None
+    return next((list(a.ints) for a in node.attribute if a.name == "perm"), None)
 
 
 def _optimize_transposes(g: Any) -> None:

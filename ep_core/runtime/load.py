@@ -11,18 +11,23 @@ import math
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from ep_core.sdk.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile
+from ep_core.sdk.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoadCanceled, NoSuchFile
 from ep_core.sdk.graph import GraphView, opset_map
+
+if TYPE_CHECKING:
+    from ep_core.runtime.options import SessionOptions
 
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
 INLINE_LIMIT = 1 << 30  # a model whose external data brings it past this keeps that data in its file
+_EDITS = "initializers external_initializer_files free_dimension_overrides free_dimension_overrides_by_denotation"
 BUDGET_FLOOR = 64 << 20  # what creation may materialise (folds, sparse densifying) beyond 4x the stored tensors
 
 
-def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | None]:
-    """The model and the path it came from (None for bytes or a ModelProto)."""
+def load_model(model: Any, external_folder: str | None, so: SessionOptions | None = None) -> tuple[Any, Path | None]:
+    """The model, edited as the session options ``so`` say (``_apply_options``), and the path it
+    came from (None for bytes or a ModelProto)."""
     import onnx
     from onnx import external_data_helper
 
@@ -48,6 +53,9 @@ def load_model(model: Any, external_folder: str | None) -> tuple[Any, Path | Non
     else:
         raise InvalidArgument(f"a model is a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     _check_strings(proto, "the model")
+    if so is not None and any(getattr(so, k) for k in _EDITS.split()):  # a ModelProto given is not changed
+        proto = onnx.ModelProto.FromString(proto.SerializeToString()) if proto is model else proto
+        _apply_options(proto, so)
     external = [t for t in external_data_helper._get_all_tensors(proto) if external_data_helper.uses_external_data(t)]
     if external:
         if base is None:
@@ -86,6 +94,61 @@ def _resolve_external(proto: Any, base: str) -> None:
                 t.raw_data = fh.read(length)
             del t.external_data[:]
             t.data_location = TensorProto.DEFAULT
+
+
+def check_options(options: SessionOptions | None) -> None:
+    """Stop at the caller's load cancellation flag (set from any thread); refuse what ep-core lacks."""
+    if options is not None and options.load_cancelled:
+        raise ModelLoadCanceled("session creation canceled by SessionOptions.set_load_cancellation_flag(True)")
+    if options is not None and (options.execution_mode or options.execution_order):
+        raise InvalidArgument(
+            f"execution_mode {options.execution_mode.name} / execution_order {options.execution_order.name}: ep-core "
+            "runs nodes one at a time in topological order; set ORT_SEQUENTIAL and DEFAULT"
+        )
+
+
+def _apply_options(proto: Any, options: SessionOptions) -> None:
+    """As onnxruntime at load: external data files given in memory, the caller's initializers
+    (the model's dtype and shape), then graph inputs' free dims, by dim_param or denotation."""
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+    from onnx import external_data_helper as edh
+
+    files, values = options.external_initializer_files, options.initializers
+    for t in (t for t in edh._get_all_tensors(proto) if t.data_location == TensorProto.EXTERNAL):
+        info = {e.key: e.value for e in t.external_data}
+        if (buf := files.get(info.get("location", ""))) is not None:
+            at, n = int(info.get("offset", "0")), _stored_bytes(t, raw=True)
+            if not 0 <= at <= len(buf) - n or int(info.get("length", n)) != n:
+                raise InvalidArgument(
+                    f"tensor {t.name!r}: {n} bytes at offset {at} overrun in-memory file {info['location']!r}"
+                )
+            t.raw_data, t.data_location = buf[at : at + n].tobytes(), TensorProto.DEFAULT
+            del t.external_data[:]
+    done = set()
+    for t in (t for g in _graphs(proto.graph) for t in g.initializer if t.name in values):
+        arr = np.asarray(v.numpy() if hasattr(v := values[t.name], "numpy") else v)
+        want = helper.tensor_dtype_to_np_dtype(t.data_type) if _bits(t.data_type) else None
+        if arr.dtype != want or arr.shape != tuple(t.dims):
+            raise InvalidArgument(
+                f"initializer {t.name!r} given is {arr.dtype}{list(arr.shape)}, not {want}{list(t.dims)}"
+            )
+        t.CopyFrom(numpy_helper.from_array(arr, t.name))
+        done.add(t.name)
+    if set(values) - done:
+        raise InvalidArgument(f"session options give initializer(s) {sorted(set(values) - done)} the model lacks")
+    by_denotation = {k.lower(): v for k, v in options.free_dimension_overrides_by_denotation.items()}
+    for v in proto.graph.input:
+        for axis, d in enumerate(v.type.tensor_type.shape.dim):
+            pair = (options.free_dimension_overrides.get(d.dim_param), by_denotation.get(d.denotation.lower()))
+            found, fixed = {x for x in pair if x is not None}, {d.dim_value} if d.HasField("dim_value") else set()
+            if found and (len(found | fixed) > 1 or min(found) < 0):
+                raise InvalidArgument(
+                    f"input {v.name!r} axis {axis}: free dimension override(s) {sorted(found)} are negative, "
+                    f"disagree with each other or with its fixed size {sorted(fixed)}"
+                )
+            if found:
+                d.dim_value = found.pop()
 
 
 def _external_span(t: Any, base: str) -> tuple[str, int, int]:

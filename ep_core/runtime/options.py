@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from ep_core.sdk.errors import ConfigError
+from ep_core.sdk.errors import ConfigError, NotImplementedByAnyEp
 
 if TYPE_CHECKING:
     from ep_core.sdk.devices import EpDevice
@@ -78,7 +78,19 @@ class GraphOptimizationLevel(int, Enum):
     ORT_DISABLE_ALL = 0
     ORT_ENABLE_BASIC = 1
     ORT_ENABLE_EXTENDED = 2
+    ORT_ENABLE_LAYOUT = 3
     ORT_ENABLE_ALL = 99
+
+
+class ExecutionMode(int, Enum):
+    ORT_SEQUENTIAL = 0
+    ORT_PARALLEL = 1
+
+
+class ExecutionOrder(int, Enum):
+    DEFAULT = 0
+    PRIORITY_BASED = 1
+    MEMORY_EFFICIENT = 2
 
 
 class EpSelectionPolicy(str, Enum):
@@ -97,16 +109,37 @@ SelectionDelegate = Callable[[Sequence["EpDevice"], Mapping[str, str], Mapping[s
 
 
 class SessionOptions(BaseModel):
-    """Options of one ``InferenceSession``, shaped like ``onnxruntime.SessionOptions``."""
+    """Options of one ``InferenceSession``: ``onnxruntime.SessionOptions``'s attributes, names and
+    defaults (docs/onnxruntime-compat.md says what each does here)."""
 
     model_config = ConfigDict(validate_assignment=True, extra="forbid", arbitrary_types_allowed=True)
 
     enable_profiling: bool = False
     profile_file_prefix: str = "ep_core_profile"
-    log_severity_level: int = Field(default=2, ge=0, le=4)
-    intra_op_num_threads: int = Field(default=0, ge=0)
+    log_severity_level: int = Field(default=-1, ge=-1, le=4)  # -1: the default logger's severity
+    log_verbosity_level: int = Field(default=0, ge=0)
+    logid: str = ""
+    intra_op_num_threads: int = Field(default=0, ge=0)  # 0: the CPUs this process may use
+    # used by ORT_PARALLEL only, as in onnxruntime; ep-core refuses that mode, so it sizes nothing here
+    inter_op_num_threads: int = Field(default=0, ge=0)
+    use_per_session_threads: bool = True
+    # ep-core runs nodes one at a time in topological order: ORT_PARALLEL and other orders are refused
+    execution_mode: ExecutionMode = ExecutionMode.ORT_SEQUENTIAL
+    execution_order: ExecutionOrder = ExecutionOrder.DEFAULT
+    # DISABLE_ALL: no constant folding; BASIC and above fold (fusions come with the graph optimizer)
     graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
+    optimized_model_filepath: str = ""  # the folded, pruned model is written there at creation
+    # host memory is NumPy's (no arena, no pattern planner to turn off): accepted with nothing to change
+    enable_cpu_mem_arena: bool = True
+    enable_mem_pattern: bool = True
+    enable_mem_reuse: bool = True  # slots are freed after their last reader either way
+    use_deterministic_compute: bool = False  # the reference EP is deterministic already
     config_entries: dict[str, str] = Field(default_factory=dict)
+    free_dimension_overrides: dict[str, int] = Field(default_factory=dict)  # dim_param name -> value
+    free_dimension_overrides_by_denotation: dict[str, int] = Field(default_factory=dict)
+    initializers: dict[str, Any] = Field(default_factory=dict)  # name -> array: add_initializer & co.
+    external_initializer_files: dict[str, Any] = Field(default_factory=dict)  # file name -> uint8 view
+    load_cancelled: bool = False
     ep_selection_policy: EpSelectionPolicy | None = None
     ep_selection_delegate: Any = None
     provider_devices: list[tuple[tuple[Any, ...], dict[str, str]]] = Field(default_factory=list)
@@ -127,6 +160,36 @@ class SessionOptions(BaseModel):
 
     def flag(self, key: str) -> bool:
         return self.config_entries.get(key, "0") == "1"
+
+    def add_free_dimension_override_by_name(self, dim_name: str, dim_value: int) -> None:
+        self.free_dimension_overrides = {dim_name: dim_value, **self.free_dimension_overrides}  # first wins, as ORT
+
+    def add_free_dimension_override_by_denotation(self, dim_denotation: str, dim_value: int) -> None:
+        d = self.free_dimension_overrides_by_denotation
+        self.free_dimension_overrides_by_denotation = {dim_denotation: dim_value, **d}
+
+    def add_initializer(self, name: str, value: Any) -> None:  # an ndarray or anything with numpy()
+        self.add_external_initializers([name], [value])
+
+    def add_external_initializers(self, names: Sequence[str], values: Sequence[Any]) -> None:
+        self.initializers = {**self.initializers, **dict(zip(names, values, strict=True))}
+
+    def add_external_initializers_from_files_in_memory(
+        self, names: Sequence[str], buffers: Sequence[Any], lengths: Sequence[int]
+    ) -> None:
+        import numpy as np  # not at import: ``import ep_core`` stays light
+
+        files = {n: np.frombuffer(b, np.uint8)[: int(k)] for n, b, k in zip(names, buffers, lengths, strict=True)}
+        self.external_initializer_files = {**self.external_initializer_files, **files}
+
+    def set_load_cancellation_flag(self, value: bool) -> None:  # read at creation's steps, from any thread
+        self.load_cancelled = value
+
+    def register_custom_ops_library(self, library_path: str) -> None:
+        raise NotImplementedByAnyEp(
+            f"register_custom_ops_library({library_path!r}): ep-core cannot load a native custom-op library; "
+            "write an EP plugin with those kernels instead (docs/writing-an-ep.md)"
+        )
 
     def add_provider_for_devices(
         self, ep_devices: Sequence["EpDevice"], options: Mapping[str, Any] | None = None
@@ -154,15 +217,30 @@ class SessionOptions(BaseModel):
 
 
 class RunOptions(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    """``onnxruntime.RunOptions``: per-run logging, tag, terminate flag and config entries."""
 
-    run_tag: str = ""
-    log_severity_level: int = Field(default=2, ge=0, le=4)
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+    run_tag: str = ""  # onnxruntime's ``logid`` of a run is this tag
+    log_severity_level: int = Field(default=-1, ge=-1, le=4)
+    log_verbosity_level: int = Field(default=0, ge=0)
     terminate: bool = False
+    only_execute_path_to_fetches: bool = False
     config_entries: dict[str, str] = Field(default_factory=dict)
+
+    @property
+    def logid(self) -> str:
+        return self.run_tag
+
+    @logid.setter
+    def logid(self, value: str) -> None:
+        self.run_tag = value
 
     def add_run_config_entry(self, key: str, value: str) -> None:
         self.config_entries = {**self.config_entries, key: str(value)}
+
+    def get_run_config_entry(self, key: str) -> str:
+        return self.config_entries[key]
 
 
 # ------------------------------------------------------------------------ provider config file
@@ -192,8 +270,9 @@ class SessionOptionsEntry(BaseModel):
 
     enable_profiling: bool = False
     profile_file_prefix: str = "ep_core_profile"
-    log_severity_level: int = Field(default=2, ge=0, le=4)
+    log_severity_level: int = Field(default=-1, ge=-1, le=4)
     intra_op_num_threads: int = Field(default=0, ge=0)
+    graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
 
 
 class ProviderConfig(BaseModel):
@@ -234,8 +313,6 @@ def _describe_validation_error(source: str, err: ValidationError) -> str:
             fields = _allowed_keys_at(e["loc"])
             if fields:
                 msg += f"; allowed keys here: {fields}"
-        elif e["type"] == "enum" and "ctx" in e:
-            msg = f"{msg}"
         lines.append(f"{source}: {loc}: {msg} (got {got!r})")
     return "\n".join(lines)
 
@@ -275,9 +352,7 @@ def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
             data = tomllib.loads(text)
         else:
             raise ConfigError(f"provider config file {str(p)!r} must end in .toml or .json")
-    except (ValueError, json.JSONDecodeError) as exc:
-        if isinstance(exc, ConfigError):
-            raise
+    except ValueError as exc:  # json.JSONDecodeError and TOMLDecodeError are ValueErrors
         raise ConfigError(f"{p}: not valid {p.suffix[1:].upper()}: {exc}") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{p}: the top level must be a table/object")

@@ -9,15 +9,13 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from ep_core.sdk.capability import FusedClaim, RejectedClaim, SupportInfo
+from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN
 from ep_core.sdk.errors import NotImplementedByAnyEp
 
 if TYPE_CHECKING:
     from ep_core.runtime.eps import EpInstance
     from ep_core.sdk.graph import GraphView, NodeView
     from ep_core.sdk.kernels import KernelDef
-
-EP_CONTEXT_OP = "EPContext"
-MS_DOMAIN = "com.microsoft"
 
 
 @dataclass

@@ -20,20 +20,8 @@ from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 
 # ops whose output must not be computed once: random draws, and ops with side effects on state
 NON_FOLDABLE_OPS = frozenset(
-    {
-        "RandomNormal",
-        "RandomUniform",
-        "RandomNormalLike",
-        "RandomUniformLike",
-        "Multinomial",
-        "Bernoulli",
-        "Dropout",
-        "If",
-        "Loop",
-        "Scan",
-        "SequenceMap",
-        "EPContext",
-    }
+    "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Multinomial Bernoulli Dropout If Loop Scan "
+    "SequenceMap EPContext".split()
 )
 FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's default cap on what folding one node may produce
 
@@ -71,11 +59,20 @@ def build_plan(
     folded_outputs: dict[str, tuple[Any, ...]],
     input_memory: Mapping[str, MemoryInfo],
     outputs_to_host: bool,
+    fetches: tuple[str, ...] = (),
 ) -> Plan:
     """The steps that run ``order`` for one placement of the inputs. ``constant_copies`` and
     ``folded_outputs`` are the program's caches, shared by all its plans: weights are copied to a
-    device once, and a foldable unit is computed once."""
+    device once, and a foldable unit is computed once (not at ORT_DISABLE_ALL; fusions come with
+    the graph optimizer). With ``fetches``, only the units they need run; other outputs are None."""
     eps = session.eps
+    if fetches:  # walk back from the fetches: keep a unit that makes a value still wanted
+        wanted, kept = set(fetches), list[Unit]()
+        for u in reversed(order):
+            if wanted.intersection(u.outputs):
+                kept.insert(0, u)
+                wanted.update(u.inputs)
+        order = kept
     slots: dict[str, int] = {}
     template: list[Any] = [None, None]
     loc: dict[str, MemoryInfo] = {}
@@ -93,13 +90,10 @@ def build_plan(
         input_slots[name] = slot(name)
         loc[name] = input_memory.get(name, HOST_MEMORY)
     for name in graph.initializer_protos:
-        s = slot(name)
-        if name not in graph.input_names:
-            template[s] = graph.initializer(name)
-        else:
-            template[s] = graph.initializer(name)  # default, a feed may override
-        loc[name] = HOST_MEMORY
-        constants.add(name)
+        template[slot(name)] = graph.initializer(name)
+        loc.setdefault(name, HOST_MEMORY)
+        if name not in graph.input_names:  # else a default a feed may override: never folded or cached
+            constants.add(name)
 
     # (compute, input slots, output slots, output specs): made into ``Step``s once frees are known
     steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[OutputSpec | None, ...]]] = []
@@ -127,11 +121,11 @@ def build_plan(
         return dst
 
     folded: list[str] = []
-    budget = _fold_budget(graph)
+    budget, fold = _fold_budget(graph), session.options.graph_optimization_level > 0
     for u in order:
         ep = eps[u.ep_index]
         mem = ep.memory_info
-        outputs = folded_outputs.get(u.name) if _foldable(u, mem, constants) else ()
+        outputs = folded_outputs.get(u.name) if fold and _foldable(u, mem, constants) else ()
         if outputs is None:
             values = [template[slots[n]] if n else None for n in u.inputs]
             size = _output_bytes(graph, u, values)
@@ -179,9 +173,12 @@ def build_plan(
     output_slots: list[int] = []
     output_memory: list[MemoryInfo] = []
     for v in graph.outputs:
-        if v.name not in slots:
+        if fetches and v.name not in fetches:
+            output_slots.append(NONE_SLOT)
+            output_memory.append(HOST_MEMORY)
+        elif v.name not in slots:
             raise InvalidGraph(f"graph output {v.name!r} of graph {graph.name!r} is produced by no node")
-        if outputs_to_host:
+        elif outputs_to_host:
             output_slots.append(moved(v.name, HOST_MEMORY))
             output_memory.append(HOST_MEMORY)
         else:

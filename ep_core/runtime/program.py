@@ -7,18 +7,20 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime.discover import hook_error
-from ep_core.runtime.execute import current_run_options, execute_plan, profiled_events
+from ep_core.runtime.execute import execute_subplan
+from ep_core.runtime.load import INLINE_LIMIT
 from ep_core.runtime.partition import Partition, fused_inputs_outputs, partition_graph, require_complete
 from ep_core.runtime.plan import Plan, build_plan
 from ep_core.runtime.units import SessionContext, Unit
 from ep_core.sdk.compute import ComputeContext, FusedNode, NodeComputeInfo
 from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN
-from ep_core.sdk.errors import EpCoreError, EpFail, Fail, ModelRequiresCompilation
+from ep_core.sdk.errors import EpCoreError, EpFail, Fail, InvalidArgument, ModelRequiresCompilation
 from ep_core.sdk.graph import GraphView, NodeView, topo_order
 from ep_core.sdk.memory import MemoryInfo
 
@@ -76,8 +78,7 @@ class SubgraphRunner:
         for name in self.outer_names:
             if name in slots:
                 vals[slots[name]] = outer[name]
-        # inside a profiled run, the subgraph's steps are traced into the same run
-        execute_plan(plan, vals, profiled_events(), current_run_options())
+        execute_subplan(plan, vals)
         return plan.outputs(vals)
 
 
@@ -133,19 +134,9 @@ class GraphProgram:
                 raise Fail(
                     f"building the kernel for {node.describe()} on {ep.name} failed: {type(exc).__name__}: {exc}"
                 ) from exc
-            units.append(
-                Unit(
-                    name=self.qualified(node.name),
-                    op_type=node.op_type,
-                    ep_index=ep_i,
-                    inputs=tuple(node.inputs) + node.implicit_inputs,
-                    outputs=tuple(node.outputs),
-                    order_key=idx,
-                    compute=compute,
-                    host_inputs=frozenset(kdef.host_inputs),
-                    host_outputs=frozenset(kdef.host_outputs),
-                )
-            )
+            hosts = frozenset(kdef.host_inputs), frozenset(kdef.host_outputs)
+            reads, name = tuple(node.inputs) + node.implicit_inputs, self.qualified(node.name)
+            units.append(Unit(name, node.op_type, ep_i, reads, tuple(node.outputs), idx, compute, *hosts))
         # fused groups: one ep_compile call per EP with all of its groups
         by_ep: dict[int, list[tuple[Any, FusedNode, GraphView]]] = {}
         prefix = self.session.options.get_session_config_entry("ep.context_node_name_prefix", "") or ""
@@ -184,20 +175,10 @@ class GraphProgram:
                                     made.release(made.state)
                         raise hook_error(ep.name, f"create_state of {fused.name}", exc) from exc
                 self.session.compiled.append((ep_i, fused, view))
-                units.append(
-                    Unit(
-                        name=self.qualified(fused.name),
-                        op_type="FusedNode",
-                        ep_index=ep_i,
-                        inputs=fused.inputs,
-                        outputs=fused.outputs,
-                        order_key=min(n.index for n in claim.nodes),
-                        compute=functools.partial(info.compute, state),
-                        fused_nodes=fused.node_names,
-                        state=state,
-                        release=info.release_state,
-                    )
-                )
+                key, compute = min(n.index for n in claim.nodes), functools.partial(info.compute, state)
+                unit = Unit(self.qualified(fused.name), "FusedNode", ep_i, fused.inputs, fused.outputs, key, compute)
+                unit.fused_nodes, unit.state, unit.release = fused.node_names, state, info.release_state
+                units.append(unit)
         units.sort(key=lambda u: u.order_key)
         return units
 
@@ -205,11 +186,7 @@ class GraphProgram:
         return f"{self.path}/{name}" if self.path else name
 
     def _topological_units(self) -> list[Unit]:
-        producer: dict[str, int] = {}
-        for i, u in enumerate(self.units):
-            for o in u.outputs:
-                if o:
-                    producer[o] = i
+        producer = {o: i for i, u in enumerate(self.units) for o in u.outputs if o}
         edges: list[set[int]] = [set() for _ in self.units]
         for j, u in enumerate(self.units):
             for name in u.inputs:
@@ -229,9 +206,14 @@ class GraphProgram:
         return list(self._subprograms.values())
 
     # ------------------------------------------------------------------------------- plan
-    def plan(self, input_memory: Mapping[str, MemoryInfo] | None = None, outputs_to_host: bool = True) -> Plan:
-        """The plan for this placement of inputs (made once, then cached)."""
-        key = (tuple(sorted((input_memory or {}).items(), key=lambda kv: kv[0])), outputs_to_host)
+    def plan(
+        self,
+        input_memory: Mapping[str, MemoryInfo] | None = None,
+        outputs_to_host: bool = True,
+        fetches: tuple[str, ...] = (),
+    ) -> Plan:
+        """The plan for this placement of inputs and, if given, these outputs only (made once, then cached)."""
+        key = (tuple(sorted((input_memory or {}).items(), key=lambda kv: kv[0])), outputs_to_host, fetches)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plans[key] = build_plan(
@@ -242,8 +224,39 @@ class GraphProgram:
                 self._folded,
                 dict(input_memory or {}),
                 outputs_to_host,
+                fetches,
             )
         return plan
+
+    def save_optimized(self, model: Any, path: str) -> None:
+        """``optimized_model_filepath``: ``model`` as this main program runs it, folded nodes turned
+        into initializers (nodes making graph outputs stay), what no output needs dropped."""
+        import onnx
+        from onnx import numpy_helper
+
+        if path.lower().endswith(".ort"):
+            raise InvalidArgument(f"optimized_model_filepath {path!r}: ep-core writes ONNX models, not ORT format")
+        plan, src, out = self.plan(), model.graph, onnx.ModelProto.FromString(model.SerializeToString())
+        outputs = {v.name for v in src.output}
+        folded = {u.order_key: u.outputs for u in self.order if u.name in plan.folded and outputs.isdisjoint(u.outputs)}
+        needed, kept = outputs | {v.name for v in src.input}, list[Any]()  # an initializer that is an input too stays
+        for n in reversed(self.graph.all_nodes):
+            if n.index not in folded and needed.intersection(n.outputs):
+                kept.insert(0, n.proto)
+                needed.update(n.inputs + n.implicit_inputs)
+        inits = [t for t in src.initializer if t.name in needed]
+        inits += [
+            numpy_helper.from_array(plan.template[plan.slots[o]], o) for f in folded.values() for o in f if o in needed
+        ]
+        infos = [v for v in src.value_info if v.name in needed]
+        for field, items in (("node", kept), ("initializer", inits), ("value_info", infos)):
+            out.graph.ClearField(field)
+            getattr(out.graph, field).extend(items)
+        try:  # past protobuf's reach, tensors go to <file>.data beside it
+            big = out.ByteSize() > INLINE_LIMIT
+            onnx.save_model(out, path, save_as_external_data=big, location=os.path.basename(path) + ".data")
+        except (OSError, ValueError) as exc:
+            raise Fail(f"optimized_model_filepath {path!r}: the optimized model cannot be written: {exc}") from exc
 
     def release(self) -> list[EpCoreError]:
         """Release every unit's compiled state (``release_state``) and every subprogram's; one that

@@ -1,9 +1,8 @@
-"""A run of a built engine: feed checks, the run hooks around ``execute_plan``, profiling and
-output selection. ``InferenceSession.run`` and ``IOBinding`` both come here."""
+"""A run of a built engine: feed checks, the host (threads, logs, trace) and run hooks around
+``execute_plan``, output selection. ``InferenceSession.run`` and ``IOBinding`` both come here."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -65,30 +64,29 @@ def run(
     run_options: "RunOptions | None",
     input_memory: "Mapping[str, MemoryInfo] | None" = None,
     outputs_to_host: bool = True,
+    fetches: Sequence[str] | None = None,
 ) -> list[Any]:
-    """Run the main graph's plan for this placement of inputs; returns every graph output."""
+    """Run the main graph's plan for this placement of inputs; returns every graph output (None
+    for those not in ``fetches`` when ``run_options.only_execute_path_to_fetches`` is set)."""
     program = built.program
     if program is None:
         raise InvalidArgument("the session is closed")
-    plan = program.plan(input_memory, outputs_to_host)
+    path = fetches if fetches and run_options is not None and run_options.only_execute_path_to_fetches else ()
+    plan = program.plan(input_memory, outputs_to_host, tuple(sorted(set(path))))  # unknown names: select_outputs
     vals = plan.template.copy()
     slots = plan.input_slots
     for name, value in feed.items():
         vals[slots[name]] = value
+    record = built.host.run_start(run_options)  # thread pools sized; a record when logged or traced
     for ep in built.run_hooks:
         if ep.has_run_start:
             ep.call("ep_on_run_start", run_options=run_options)
-    prof = built.profiler
-    if prof is None:
-        run_plan(plan, vals, None, run_options)
-    else:
-        events: list[dict[str, Any]] = []
-        t0 = time.perf_counter_ns()
-        run_plan(plan, vals, events, run_options)
-        prof.add_run(t0, time.perf_counter_ns(), events, run_options.run_tag if run_options else "")
+    run_plan(plan, vals, record.events if record is not None else None, run_options)
     for ep in built.run_hooks:
         if ep.has_run_end:
             ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
+    if record is not None:
+        built.host.run_end(record, run_options)
     return plan.outputs(vals)
 
 

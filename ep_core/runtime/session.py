@@ -30,7 +30,7 @@ class NodeArg:
     """An input or output as ``get_inputs()`` reports it."""
 
     name: str
-    shape: list[int | str | None] | None
+    shape: list[int | str | None]
     type: str
 
 
@@ -46,7 +46,10 @@ class ModelMetadata:
 
 
 def _node_arg(v: ValueInfo) -> NodeArg:
-    return NodeArg(v.name, list(v.shape) if v.shape is not None else None, v.type_str)
+    # dims as onnxruntime shows them: unknown rank is []; a negative size, '' or a name onnx's
+    # shape inference made up (unk__N) is None
+    dims = [None if d in (None, "") or str(d).startswith(("-", "unk__")) else d for d in v.shape or ()]
+    return NodeArg(v.name, dims, v.type_str)
 
 
 class InferenceSession:
@@ -196,14 +199,17 @@ class InferenceSession:
         if self._closed:
             raise InvalidArgument("the session is closed")
         run.check_feed(self.graph, input_feed)
-        values = run.run(self._built, input_feed, run_options)
+        values = run.run(self._built, input_feed, run_options, fetches=output_names)
         return run.select_outputs(self.graph, output_names, values)
 
     def end_profiling(self) -> str:
-        """Write the Chrome trace and return its path ('' when profiling is off)."""
-        if self._built.profiler is None:
-            return ""
-        return self._built.profiler.end()
+        """Write the trace (onnxruntime's format) and return its path ('' when profiling is off or ended)."""
+        trace = self._built.host.trace
+        return "" if trace is None else trace.end()
+
+    def get_profiling_start_time_ns(self) -> int:
+        """When profiling started, in ns since the epoch (0 when profiling is off), as onnxruntime."""
+        return int(getattr(self._built.host.trace, "start_time_ns", 0))
 
     # --------------------------------------------------------------------------- IO binding
     def io_binding(self) -> "IOBinding":

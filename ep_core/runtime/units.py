@@ -15,8 +15,8 @@ from ep_core.sdk.graph import GraphView
 from ep_core.sdk.memory import MemoryInfo
 
 if TYPE_CHECKING:
+    from ep_core.host.trace import Profiler
     from ep_core.runtime.eps import EpInstance
-    from ep_core.runtime.profiling import Profiler
 
 NONE_SLOT = 0  # always None: missing optional inputs
 SINK_SLOT = 1  # written by missing optional outputs, never read
@@ -77,12 +77,8 @@ class SessionContext:
         for ep in self.eps:
             dt = ep.data_transfer
             if dt is not None and dt.can_copy(src, dst):
-                stream = None
-                for e in self.eps:
-                    if e.stream is not None and (e.memory_info == src or e.memory_info == dst):
-                        stream = e.stream
-                        break
-                return dt, stream
+                streams = [e.stream for e in self.eps if e.stream is not None and e.memory_info in (src, dst)]
+                return dt, streams[0] if streams else None
         raise Fail(
             f"no data transfer can copy from {src} to {dst}: the EPs selected are "
             f"{[e.name for e in self.eps]} and none of their factories provides one"

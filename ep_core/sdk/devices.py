@@ -64,18 +64,6 @@ class EpDevice:
         }
 
 
-@dataclass(frozen=True)
-class DeviceIncompatibility:
-    """Why an EP cannot use a device; ``reasons`` are sentences a person can act on."""
-
-    device: HardwareDevice | None
-    reasons: tuple[str, ...]
-
-    def __str__(self) -> str:
-        where = self.device.key if self.device else "all devices"
-        return f"{where}: " + "; ".join(self.reasons)
-
-
 def _cpuinfo_field(name: str) -> str | None:
     """A field of the first processor in /proc/cpuinfo (Linux), or None."""
     try:
@@ -88,32 +76,16 @@ def _cpuinfo_field(name: str) -> str | None:
     return None
 
 
-def _cpu_model_name() -> str:
-    return _cpuinfo_field("model name") or platform.processor() or platform.machine()
-
-
 _CPU_VENDOR_IDS = {"GenuineIntel": 0x8086, "AuthenticAMD": 0x1022, "ARM": 0x41}
-
-
-def _cpu_vendor() -> str:
-    return _cpuinfo_field("vendor_id") or platform.machine()
 
 
 @lru_cache(maxsize=1)
 def host_cpu_device() -> HardwareDevice:
     """The host CPU, found once per process."""
-    vendor = _cpu_vendor()
-    return HardwareDevice(
-        type=DeviceType.CPU,
-        vendor=vendor,
-        vendor_id=_CPU_VENDOR_IDS.get(vendor, 0),
-        device_id=0,
-        metadata={
-            "model": _cpu_model_name(),
-            "arch": platform.machine(),
-            "cores": str(os.cpu_count() or 1),
-        },
-    )
+    vendor = _cpuinfo_field("vendor_id") or platform.machine()
+    model = _cpuinfo_field("model name") or platform.processor() or platform.machine()
+    metadata = {"model": model, "arch": platform.machine(), "cores": str(os.cpu_count() or 1)}
+    return HardwareDevice(DeviceType.CPU, vendor, vendor_id=_CPU_VENDOR_IDS.get(vendor, 0), metadata=metadata)
 
 
 def dedupe_devices(devices: list[HardwareDevice]) -> list[HardwareDevice]:

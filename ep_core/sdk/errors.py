@@ -61,9 +61,6 @@ class NotImplementedByAnyEp(EpCoreError):
     code = StatusCode.NOT_IMPLEMENTED
 
 
-NotImplemented_ = NotImplementedByAnyEp  # onnxruntime's name, which shadows a builtin here
-
-
 class NoModel(EpCoreError):
     code = StatusCode.NO_MODEL
 

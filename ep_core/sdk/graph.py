@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 import os
 import sys
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
@@ -51,29 +51,21 @@ class ValueInfo:
         return helper.tensor_dtype_to_np_dtype(self.elem_type)
 
 
+_KINDS = {"sequence_type": "sequence", "map_type": "map", "optional_type": "optional"}  # TypeProto's other kinds
+
+
 def _value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
     which = tp.WhichOneof("value")
     if which == "tensor_type" or which == "sparse_tensor_type":
         tt = getattr(tp, which)
         shape: tuple[int | str | None, ...] | None = None
         if tt.HasField("shape"):
-            dims: list[int | str | None] = []
-            for d in tt.shape.dim:
-                if d.HasField("dim_value"):
-                    dims.append(int(d.dim_value))
-                elif d.HasField("dim_param"):
-                    dims.append(d.dim_param)
-                else:
-                    dims.append(None)
-            shape = tuple(dims)
+            shape = tuple(
+                int(d.dim_value) if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                for d in tt.shape.dim
+            )
         return ValueInfo(name, int(tt.elem_type), shape, "tensor")
-    if which == "sequence_type":
-        return ValueInfo(name, 0, None, "sequence")
-    if which == "map_type":
-        return ValueInfo(name, 0, None, "map")
-    if which == "optional_type":
-        return ValueInfo(name, 0, None, "optional")
-    return ValueInfo(name)
+    return ValueInfo(name, 0, None, _KINDS.get(str(which), "tensor"))
 
 
 def tensor_array(t: "onnx.TensorProto") -> "np.ndarray":
@@ -119,39 +111,30 @@ def _without(t: "onnx.TensorProto", field_name: str, **values: Any) -> "onnx.Ten
     return copy
 
 
+_ATTRIBUTE_VALUES: dict[int, Callable[[Any], Any]] = {  # AttributeProto.AttributeType -> its value
+    1: lambda a: float(a.f),  # FLOAT
+    2: lambda a: int(a.i),  # INT
+    3: lambda a: a.s.decode("utf-8", errors="surrogateescape"),  # STRING
+    4: lambda a: tensor_array(a.t),  # TENSOR
+    5: lambda a: a.g,  # GRAPH
+    6: lambda a: [float(v) for v in a.floats],  # FLOATS
+    7: lambda a: [int(v) for v in a.ints],  # INTS
+    8: lambda a: [s.decode("utf-8", errors="surrogateescape") for s in a.strings],  # STRINGS
+    9: lambda a: [tensor_array(x) for x in a.tensors],  # TENSORS
+    10: lambda a: list(a.graphs),  # GRAPHS
+    11: lambda a: a.sparse_tensor,  # SPARSE_TENSOR
+    13: lambda a: a.tp,  # TYPE_PROTO
+    14: lambda a: list(a.type_protos),  # TYPE_PROTOS
+}
+
+
 def attribute_value(attr: "onnx.AttributeProto") -> Any:
     """An attribute as a plain Python value (str for STRING, ndarray for TENSOR, GraphProto for
     GRAPH), the form every kernel wants."""
-    from onnx import AttributeProto
-
-    t = attr.type
-    if t == AttributeProto.FLOAT:
-        return float(attr.f)
-    if t == AttributeProto.INT:
-        return int(attr.i)
-    if t == AttributeProto.STRING:
-        return attr.s.decode("utf-8", errors="surrogateescape")
-    if t == AttributeProto.TENSOR:
-        return tensor_array(attr.t)
-    if t == AttributeProto.GRAPH:
-        return attr.g
-    if t == AttributeProto.FLOATS:
-        return [float(v) for v in attr.floats]
-    if t == AttributeProto.INTS:
-        return [int(v) for v in attr.ints]
-    if t == AttributeProto.STRINGS:
-        return [s.decode("utf-8", errors="surrogateescape") for s in attr.strings]
-    if t == AttributeProto.TENSORS:
-        return [tensor_array(x) for x in attr.tensors]
-    if t == AttributeProto.GRAPHS:
-        return list(attr.graphs)
-    if t == AttributeProto.SPARSE_TENSOR:
-        return attr.sparse_tensor
-    if t == AttributeProto.TYPE_PROTO:
-        return attr.tp
-    if t == AttributeProto.TYPE_PROTOS:
-        return list(attr.type_protos)
-    raise ValueError(f"attribute {attr.name!r} has unsupported type {t}")
+    value = _ATTRIBUTE_VALUES.get(attr.type)
+    if value is None:
+        raise ValueError(f"attribute {attr.name!r} has unsupported type {attr.type}")
+    return value(attr)
 
 
 @dataclass(eq=False)
@@ -270,19 +253,8 @@ class GraphView:
                 if name in used:
                     name = f"{name}__{i}"
                 used.add(name)
-                nodes.append(
-                    NodeView(
-                        index=i,
-                        name=name,
-                        op_type=n.op_type,
-                        domain=domain,
-                        inputs=tuple(n.input),
-                        outputs=tuple(n.output),
-                        opset=int(self.opsets.get(key, 1)),
-                        proto=n,
-                        graph=self,
-                    )
-                )
+                opset = int(self.opsets.get(key, 1))
+                nodes.append(NodeView(i, name, n.op_type, domain, tuple(n.input), tuple(n.output), opset, n, self))
             self._all_nodes = nodes
         return self._all_nodes
 
@@ -340,13 +312,9 @@ class GraphView:
 
                     if "value" in attrs:
                         return np.asarray(attrs["value"])  # a TENSOR attribute: already an ndarray
-
-                    for key, dtype in (("value_float", np.float32), ("value_int", np.int64)):
+                    for key in ("value_float", "value_int", "value_floats", "value_ints"):
                         if key in attrs:
-                            return np.array(attrs[key], dtype=dtype)
-                    for key, dtype in (("value_floats", np.float32), ("value_ints", np.int64)):
-                        if key in attrs:
-                            return np.array(attrs[key], dtype=dtype)
+                            return np.array(attrs[key], dtype=np.float32 if "float" in key else np.int64)
                 return None
             if name in self.input_names:
                 return None

@@ -218,9 +218,7 @@ def schema_versions(kernel_def: KernelDef) -> tuple[SchemaVersion, ...] | None:
     if key not in _schema_index():
         _schema_index.cache_clear()  # a schema registered at run time (onnx.defs.register_schema)
     history = _schema_index().get(key)
-    if not history:
-        return ()
-    if history[0].since > kernel_def.since_version:
+    if not history or history[0].since > kernel_def.since_version:
         return ()
     end = kernel_def.end_version
     return tuple(
@@ -237,11 +235,6 @@ def registry_problems(ep_name: str) -> list[str]:
     return list(dict.fromkeys(p for r in list(_ALL_REGISTRIES) if r.ep_name == ep_name for p in r.problems))
 
 
-@dataclass
-class _OpSlot:
-    entries: list[KernelEntry] = field(default_factory=list)
-
-
 class KernelRegistry:
     """Kernels of one EP, keyed by (domain, op_type).
 
@@ -256,7 +249,7 @@ class KernelRegistry:
         until the EP is actually used."""
         self.ep_name = ep_name
         self.kernel_package = kernel_package
-        self._ops: dict[tuple[str, str], _OpSlot] = {}
+        self._ops: dict[tuple[str, str], list[KernelEntry]] = {}  # (domain, op) -> entries, oldest since first
         self._refused: dict[tuple[str, str], list[str]] = {}
         self._type_cache: dict[tuple[str, str, int], Any] = {}
         self._loaded = kernel_package is None
@@ -314,16 +307,16 @@ class KernelRegistry:
             if strict_mode():
                 raise EpFail(f"{problem} ({STRICT_ENV}=1 makes this fatal)")
             return
-        slot = self._ops.setdefault((kernel_def.domain_key, kernel_def.op_type), _OpSlot())
-        for e in slot.entries:
+        entries = self._ops.setdefault((kernel_def.domain_key, kernel_def.op_type), [])
+        for e in entries:
             d = e.kernel_def
             if d.since_version == kernel_def.since_version and d.type_constraints == kernel_def.type_constraints:
                 raise EpFail(
                     f"{self.ep_name}: kernel {kernel_def.domain_key}::{kernel_def.op_type} "
                     f"since {kernel_def.since_version} registered twice"
                 )
-        slot.entries.append(KernelEntry(kernel_def, builder))
-        slot.entries.sort(key=lambda e: e.kernel_def.since_version)
+        entries.append(KernelEntry(kernel_def, builder))
+        entries.sort(key=lambda e: e.kernel_def.since_version)
 
     def register(
         self,
@@ -340,27 +333,17 @@ class KernelRegistry:
         """Decorator form of :meth:`add` for a kernel builder."""
 
         def deco(builder: KernelBuilder) -> KernelBuilder:
-            self.add(
-                KernelDef(
-                    op_type=op_type,
-                    domain=domain,
-                    since_version=since,
-                    end_version=end,
-                    type_constraints={k: tuple(v) for k, v in (types or {}).items()},
-                    host_inputs=tuple(host_inputs),
-                    host_outputs=tuple(host_outputs),
-                    delegated=delegated,
-                ),
-                builder,
-            )
+            constraints = {k: tuple(v) for k, v in (types or {}).items()}
+            hosts = tuple(host_inputs), tuple(host_outputs)
+            self.add(KernelDef(op_type, domain, since, end, constraints, *hosts, delegated), builder)
             return builder
 
         return deco
 
     # --------------------------------------------------------------------------- queries
     def __iter__(self) -> Iterator[KernelEntry]:
-        for slot in self._ops.values():
-            yield from slot.entries
+        for entries in self._ops.values():
+            yield from entries
 
     def kernel_defs(self) -> list[KernelDef]:
         return [e.kernel_def for e in self]
@@ -373,12 +356,9 @@ class KernelRegistry:
         key = (node.domain_key, node.op_type, node.opset)
         if key not in self._type_cache:
             schema = _schema(node.op_type, node.opset, node.domain)
-            if schema is None:
-                self._type_cache[key] = None
-            else:
-                ins = [(p.type_str, int(p.option)) for p in schema.inputs]
-                outs = [(p.type_str, int(p.option)) for p in schema.outputs]
-                self._type_cache[key] = (ins, outs)
+            self._type_cache[key] = None
+            if schema is not None:
+                self._type_cache[key] = tuple([p.type_str for p in ps] for ps in (schema.inputs, schema.outputs))
         return self._type_cache[key]
 
     def _constraint_values(self, node: "NodeView") -> dict[str, set[str]]:
@@ -387,22 +367,14 @@ class KernelRegistry:
         found: dict[str, set[str]] = {}
         if formal is None:
             return found
-        for values, params, info in (
-            (node.inputs, formal[0], node.input_info),
-            (node.outputs, formal[1], node.output_info),
-        ):
+        ins, outs = formal
+        for values, params, info in ((node.inputs, ins, node.input_info), (node.outputs, outs, node.output_info)):
             for i, name in enumerate(values):
-                if not name:
-                    continue
-                # variadic parameters (option 2) repeat the last formal parameter
-                p = min(i, len(params) - 1) if params else None
-                if p is None:
-                    continue
-                type_param = params[p][0]
-                vi = info(i)
+                vi = info(i) if name and params else None
                 if vi is None or vi.kind != "tensor" or not vi.elem_type:
                     continue
-                found.setdefault(type_param, set()).add(vi.type_str)
+                # variadic parameters repeat the last formal parameter
+                found.setdefault(params[min(i, len(params) - 1)], set()).add(vi.type_str)
         return found
 
     def lookup(self, node: "NodeView", domain: str | None = None) -> LookupResult:
@@ -410,18 +382,18 @@ class KernelRegistry:
         ``domain`` looks the node up as if it were in another domain (the layout transformer
         asks whether an NCHW node has an NHWC kernel)."""
         key = node.domain_key if domain is None else _domain_key(domain)
-        slot = self._ops.get((key, node.op_type))
+        entries = self._ops.get((key, node.op_type))
         refused = self._refused.get((key, node.op_type))
         why_refused = f" (refused at registration: {'; '.join(refused)})" if refused else ""
-        if slot is None:
+        if entries is None:
             return LookupResult(None, f"{self.ep_name} has no kernel for {key}::{node.op_type}{why_refused}")
-        in_range = [e for e in slot.entries if e.kernel_def.covers(node.opset)]
+        in_range = [e for e in entries if e.kernel_def.covers(node.opset)]
         if not in_range:
-            kernels = "kernel covers" if len(slot.entries) == 1 else "kernels cover"
+            kernels = "kernel covers" if len(entries) == 1 else "kernels cover"
             return LookupResult(
                 None,
                 f"{self.ep_name}'s {key}::{node.op_type} {kernels} opsets "
-                f"{_merged_ranges(e.kernel_def for e in slot.entries)}, but the model imports {key} opset "
+                f"{_merged_ranges(e.kernel_def for e in entries)}, but the model imports {key} opset "
                 f"{node.opset}{why_refused}",
             )
         seen = self._constraint_values(node)

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import InvalidArgument, NotImplementedByAnyEp
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 
 
@@ -44,3 +45,11 @@ class Tensor:
         if self._to_host is None:
             raise RuntimeError(f"no way to copy this tensor from {self.memory_info} to the host")
         return self._to_host(self.data)
+
+    def write(self, value: Any, what: str = "the tensor") -> None:
+        """Copy ``value`` (same shape and dtype; host data for a host tensor) into this memory in place."""
+        if tuple(value.shape) != self.shape or np.dtype(value.dtype) != self.dtype:
+            raise InvalidArgument(f"{value.dtype}{tuple(value.shape)} cannot go into {what} ({self.dtype}{self.shape})")
+        if not self.memory_info.is_host and not hasattr(self.data, "copy_to_device"):  # numba device arrays have it
+            raise NotImplementedByAnyEp(f"{type(self.data).__name__} in {self.memory_info} has no copy_to_device()")
+        np.copyto(self.data, value) if self.memory_info.is_host else self.data.copy_to_device(value)

@@ -22,13 +22,17 @@ from ep_cpu_reference.registry import REGISTRY
 Fn = Callable[..., Any]
 
 
+SEED: list[int | None] = [None]  # set_random_seed's (onnxruntime's set_seed): seeds the ops without a seed
+
+
 def _rng(node: Any) -> Callable[[], np.random.RandomState]:
-    """Per-run generator: a fresh seeded stream each run if ``seed`` is set, else one stream."""
+    """Per-run generator: a fresh seeded stream each run if ``seed`` is set, else one stream
+    (from ``SEED`` when set when the session was created, as onnxruntime's global seed)."""
     seed = node.attr("seed")
     if seed is not None:
         s = int(seed)
         return lambda: np.random.RandomState(s)
-    state = np.random.RandomState()
+    state = np.random.RandomState(SEED[0])
     return lambda: state
 
 

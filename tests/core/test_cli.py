@@ -58,7 +58,7 @@ def test_run_prints_what_ran_where(tmp_path: Path) -> None:
     for node in ("add_0", "mul_1", "add_2", "mul_3"):
         assert node in out
     trace = out.split("profile: ")[1].strip()
-    assert json.loads((tmp_path / trace).read_text())["traceEvents"]
+    assert any(e["name"] == "model_run" for e in json.loads((tmp_path / trace).read_text()))  # onnxruntime's format
 
 
 def test_full_assignment_only_on_request(tmp_path: Path) -> None:

@@ -19,11 +19,11 @@ import warnings
 from collections.abc import Sequence
 from typing import Any, NoReturn
 
-from ep_core.sdk.errors import EpCoreError, InvalidArgument, InvalidGraph, NoSuchFile, StatusCode
+from ep_core.sdk.errors import EpCoreError, InvalidArgument, InvalidGraph, InvalidProtobuf, NoSuchFile, StatusCode
 from ep_core.tools.cli._common import UsageError
 
 EXIT_FAILED, EXIT_USAGE, EXIT_INTERRUPTED = 1, 2, 130
-_USER_ERRORS = (InvalidArgument, NoSuchFile, InvalidGraph)  # what the person typed or gave is at fault
+_USER_ERRORS = (InvalidArgument, NoSuchFile, InvalidGraph, InvalidProtobuf)  # what the person typed or gave is at fault
 
 
 class Parser(argparse.ArgumentParser):

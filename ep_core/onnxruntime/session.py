@@ -1,0 +1,525 @@
+"""``onnxruntime.InferenceSession`` over ep-core's: the Python layer of onnxruntime
+(``onnxruntime_inference_collection.Session``) on ep-core's engine.
+
+What differs from ``ep_core.InferenceSession`` is onnxruntime's, on purpose: a provider that is
+not available is warned about and skipped (ep-core's own API refuses it); a missing input is a
+``ValueError``; an EP failure (``EPFail``) at creation or in a run retries once on the CPU EP,
+printing what happened, unless ``disable_fallback()``; provider names are reported as the
+application wrote them (``CPUExecutionProvider``)."""
+
+from __future__ import annotations
+
+import collections.abc
+import dataclasses
+import os
+import threading
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+import onnx
+
+from ep_core.onnxruntime.devices import OrtEpDevice, OrtMemoryInfo, ep_device_of
+from ep_core.onnxruntime.options import SessionOptions
+from ep_core.onnxruntime.refusals import refuse
+from ep_core.runtime.discover import get_registry
+from ep_core.runtime.options import RunOptions
+from ep_core.runtime.options import SessionOptions as _EpCoreOptions
+from ep_core.runtime.session import InferenceSession as _EpCoreSession
+from ep_core.runtime.session import ModelMetadata, NodeArg
+from ep_core.sdk.errors import EpFail, InvalidArgument, NotImplementedByAnyEp
+from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
+from ep_core.sdk.tensor import Tensor
+
+if TYPE_CHECKING:
+    from ep_core.onnxruntime.iobinding import IOBinding
+    from ep_core.onnxruntime.ortvalue import OrtValue
+
+_NO_VERSION = 2**63 - 1  # onnxruntime's ModelMetadata.version of a model without model_version
+CPU_PROVIDER = "CPUExecutionProvider"
+
+
+def available_providers() -> list[str]:
+    """EP names a compat session accepts: ``get_available_providers()`` (onnxruntime's names) and
+    the ep-core names of EPs listed there under an alias."""
+    from ep_core.onnxruntime.functions import get_available_providers
+    from ep_core.runtime import api
+
+    listed = get_available_providers()
+    return listed + [n for n in api.get_available_providers() if n not in listed]
+
+
+def _alias_options(name: str, options: dict[Any, Any], ep_name: str, so: Any) -> dict[Any, Any]:
+    """Options given to an EP under an onnxruntime name it answers to. onnxruntime's
+    CPUExecutionProvider reads no provider options (its factory takes only the session's arena
+    flag), so applications pass some it then ignores (``arena_extend_strategy``); ep-core drops
+    them the same way, saying so at warning severity on the session's logger."""
+    if name == ep_name or name != CPU_PROVIDER or not options:
+        return options
+    from ep_core.host.logs import SessionLog
+
+    log = SessionLog(getattr(so, "logid", ""), getattr(so, "log_severity_level", -1), 0)
+    log.log(2, "%s reads no provider options in onnxruntime; ignored as there: %s", name, sorted(options))
+    return {}
+
+
+def check_and_normalize_provider_args(
+    providers: Sequence[Any] | None,
+    provider_options: Sequence[dict[Any, Any]] | None,
+    available_provider_names: Sequence[str],
+) -> tuple[list[str], list[dict[str, str]]]:
+    """onnxruntime's validation of ``providers``/``provider_options``: ``ValueError`` for a
+    malformed argument, a warning for an unavailable or repeated name; returns (names, options)."""
+    if providers is None:
+        return [], []
+    chosen: dict[str, dict[str, str]] = {}
+
+    def add(name: str, options: Mapping[Any, Any]) -> None:
+        if name not in available_provider_names:
+            warnings.warn(
+                f"Specified provider '{name}' is not in available provider names."
+                f"Available providers: '{', '.join(available_provider_names)}'",
+                stacklevel=5,
+            )
+        if name in chosen:
+            warnings.warn(f"Duplicate provider '{name}' encountered, ignoring.", stacklevel=5)
+            return
+        chosen[name] = {str(k): str(v) for k, v in options.items()}
+
+    if not isinstance(providers, collections.abc.Sequence):
+        raise ValueError("'providers' should be a sequence.")
+    if provider_options is not None:
+        if not isinstance(provider_options, collections.abc.Sequence):
+            raise ValueError("'provider_options' should be a sequence.")
+        if len(providers) != len(provider_options):
+            raise ValueError("'providers' and 'provider_options' should be the same length if both are given.")
+        if not all(isinstance(p, str) for p in providers):
+            raise ValueError("Only string values for 'providers' are supported if 'provider_options' is given.")
+        if not all(isinstance(o, dict) for o in provider_options):
+            raise ValueError("'provider_options' values must be dicts.")
+        for name, options in zip(providers, provider_options):
+            add(name, options)
+    else:
+        for p in providers:
+            if isinstance(p, str):
+                add(p, {})
+            elif isinstance(p, tuple) and len(p) == 2 and isinstance(p[0], str) and isinstance(p[1], dict):
+                add(p[0], p[1])
+            else:
+                raise ValueError("'providers' values must be either strings or (string, dict) tuples.")
+    return list(chosen), list(chosen.values())
+
+
+def type_string(tp: Any) -> str:
+    """A value's type as onnxruntime's ``NodeArg.type`` spells it: ``tensor(float)``,
+    ``seq(tensor(int64))``, ``map(string,tensor(float))``, ``optional(tensor(float))``."""
+    from onnx import helper
+
+    def elem(t: int) -> str:
+        return str(helper.tensor_dtype_to_string(t)).split(".")[-1].lower()
+
+    which = tp.WhichOneof("value")
+    if which == "tensor_type":
+        return f"tensor({elem(tp.tensor_type.elem_type)})"
+    if which == "sparse_tensor_type":
+        return f"sparse_tensor({elem(tp.sparse_tensor_type.elem_type)})"
+    if which == "sequence_type":
+        return f"seq({type_string(tp.sequence_type.elem_type)})"
+    if which == "map_type":
+        return f"map({elem(tp.map_type.key_type)},{type_string(tp.map_type.value_type)})"
+    if which == "optional_type":
+        return f"optional({type_string(tp.optional_type.elem_type)})"
+    return "undefined"
+
+
+def _shape(tp: Any) -> list[int | str | None]:
+    """onnxruntime's ``NodeArg.shape`` of a non-tensor value: an optional's tensor shape, else []."""
+    while tp.WhichOneof("value") == "optional_type":
+        tp = tp.optional_type.elem_type
+    if tp.WhichOneof("value") != "tensor_type":
+        return []
+    dims = tp.tensor_type.shape.dim
+    return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None for d in dims]
+
+
+@dataclasses.dataclass(frozen=True)
+class OrtEpAssignedNode:
+    """A node as ``get_provider_graph_assignment_info`` lists it."""
+
+    name: str
+    domain: str
+    op_type: str
+
+
+@dataclasses.dataclass(frozen=True)
+class OrtEpAssignedSubgraph:
+    """Nodes one EP runs as one step (a node, or a fused group)."""
+
+    ep_name: str
+    nodes: tuple[OrtEpAssignedNode, ...]
+
+    def get_nodes(self) -> list[OrtEpAssignedNode]:
+        return list(self.nodes)
+
+
+class _Meta:
+    """What a built session reports and every run reads, computed once per build (onnxruntime's
+    session keeps its ``_inputs_meta`` & co. the same way)."""
+
+    def __init__(self, session: _EpCoreSession, requested: dict[str, str]) -> None:
+        graph = session.model.graph
+        types = {v.name: v.type for v in [*graph.value_info, *graph.output, *graph.input]}
+
+        def arg(a: NodeArg) -> NodeArg:
+            tp = types.get(a.name)
+            if tp is None or tp.WhichOneof("value") == "tensor_type":
+                return a
+            return NodeArg(a.name, _shape(tp), type_string(tp))
+
+        self.requested = requested  # ep-core EP name -> the name the application selected it by
+        self.inputs = tuple(arg(a) for a in _EpCoreSession.get_inputs(session))
+        self.outputs = tuple(arg(a) for a in _EpCoreSession.get_outputs(session))
+        self.overridable = tuple(arg(a) for a in _EpCoreSession.get_overridable_initializers(session))
+        self.required = tuple(a.name for a in self.inputs if not a.type.startswith("optional"))
+        self.output_names = tuple(a.name for a in self.outputs)
+        self.dtypes = {v.name: v.np_dtype for v in session.graph.inputs}
+
+
+class InferenceSession(_EpCoreSession):
+    """``onnxruntime.InferenceSession(path_or_bytes, sess_options, providers, provider_options,
+    **kwargs)`` on ep-core's EPs. ``kwargs``: ``enable_fallback`` (1, onnxruntime's default);
+    ``read_config_from_model`` and ``disabled_optimizers`` are refused when set (NOT_IMPLEMENTED,
+    saying why)."""
+
+    def __init__(
+        self,
+        path_or_bytes: str | bytes | os.PathLike[str] | Any,
+        sess_options: _EpCoreOptions | None = None,
+        providers: Sequence[Any] | None = None,
+        provider_options: Sequence[dict[Any, Any]] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        unknown = sorted(set(kwargs) - {"enable_fallback", "read_config_from_model", "disabled_optimizers"})
+        if unknown:
+            raise TypeError(f"InferenceSession() got unexpected keyword arguments {unknown}")
+        read_config = kwargs.get("read_config_from_model", os.environ.get("ORT_LOAD_CONFIG_FROM_MODEL") == "1")
+        if int(read_config) == 1:
+            raise NotImplementedByAnyEp(
+                "read_config_from_model (ORT_LOAD_CONFIG_FROM_MODEL=1) reads onnxruntime session options stored in "
+                "the model's 'ort_config' metadata; ep-core does not read them: set them on SessionOptions instead"
+            )
+        if kwargs.get("disabled_optimizers"):
+            raise NotImplementedByAnyEp(
+                "disabled_optimizers names onnxruntime's C++ graph transformers, which ep-core does not have; "
+                "lower SessionOptions.graph_optimization_level to turn optimizations off"
+            )
+        if not isinstance(path_or_bytes, (str, bytes, os.PathLike, onnx.ModelProto)):
+            raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
+        self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
+        self._model_source = path_or_bytes
+        self._sess_options_initial = sess_options
+        self._fallback_providers = [CPU_PROVIDER]
+        try:
+            self._create(providers, provider_options)
+        except (ValueError, RuntimeError, EpFail) as e:
+            if not self._enable_fallback:
+                raise
+            print("*************** EP Error ***************")
+            print(f"EP Error {e} when using {providers}")
+            print(f"Falling back to {self._fallback_providers} and retrying.")
+            print("****************************************")
+            try:
+                self._create(self._fallback_providers, None)
+            except Exception as fallback_error:
+                raise fallback_error from e
+            self.disable_fallback()
+
+    # ----------------------------------------------------------------------- creation
+    def _create(self, providers: Sequence[Any] | None, provider_options: Sequence[dict[Any, Any]] | None) -> None:
+        available = available_providers()
+        names, options = check_and_normalize_provider_args(providers, provider_options, available)
+        sess_options = self._sess_options_initial
+        if sess_options is not None and names and sess_options.provider_devices:
+            warnings.warn(
+                "Specified 'providers'/'provider_options' when creating InferenceSession but SessionOptions has "
+                "already been configured with providers. InferenceSession will only use the providers "
+                "passed to InferenceSession().",
+                stacklevel=3,
+            )
+        # onnxruntime skips a provider it does not have (after the warning above); so does this
+        kept = [(n, o) for n, o in zip(names, options) if n in available]
+        registry = get_registry()
+        requested = {registry.handle(n).name: n for n, _ in kept}
+        kept = [(n, _alias_options(n, o, registry.handle(n).name, sess_options)) for n, o in kept]
+        super().__init__(self._model_source, _for_ep_core(sess_options), kept or None)
+        self._meta = _Meta(self, requested)
+
+    def _reset_session(self, providers: Sequence[Any] | None, provider_options: Sequence[Any] | None) -> None:
+        """Build the session again with other providers; the old engine is released only once the
+        new one is built (a failure leaves the session as it was)."""
+        old, old_closed, old_meta = self._built, self._closed, self._meta
+        try:
+            self._create(providers, provider_options)
+        except BaseException:
+            self._built, self._closed, self._meta = old, old_closed, old_meta
+            raise
+        if not old_closed:
+            old.release()
+
+    # -------------------------------------------------------------------- introspection
+    def get_inputs(self) -> list[NodeArg]:
+        return list(self._meta.inputs)
+
+    def get_outputs(self) -> list[NodeArg]:
+        return list(self._meta.outputs)
+
+    def get_overridable_initializers(self) -> list[NodeArg]:
+        return list(self._meta.overridable)
+
+    def get_modelmeta(self) -> ModelMetadata:
+        meta = super().get_modelmeta()
+        return meta if self.model.HasField("model_version") else dataclasses.replace(meta, version=_NO_VERSION)
+
+    def _name_of(self, ep_name: str) -> str:
+        """The name the application selected an EP by; an EP ep-core added (the CPU fallback) by
+        its first alias, as onnxruntime lists CPUExecutionProvider."""
+        if ep_name in self._meta.requested:
+            return self._meta.requested[ep_name]
+        return next((a for a, ep in get_registry().aliases().items() if ep == ep_name), ep_name)
+
+    def get_providers(self) -> list[str]:
+        return [self._name_of(name) for name in super().get_providers()]
+
+    def get_provider_options(self) -> dict[str, dict[str, str]]:
+        return {self._name_of(name): opts for name, opts in super().get_provider_options().items()}
+
+    def set_providers(
+        self, providers: Sequence[Any] | None = None, provider_options: Sequence[Any] | None = None
+    ) -> None:
+        """Build the session again with these providers (onnxruntime's ``set_providers``)."""
+        self._reset_session(providers, provider_options)
+
+    def disable_fallback(self) -> None:
+        self._enable_fallback = False
+
+    def enable_fallback(self) -> None:
+        self._enable_fallback = True
+
+    def _placements(self, outputs: bool) -> dict[str, tuple[MemoryInfo, Any]]:
+        """Value name -> (memory, EpDevice) of the step that first reads it (inputs) or writes it."""
+        eps, found = self._built.eps, dict[str, tuple[MemoryInfo, Any]]()
+        for u in self.program.units:
+            names, host = (u.outputs, u.host_outputs) if outputs else (u.inputs, u.host_inputs)
+            for i, name in enumerate(names):
+                ep = eps[u.ep_index]
+                mem = HOST_MEMORY if i in host else ep.memory_info
+                found.setdefault(name, (mem, ep.devices[0] if ep.devices else None))
+        return found
+
+    def get_input_memory_infos(self) -> list[OrtMemoryInfo]:
+        """Where the first step that reads each input wants it (an input fed elsewhere is copied)."""
+        found = self._placements(False)
+        return [OrtMemoryInfo.from_memory_info(found.get(a.name, (HOST_MEMORY, None))[0]) for a in self.get_inputs()]
+
+    def get_output_memory_infos(self) -> list[OrtMemoryInfo]:
+        found = self._placements(True)
+        return [OrtMemoryInfo.from_memory_info(found.get(a.name, (HOST_MEMORY, None))[0]) for a in self.get_outputs()]
+
+    def get_input_epdevices(self) -> list[OrtEpDevice | None]:
+        found = self._placements(False)
+        devices = [found.get(a.name, (None, None))[1] for a in self.get_inputs()]
+        return [OrtEpDevice(d) if d is not None else None for d in devices]
+
+    def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
+        """The steps each EP runs, with their nodes (recorded always: no config entry needed)."""
+        kinds: dict[str, tuple[str, str]] = {}
+        graphs = [self.model.graph]
+        for g in graphs:
+            for n in g.node:
+                kinds.setdefault(n.name, (n.domain, n.op_type))
+                graphs.extend(s for a in n.attribute for s in [*([a.g] if a.HasField("g") else []), *a.graphs])
+        groups: dict[tuple[str, str], list[OrtEpAssignedNode]] = {}
+        for name, where in self.get_node_assignment().items():
+            domain, op_type = kinds.get(name.rsplit("/", 1)[-1], ("", ""))
+            key = (where["ep"], where["fused_node"] or name)
+            groups.setdefault(key, []).append(OrtEpAssignedNode(name, domain, op_type))
+        return [OrtEpAssignedSubgraph(self._name_of(ep), tuple(nodes)) for (ep, _), nodes in groups.items()]
+
+    # -------------------------------------------------------------------------------- run
+    def _validate_input(self, feed_input_names: list[str]) -> None:
+        missing = [name for name in self._meta.required if name not in feed_input_names]
+        if missing:
+            raise ValueError(f"Required inputs ({missing}) are missing from input feed ({feed_input_names}).")
+
+    def _with_fallback(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except EpFail as err:
+            if not self._enable_fallback:
+                raise
+            print(f"EP Error: {err!s} using {self.get_providers()}")
+            print(f"Falling back to {self._fallback_providers} and retrying.")
+            self.set_providers(self._fallback_providers)
+            self.disable_fallback()
+            return call()
+
+    def _run_values(
+        self, output_names: Sequence[str], feed: Mapping[str, Any], run_options: RunOptions | None
+    ) -> list[Any]:
+        """One run; inputs are arrays, lists (converted to the input's type, as onnxruntime does)
+        or OrtValues (on any device); outputs come back on the host (arrays, or the lists and dicts
+        of sequence and map outputs)."""
+        arrays: dict[str, Any] = {}
+        on_device: dict[str, Tensor] = {}
+        for name, value in feed.items():
+            if isinstance(value, np.ndarray):
+                arrays[name] = value
+            elif isinstance(value, (list, tuple)):
+                arrays[name] = np.asarray(value, dtype=self._meta.dtypes.get(name))
+            else:
+                t = _tensor_of(value)
+                if t.memory_info.is_host:
+                    arrays[name] = t.data
+                else:
+                    on_device[name] = t
+        if not on_device:
+            return _EpCoreSession.run(self, output_names, arrays, run_options)
+        binding = _EpCoreSession.io_binding(self)
+        for name, t in [*((k, Tensor(v)) for k, v in arrays.items()), *on_device.items()]:
+            binding.bind_input(name, t)
+        wanted = list(dict.fromkeys(output_names))  # a name asked twice is bound once
+        for name in wanted:
+            binding.bind_output(name, "cpu")
+        _EpCoreSession.run_with_iobinding(self, binding, run_options)
+        results = binding.copy_outputs_to_cpu()
+        return [results[wanted.index(n)] for n in output_names]
+
+    def run(
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: RunOptions | None = None
+    ) -> list[Any]:
+        """Compute the outputs named (all when None or empty): NumPy arrays, and lists / dicts for
+        sequence and map outputs, as onnxruntime returns them."""
+        self._validate_input(list(input_feed))
+        names = list(output_names) if output_names else list(self._meta.output_names)
+        return self._with_fallback(lambda: self._run_values(names, input_feed, run_options))
+
+    def run_with_ort_values(
+        self,
+        output_names: Sequence[str] | None,
+        input_dict_ort_values: Mapping[str, Any],
+        run_options: RunOptions | None = None,
+    ) -> list[OrtValue]:
+        """Like ``run``, with OrtValues in and out."""
+        from ep_core.onnxruntime.ortvalue import OrtValue
+
+        self._validate_input(list(input_dict_ort_values))
+        names = list(output_names) if output_names else list(self._meta.output_names)
+        values = self._with_fallback(lambda: self._run_values(names, input_dict_ort_values, run_options))
+        return [OrtValue(Tensor(v)) for v in values]
+
+    def run_async(
+        self,
+        output_names: Sequence[str] | None,
+        input_feed: Mapping[str, Any],
+        callback: Callable[[list[Any], Any, str], None],
+        user_data: Any,
+        run_options: RunOptions | None = None,
+    ) -> None:
+        """Run on another thread, then call ``callback(results, user_data, error)``: the outputs
+        and '' , or [] and the error's message (onnxruntime's contract)."""
+        self._validate_input(list(input_feed.keys()))
+        names = list(output_names) if output_names else list(self._meta.output_names)
+
+        def work() -> None:
+            try:
+                results = self._run_values(names, input_feed, run_options)
+            except Exception as exc:  # noqa: BLE001 - onnxruntime hands the error to the callback
+                callback([], user_data, getattr(exc, "message", str(exc)))
+                return
+            callback(results, user_data, "")
+
+        threading.Thread(target=work, name="ep-core-run-async", daemon=True).start()
+
+    def io_binding(self) -> IOBinding:  # type: ignore[override]
+        from ep_core.onnxruntime.iobinding import IOBinding
+
+        return IOBinding(self)
+
+    def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
+        """Run with an ``IOBinding`` made by this session's ``io_binding()``."""
+        inner = getattr(iobinding, "_iobinding", iobinding)
+        if getattr(inner, "_built", None) is not self._built:
+            raise ValueError("IOBinding must be used with the session that created it.")
+        super().run_with_iobinding(inner, run_options)
+
+    def get_session_options(self) -> SessionOptions:
+        """A copy of the options the session runs with (onnxruntime's ``SessionOptions`` class)."""
+        options = super().get_session_options()
+        return options if isinstance(options, SessionOptions) else SessionOptions.model_validate(dict(options))
+
+    def create_ortvalue_from_shape_and_type(
+        self, shape: Sequence[int], element_type: Any, device_type: str, device_id: int = 0, vendor_id: int = -1
+    ) -> OrtValue:
+        """A zero-filled OrtValue on the device (memory of the EP that owns it; ep-core keeps no
+        per-session allocator, so the value may be used with any session)."""
+        from ep_core.onnxruntime.ortvalue import OrtValue
+
+        return OrtValue.ortvalue_from_shape_and_type(shape, element_type, device_type, device_id, vendor_id)
+
+    def release_captured_graph(self, graph_annotation_id: int = 0) -> None:
+        """Nothing to release: no ep-core EP captures graphs (onnxruntime does nothing too for an EP
+        without graph capture)."""
+
+    def set_ep_dynamic_options(self, options: dict[str, str]) -> None:
+        refuse("InferenceSession.set_ep_dynamic_options")
+
+    def get_tuning_results(self) -> list[dict[str, Any]]:
+        """Kernel tuning results to save: none (ep-core's EPs keep no tunable-op results; their
+        compiled state is saved as an EPContext model instead)."""
+        return []
+
+    def set_tuning_results(self, results: Sequence[Mapping[str, Any]], *, error_on_invalid: bool = False) -> None:
+        """Loads nothing: ep-core has no tunable ops. Results (which can only come from onnxruntime)
+        are refused unless the list is empty."""
+        if results:
+            raise NotImplementedByAnyEp(
+                "tuning results are onnxruntime's TunableOp records (ROCm/CUDA kernels); ep-core's EPs have no "
+                "tunable ops to apply them to"
+            )
+
+
+def _for_ep_core(options: _EpCoreOptions | None) -> _EpCoreOptions | None:
+    """The options ep-core's engine reads: OrtEpDevices unwrapped to EpDevices, a selection
+    delegate given OrtEpDevices as onnxruntime's are; unchanged when nothing needs that."""
+    if options is None:
+        return None
+    devices = [(tuple(ep_device_of(d) for d in devs), opts) for devs, opts in options.provider_devices]
+    delegate = options.ep_selection_delegate
+    if devices == options.provider_devices and delegate is None:
+        return options
+    copy = options.model_copy(deep=False)
+    copy.provider_devices = devices
+    if delegate is not None:
+        user = delegate
+
+        def wrapped(eps: Sequence[Any], model_meta: Any, runtime_meta: Any, max_selections: int) -> list[Any]:
+            picked = user([OrtEpDevice(d) for d in eps], model_meta, runtime_meta, max_selections)
+            return [ep_device_of(d) for d in picked]
+
+        delegate = wrapped
+    copy.ep_selection_delegate = delegate
+    return copy
+
+
+def _tensor_of(value: Any) -> Tensor:
+    from ep_core.onnxruntime.ortvalue import OrtValue
+
+    if isinstance(value, OrtValue):
+        return value._tensor
+    if isinstance(value, Tensor):
+        return value
+    raise InvalidArgument(
+        f"an input must be a numpy.ndarray, a list or an OrtValue, got {type(value).__name__} "
+        "(onnxruntime: 'Unable to handle object of type')"
+    )
