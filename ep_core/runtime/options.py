@@ -54,6 +54,31 @@ SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 }
 
 
+# onnxruntime's own session config keys (onnxruntime_session_options_config_keys.h) that programs
+# set: the values ep-core honours, and why. Permissions ep-core does not need (prepacking, QDQ
+# rewrites it does not make) take either value; a value asking for what ep-core cannot do
+# (ORT-format models, denormals flushed, pinned thread affinities) is refused with this reason.
+_ORT_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
+    "session.intra_op.allow_spinning": (_BOOL, "ep-core keeps no thread pool of its own that could spin"),
+    "session.inter_op.allow_spinning": (_BOOL, "ep-core keeps no thread pool of its own that could spin"),
+    "session.disable_prepacking": (_BOOL, "ep-core's kernels prepack no weights either way"),
+    "session.use_device_allocator_for_initializers": (_BOOL, "initializers live on their EP's device either way"),
+    "session.disable_quant_qdq": (_BOOL, "ep-core's optimizer makes no QDQ rewrites to disable"),
+    "session.disable_double_qdq_remover": (_BOOL, "ep-core's optimizer makes no QDQ rewrites to disable"),
+    "session.enable_quant_qdq_cleanup": (("0",), "ep-core's optimizer makes no QDQ clean-up"),
+    "session.qdqisint8allowed": (_BOOL, "ep-core's optimizer makes no QDQ rewrites"),
+    "session.allow_released_opsets_only": (_BOOL, "ep-core's EPs implement released opsets only"),
+    "session.load_model_format": (("ONNX",), "ep-core reads ONNX models, not onnxruntime's ORT format"),
+    "session.save_model_format": (("ONNX",), "optimized_model_filepath is written as ONNX, not ORT format"),
+    "session.use_ort_model_bytes_directly": (("0",), "ep-core reads ONNX models, not onnxruntime's ORT format"),
+    "session.set_denormal_as_zero": (("0",), "NumPy exposes no flush-to-zero control: denormals stay"),
+    "session.enable_gelu_approximation": (("0",), "ep-core's optimizer makes no Gelu approximation rewrite"),
+    "session.use_env_allocators": (("0",), "ep-core has no shared environment allocators"),
+    "session.intra_op_thread_affinities": (("",), "ep-core does not pin threads to cores"),
+    "session.strict_shape_type_inference": (("0",), "shape inference at load is onnx's non-strict mode"),
+}
+
+
 def validate_config_entry(key: str, value: Any) -> str:
     """Check one session config entry; returns the value as the string the session stores."""
     if isinstance(value, bool):
@@ -63,14 +88,15 @@ def validate_config_entry(key: str, value: Any) -> str:
     text = str(value)
     if key.startswith("ep.") and key.count(".") >= 2 and key.split(".")[1].endswith("ExecutionProvider"):
         return text  # provider option: checked by the provider's create_ep
-    if key not in SESSION_CONFIG_KEYS:
+    known = SESSION_CONFIG_KEYS.get(key) or _ORT_KEYS.get(key)
+    if known is None:
         raise ConfigError(
-            f"unknown session config entry {key!r}. Known keys: {sorted(SESSION_CONFIG_KEYS)}; "
-            "provider options are written 'ep.<ProviderName>.<option>'"
+            f"unknown session config entry {key!r}. Known keys: {sorted(SESSION_CONFIG_KEYS)} and onnxruntime's "
+            f"{sorted(_ORT_KEYS)}; provider options are written 'ep.<ProviderName>.<option>'"
         )
-    allowed = SESSION_CONFIG_KEYS[key][0]
+    allowed, why = known
     if allowed is not None and text not in allowed:
-        raise ConfigError(f"session config entry {key!r} = {text!r} is not allowed; use one of {list(allowed)}")
+        raise ConfigError(f"session config entry {key!r} = {text!r} is not allowed ({why}); use one of {list(allowed)}")
     return text
 
 

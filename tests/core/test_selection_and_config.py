@@ -156,7 +156,8 @@ def test_wrong_type_names_value(tmp_path: Path, model_path: Path) -> None:
 def test_bad_config_entry_value_names_allowed(tmp_path: Path, model_path: Path) -> None:
     cfg = _write(tmp_path, "c.toml", '[config_entries]\n"ep.context_embed_mode" = "2"\n')
     with pytest.raises(
-        ConfigError, match=r"config_entries.ep.context_embed_mode.*'2' is not allowed; use one of \['0', '1'\]"
+        ConfigError,
+        match=r"config_entries.ep.context_embed_mode.*'2' is not allowed \(1 embeds .*\); use one of \['0', '1'\]",
     ):
         ep_core.InferenceSession(str(model_path), config=cfg)
     cfg = _write(tmp_path, "d.toml", '[config_entries]\n"ep.context_enabel" = "1"\n')

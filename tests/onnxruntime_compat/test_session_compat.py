@@ -409,3 +409,18 @@ def test_options_for_cpu_execution_provider_are_dropped_as_onnxruntime_does(capl
     np.testing.assert_allclose(got.run(["z"], {"x": X, "b": B})[0], np.maximum(X + B, 0))
     with pytest.raises(ort.capi.onnxruntime_pybind11_state.InvalidArgument, match="arena_extend_strategy"):
         ort.InferenceSession(_add_model(), providers=["CpuReferenceExecutionProvider"], provider_options=opts)
+
+
+def test_onnxruntime_s_session_config_keys_are_known_with_their_reasons() -> None:
+    """Keys programs set on onnxruntime (``session.intra_op.allow_spinning`` ...) are accepted where
+    ep-core's behaviour is what they ask, refused with the reason where it cannot be; a key neither
+    runtime knows is refused (onnxruntime stores it silently)."""
+    so = ort.SessionOptions()
+    so.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    so.add_session_config_entry("session.disable_prepacking", "1")
+    got = ort.InferenceSession(_add_model(), so, providers=CPU)
+    np.testing.assert_allclose(got.run(["z"], {"x": X, "b": B})[0], np.maximum(X + B, 0))
+    with pytest.raises(C.InvalidArgument, match="not onnxruntime's ORT format"):
+        so.add_session_config_entry("session.load_model_format", "ORT")
+    with pytest.raises(C.InvalidArgument, match="unknown session config entry 'session.no_such_key'"):
+        so.add_session_config_entry("session.no_such_key", "1")
