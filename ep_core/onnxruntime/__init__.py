@@ -12,7 +12,16 @@ from __future__ import annotations
 
 import ep_core as _ep_core
 from ep_core.onnxruntime import capi
-from ep_core.onnxruntime.capi import onnxruntime_validation
+
+# importing onnxruntime imports these capi modules too: code reaches them as attributes
+# (``onnxruntime.capi.onnxruntime_pybind11_state.InvalidProtobuf``) without importing them
+from ep_core.onnxruntime.capi import (  # noqa: F401
+    _pybind_state,
+    build_and_package_info,
+    onnxruntime_inference_collection,
+    onnxruntime_pybind11_state,
+    onnxruntime_validation,
+)
 from ep_core.onnxruntime.compiler import ModelCompiler, OrtCompileApiFlags
 from ep_core.onnxruntime.devices import (
     OrtAllocatorType,
@@ -50,7 +59,7 @@ from ep_core.onnxruntime.functions import (
     unregister_execution_provider_library,
 )
 from ep_core.onnxruntime.iobinding import IOBinding, SessionIOBinding
-from ep_core.onnxruntime.options import SessionOptions
+from ep_core.onnxruntime.options import RunOptions, SessionOptions
 from ep_core.onnxruntime.ortvalue import OrtValue, copy_tensors
 from ep_core.onnxruntime.refusals import AdapterFormat, LoraAdapter, OrtSparseFormat, SparseTensor
 from ep_core.onnxruntime.session import InferenceSession, OrtEpAssignedNode, OrtEpAssignedSubgraph
@@ -61,7 +70,6 @@ from ep_core.runtime.options import (
     ExecutionMode,
     ExecutionOrder,
     GraphOptimizationLevel,
-    RunOptions,
 )
 from ep_core.runtime.session import ModelMetadata, NodeArg
 

@@ -15,13 +15,14 @@ from __future__ import annotations
 import importlib
 import importlib.abc
 import importlib.machinery
+import importlib.metadata
 import importlib.util
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
@@ -40,6 +41,28 @@ from ep_core.onnxruntime import dropin
 del sys.modules[__name__]  # this file steps aside: install() puts ep_core.onnxruntime in its place
 dropin.install()
 '''
+
+
+def _metadata() -> str:
+    """The METADATA of the ``onnxruntime`` distribution the drop-in stands for: programs check
+    ``importlib.metadata.version("onnxruntime")`` before using it (Hugging Face optimum and
+    transformers do); the version is the onnxruntime API mirrored, as ``onnxruntime.__version__``."""
+    from ep_core.onnxruntime.functions import API_VERSION
+
+    return (
+        f"Metadata-Version: 2.1\nName: {TARGET}\nVersion: {API_VERSION}\n"
+        "Summary: ep-core's onnxruntime drop-in (ep_core.onnxruntime): onnxruntime's Python API on ep-core's EPs\n"
+    )
+
+
+class _Distribution(importlib.metadata.Distribution):
+    """``onnxruntime``'s distribution as the drop-in answers for it (see ``_metadata``)."""
+
+    def read_text(self, filename: str) -> str | None:
+        return {"METADATA": _metadata(), "top_level.txt": TARGET + "\n"}.get(filename)
+
+    def locate_file(self, path: str | os.PathLike[str]) -> Path:
+        return Path(__file__).parent / path
 
 
 class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -65,6 +88,15 @@ class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
 
     def exec_module(self, module: ModuleType) -> None:
         """The module ran when ``create_module`` imported it under its own name."""
+
+    def find_distributions(
+        self, context: importlib.metadata.DistributionFinder.Context = importlib.metadata.DistributionFinder.Context()
+    ) -> Iterator[importlib.metadata.Distribution]:
+        """The ``onnxruntime`` distribution, found before an installed one (importlib.metadata asks
+        the meta path's finders in order)."""
+        name = context.name
+        if name is None or name.lower().replace("-", "_").replace(".", "_") == TARGET:
+            yield _Distribution()
 
 
 def active() -> bool:
@@ -109,6 +141,12 @@ def run_command(argv: Sequence[str]) -> int:
     try:
         (shim_root / TARGET).mkdir()
         (shim_root / TARGET / "__init__.py").write_text(SHIM, encoding="utf-8")
+        from ep_core.onnxruntime.functions import API_VERSION
+
+        info = shim_root / f"{TARGET}-{API_VERSION}.dist-info"
+        info.mkdir()  # found by importlib.metadata before `import onnxruntime` installs the finder
+        (info / "METADATA").write_text(_metadata(), encoding="utf-8")
+        (info / "top_level.txt").write_text(TARGET + "\n", encoding="utf-8")
         paths = [str(shim_root), os.environ.get("PYTHONPATH", "")]
         env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in paths if p), ENV: "1"}
         command = list(argv)

@@ -9,8 +9,9 @@ a device pointer is a host address, so it is wrapped as the simulator's device a
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Sequence
-from typing import Any
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
 import numpy as np
 
@@ -19,6 +20,7 @@ from ep_core.onnxruntime.ortvalue import (
     OrtTypeError,
     OrtValue,
     OrtValueError,
+    as_runtime_error,
     device_name,
     device_tensor,
     np_dtype,
@@ -26,7 +28,7 @@ from ep_core.onnxruntime.ortvalue import (
 )
 from ep_core.runtime.iobinding import IOBinding as EngineIOBinding
 from ep_core.runtime.session import InferenceSession as EngineSession
-from ep_core.sdk.errors import NotImplementedByAnyEp
+from ep_core.sdk.errors import EpCoreError, NotImplementedByAnyEp
 from ep_core.sdk.memory import MemoryInfo
 from ep_core.sdk.tensor import Tensor
 
@@ -87,6 +89,23 @@ def _tensor_at(ptr: int, shape: Sequence[int], element_type: Any, mem: MemoryInf
     return device_tensor(_device_array_at(ptr, dims, dtype, mem), mem)
 
 
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def _runtime_errors(method: _F) -> _F:
+    """onnxruntime's binding raises ``RuntimeError`` for what it refuses: ep-core's typed error
+    is raised as a class deriving from both (``as_runtime_error``)."""
+
+    @functools.wraps(method)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except EpCoreError as exc:
+            raise as_runtime_error(exc) from exc
+
+    return call  # type: ignore[return-value]
+
+
 class IOBinding:
     """Binds inputs and outputs of an InferenceSession to memory on a device, e.g. GPU."""
 
@@ -109,6 +128,7 @@ class IOBinding:
             f"{device_name(mem)}:{mem.device_id}; put that device's EP in the session's providers"
         )
 
+    @_runtime_errors
     def bind_cpu_input(self, name: str, arr_on_cpu: np.ndarray) -> None:
         """Bind an input to a NumPy array; the binding shares its memory."""
         if not isinstance(arr_on_cpu, np.ndarray):
@@ -117,6 +137,7 @@ class IOBinding:
             )
         self._iobinding.bind_cpu_input(self._input(name), arr_on_cpu)
 
+    @_runtime_errors
     def bind_input(
         self, name: str, device_type: str, device_id: int, element_type: Any, shape: Sequence[int], buffer_ptr: int
     ) -> None:
@@ -124,6 +145,7 @@ class IOBinding:
         mem = self._owned(resolve_device(device_type, device_id))
         self._iobinding.bind_input(self._input(name), _tensor_at(buffer_ptr, shape, element_type, mem))
 
+    @_runtime_errors
     def bind_ortvalue_input(self, name: str, ortvalue: OrtValue) -> None:
         if not isinstance(ortvalue, OrtValue):
             raise OrtTypeError(f"bind_ortvalue_input takes an OrtValue, got {type(ortvalue).__name__}")
@@ -133,6 +155,7 @@ class IOBinding:
     def synchronize_inputs(self) -> None:
         self._iobinding.synchronize_inputs()
 
+    @_runtime_errors
     def bind_output(
         self,
         name: str,
@@ -152,6 +175,7 @@ class IOBinding:
             raise OrtValueError("`element_type` and `shape` are to be provided if pre-allocated memory is provided")
         self._iobinding.bind_output(name, buffer=_tensor_at(buffer_ptr, shape, element_type, mem))
 
+    @_runtime_errors
     def bind_ortvalue_output(self, name: str, ortvalue: OrtValue) -> None:
         """Bind an output to an OrtValue: the result is written into it."""
         if not isinstance(ortvalue, OrtValue):
@@ -162,6 +186,7 @@ class IOBinding:
     def synchronize_outputs(self) -> None:
         self._iobinding.synchronize_outputs()
 
+    @_runtime_errors
     def get_outputs(self) -> list[OrtValue]:
         """The bound outputs of the last run, in bind order (on the devices they were bound to)."""
         return [OrtValue(t) for t in self._iobinding.get_outputs()]
@@ -170,6 +195,7 @@ class IOBinding:
         """The outputs as the engine's values (onnxruntime's C ``OrtValueVector``)."""
         return self._iobinding.get_outputs()
 
+    @_runtime_errors
     def copy_outputs_to_cpu(self) -> list[Any]:
         return self._iobinding.copy_outputs_to_cpu()
 

@@ -18,11 +18,11 @@ from onnx import TensorProto, helper
 
 from ep_core.runtime.discover import get_registry
 from ep_core.runtime.select import get_ep_devices
-from ep_core.sdk.errors import Fail, InvalidArgument, NotImplementedByAnyEp
+from ep_core.sdk.errors import EpCoreError, Fail, InvalidArgument, NotImplementedByAnyEp
 from ep_core.sdk.memory import HOST_MEMORY, DeviceType, MemoryInfo
 from ep_core.sdk.tensor import Tensor
 
-__all__ = ["OrtValue", "copy_tensors", "resolve_device", "device_tensor", "copy_between"]
+__all__ = ["OrtValue", "as_runtime_error", "copy_tensors", "resolve_device", "device_tensor", "copy_between"]
 
 
 class OrtRuntimeError(InvalidArgument, RuntimeError):
@@ -35,6 +35,25 @@ class OrtValueError(InvalidArgument, ValueError):
 
 class OrtTypeError(InvalidArgument, TypeError):
     """Where onnxruntime raises ``TypeError``."""
+
+
+_AS_RUNTIME: dict[type[EpCoreError], type[EpCoreError]] = {}
+
+
+def as_runtime_error(exc: EpCoreError) -> EpCoreError:
+    """``exc`` as an instance of a class deriving from its own and ``RuntimeError``, where
+    onnxruntime raises a bare ``RuntimeError`` (its ``run_with_iobinding``): both ``except``
+    clauses catch it."""
+    if isinstance(exc, RuntimeError):
+        return exc
+    base = type(exc)
+    cls = _AS_RUNTIME.get(base)
+    if cls is None:
+        cls = _AS_RUNTIME[base] = type(base.__name__, (base, RuntimeError), {"__module__": base.__module__})
+    new = cls.__new__(cls, *exc.args)
+    new.__dict__.update(exc.__dict__)
+    new.args = exc.args
+    return new
 
 
 # onnxruntime's device names (OrtDevice.make) -> ep-core device type, and the vendor each alias implies

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import collections.abc
 import dataclasses
+import json
 import os
 import threading
 import warnings
@@ -24,11 +25,11 @@ from ep_core.onnxruntime.devices import OrtEpDevice, OrtMemoryInfo, ep_device_of
 from ep_core.onnxruntime.options import SessionOptions
 from ep_core.onnxruntime.refusals import refuse
 from ep_core.runtime.discover import get_registry
-from ep_core.runtime.options import RunOptions
+from ep_core.runtime.options import ExecutionMode, RunOptions
 from ep_core.runtime.options import SessionOptions as _EpCoreOptions
 from ep_core.runtime.session import InferenceSession as _EpCoreSession
 from ep_core.runtime.session import ModelMetadata, NodeArg
-from ep_core.sdk.errors import EpFail, InvalidArgument, NotImplementedByAnyEp
+from ep_core.sdk.errors import EpCoreError, EpFail, InvalidArgument, NotImplementedByAnyEp
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 from ep_core.sdk.tensor import Tensor
 
@@ -134,13 +135,31 @@ def type_string(tp: Any) -> str:
 
 
 def _shape(tp: Any) -> list[int | str | None]:
-    """onnxruntime's ``NodeArg.shape`` of a non-tensor value: an optional's tensor shape, else []."""
+    """onnxruntime's ``NodeArg.shape`` of a value's type as declared: a size, a name (whatever it
+    is, ``unk__7`` too), None for one unknown or negative; an optional's tensor shape; else []."""
     while tp.WhichOneof("value") == "optional_type":
         tp = tp.optional_type.elem_type
     if tp.WhichOneof("value") != "tensor_type":
         return []
     dims = tp.tensor_type.shape.dim
     return [d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None for d in dims]
+
+
+def _tensor_dims(arg: NodeArg, tp: Any, declared: Any, names: set[str]) -> NodeArg:
+    """``arg``'s dims as onnxruntime reports them, from the shape-inferred type ``tp``: a size; a
+    name the model uses (onnx's inference makes up ``unk__N`` names, which onnxruntime's does not:
+    those are None); else what the model ``declared`` for that dim."""
+    if not tp.tensor_type.HasField("shape"):
+        return arg
+    inferred = [
+        d.dim_value if d.HasField("dim_value") and d.dim_value >= 0 else (d.dim_param if d.dim_param in names else None)
+        for d in tp.tensor_type.shape.dim
+    ]
+    if declared is not None and declared.tensor_type.HasField("shape"):
+        given = _shape(declared)
+        if len(given) == len(inferred):
+            inferred = [i if isinstance(i, int) or g is None else g for g, i in zip(given, inferred)]
+    return NodeArg(arg.name, inferred, arg.type)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -171,26 +190,39 @@ class _Meta:
         graph = session.model.graph
         types = {v.name: v.type for v in [*graph.value_info, *graph.output, *graph.input]}
 
+        declared = {v.name: v.type for v in [*graph.input, *session._built.declared.output]}
+        names = {d.dim_param for t in declared.values() for d in t.tensor_type.shape.dim if d.dim_param}
+
         def arg(a: NodeArg) -> NodeArg:
             tp = types.get(a.name)
-            if tp is None or tp.WhichOneof("value") == "tensor_type":
+            if tp is None:
                 return a
+            if tp.WhichOneof("value") == "tensor_type":
+                return _tensor_dims(a, tp, declared.get(a.name), names)
             return NodeArg(a.name, _shape(tp), type_string(tp))
 
         self.requested = requested  # ep-core EP name -> the name the application selected it by
-        self.inputs = tuple(arg(a) for a in _EpCoreSession.get_inputs(session))
-        self.outputs = tuple(arg(a) for a in _EpCoreSession.get_outputs(session))
-        self.overridable = tuple(arg(a) for a in _EpCoreSession.get_overridable_initializers(session))
+        self.inputs = [arg(a) for a in session.get_inputs()]
+        self.outputs = [arg(a) for a in session.get_outputs()]
+        self.overridable = [arg(a) for a in session.get_overridable_initializers()]
         self.required = tuple(a.name for a in self.inputs if not a.type.startswith("optional"))
         self.output_names = tuple(a.name for a in self.outputs)
         self.dtypes = {v.name: v.np_dtype for v in session.graph.inputs}
+        # inputs fed as Python containers that stay containers: sequences (lists) and maps (dicts)
+        self.containers = {a.name for a in [*self.inputs, *self.overridable] if a.type.startswith(("seq", "map"))}
+        self.strings = {a.name for a in [*self.inputs, *self.overridable] if a.type == "tensor(string)"}
 
 
-class InferenceSession(_EpCoreSession):
+class InferenceSession:
     """``onnxruntime.InferenceSession(path_or_bytes, sess_options, providers, provider_options,
     **kwargs)`` on ep-core's EPs. ``kwargs``: ``enable_fallback`` (1, onnxruntime's default);
     ``read_config_from_model`` and ``disabled_optimizers`` are refused when set (NOT_IMPLEMENTED,
-    saying why)."""
+    saying why).
+
+    As onnxruntime's, it holds the engine's session in ``_sess`` (ep-core's
+    ``ep_core.InferenceSession``) and keeps onnxruntime's private attributes (``_model_path``,
+    ``_providers``, ``_inputs_meta``...), which applications read; subclasses may set any other
+    attribute (``self.model_path = ...``)."""
 
     def __init__(
         self,
@@ -214,14 +246,23 @@ class InferenceSession(_EpCoreSession):
                 "disabled_optimizers names onnxruntime's C++ graph transformers, which ep-core does not have; "
                 "lower SessionOptions.graph_optimization_level to turn optimizations off"
             )
-        if not isinstance(path_or_bytes, (str, bytes, os.PathLike, onnx.ModelProto)):
+        if isinstance(path_or_bytes, (str, os.PathLike)):
+            self._model_path: str | None = os.fspath(path_or_bytes)
+            self._model_bytes: bytes | None = None
+        elif isinstance(path_or_bytes, (bytes, onnx.ModelProto)):
+            self._model_path = None
+            self._model_bytes = path_or_bytes if isinstance(path_or_bytes, bytes) else None
+        else:
             raise TypeError(f"Unable to load from type '{type(path_or_bytes)}'")
         self._enable_fallback = int(kwargs.get("enable_fallback", 1)) == 1
-        self._model_source = path_or_bytes
+        self._read_config_from_model = False
+        self._ep_core_source = path_or_bytes
+        self._sess_options = sess_options
         self._sess_options_initial = sess_options
         self._fallback_providers = [CPU_PROVIDER]
+        self._sess: _EpCoreSession | None = None
         try:
-            self._create(providers, provider_options)
+            self._create_inference_session(providers, provider_options)
         except (ValueError, RuntimeError, EpFail) as e:
             if not self._enable_fallback:
                 raise
@@ -230,13 +271,16 @@ class InferenceSession(_EpCoreSession):
             print(f"Falling back to {self._fallback_providers} and retrying.")
             print("****************************************")
             try:
-                self._create(self._fallback_providers, None)
+                self._create_inference_session(self._fallback_providers, None)
             except Exception as fallback_error:
                 raise fallback_error from e
             self.disable_fallback()
 
     # ----------------------------------------------------------------------- creation
-    def _create(self, providers: Sequence[Any] | None, provider_options: Sequence[dict[Any, Any]] | None) -> None:
+    def _create_inference_session(
+        self, providers: Sequence[Any] | None, provider_options: Sequence[dict[Any, Any]] | None
+    ) -> None:
+        """Build the engine's session and the attributes onnxruntime's ``Session`` keeps."""
         available = available_providers()
         names, options = check_and_normalize_provider_args(providers, provider_options, available)
         sess_options = self._sess_options_initial
@@ -252,47 +296,63 @@ class InferenceSession(_EpCoreSession):
         registry = get_registry()
         requested = {registry.handle(n).name: n for n, _ in kept}
         kept = [(n, _alias_options(n, o, registry.handle(n).name, sess_options)) for n, o in kept]
-        super().__init__(self._model_source, _for_ep_core(sess_options), kept or None)
-        self._meta = _Meta(self, requested)
+        engine_options = _for_ep_core(sess_options) or SessionOptions()  # onnxruntime's defaults, not ep-core's
+        sess = _EpCoreSession(self._ep_core_source, engine_options, kept or None)
+        meta = _Meta(sess, requested)
+        self._sess, self._ep_core_meta = sess, meta
+        self._sess_options = sess.options
+        self._inputs_meta, self._outputs_meta = meta.inputs, meta.outputs
+        self._overridable_initializers = meta.overridable
+        self._model_meta = self.get_modelmeta()
+        self._providers = self.get_providers()
+        self._provider_options = self.get_provider_options()
+        self._profiling_start_time_ns = sess.get_profiling_start_time_ns()
+
+    def _engine(self) -> _EpCoreSession:
+        if self._sess is None:
+            raise InvalidArgument("the session is not built (its creation failed)")
+        return self._sess
 
     def _reset_session(self, providers: Sequence[Any] | None, provider_options: Sequence[Any] | None) -> None:
         """Build the session again with other providers; the old engine is released only once the
         new one is built (a failure leaves the session as it was)."""
-        old, old_closed, old_meta = self._built, self._closed, self._meta
+        saved = dict(self.__dict__)
         try:
-            self._create(providers, provider_options)
+            self._create_inference_session(providers, provider_options)
         except BaseException:
-            self._built, self._closed, self._meta = old, old_closed, old_meta
+            self.__dict__.update(saved)
             raise
-        if not old_closed:
-            old.release()
+        old = saved.get("_sess")
+        if old is not None:
+            old.close()
 
     # -------------------------------------------------------------------- introspection
     def get_inputs(self) -> list[NodeArg]:
-        return list(self._meta.inputs)
+        return self._inputs_meta
 
     def get_outputs(self) -> list[NodeArg]:
-        return list(self._meta.outputs)
+        return self._outputs_meta
 
     def get_overridable_initializers(self) -> list[NodeArg]:
-        return list(self._meta.overridable)
+        return self._overridable_initializers
 
     def get_modelmeta(self) -> ModelMetadata:
-        meta = super().get_modelmeta()
-        return meta if self.model.HasField("model_version") else dataclasses.replace(meta, version=_NO_VERSION)
+        sess = self._engine()
+        meta = sess.get_modelmeta()
+        return meta if sess.model.HasField("model_version") else dataclasses.replace(meta, version=_NO_VERSION)
 
     def _name_of(self, ep_name: str) -> str:
         """The name the application selected an EP by; an EP ep-core added (the CPU fallback) by
         its first alias, as onnxruntime lists CPUExecutionProvider."""
-        if ep_name in self._meta.requested:
-            return self._meta.requested[ep_name]
+        if ep_name in self._ep_core_meta.requested:
+            return self._ep_core_meta.requested[ep_name]
         return next((a for a, ep in get_registry().aliases().items() if ep == ep_name), ep_name)
 
     def get_providers(self) -> list[str]:
-        return [self._name_of(name) for name in super().get_providers()]
+        return [self._name_of(name) for name in self._engine().get_providers()]
 
     def get_provider_options(self) -> dict[str, dict[str, str]]:
-        return {self._name_of(name): opts for name, opts in super().get_provider_options().items()}
+        return {self._name_of(name): opts for name, opts in self._engine().get_provider_options().items()}
 
     def set_providers(
         self, providers: Sequence[Any] | None = None, provider_options: Sequence[Any] | None = None
@@ -306,10 +366,30 @@ class InferenceSession(_EpCoreSession):
     def enable_fallback(self) -> None:
         self._enable_fallback = True
 
+    def end_profiling(self) -> str:
+        """Write the trace (onnxruntime's format) and return its path ('' when profiling is off or
+        ended); its node events name each EP as the application selected it (CPUExecutionProvider)."""
+        path = self._engine().end_profiling()
+        renamed = {ep.name: self._name_of(ep.name) for ep in self._engine().execution_providers}
+        if path and any(k != v for k, v in renamed.items()):
+            with open(path, encoding="utf-8") as fh:
+                events = json.load(fh)
+            for e in events:
+                args = e.get("args") or {}
+                if args.get("provider") in renamed:
+                    args["provider"] = renamed[args["provider"]]
+            with open(path, "w", encoding="utf-8") as fh:
+                json.dump(events, fh)
+        return path
+
+    def get_profiling_start_time_ns(self) -> int:
+        return self._engine().get_profiling_start_time_ns()
+
     def _placements(self, outputs: bool) -> dict[str, tuple[MemoryInfo, Any]]:
         """Value name -> (memory, EpDevice) of the step that first reads it (inputs) or writes it."""
-        eps, found = self._built.eps, dict[str, tuple[MemoryInfo, Any]]()
-        for u in self.program.units:
+        sess = self._engine()
+        eps, found = sess.execution_providers, dict[str, tuple[MemoryInfo, Any]]()
+        for u in sess.program.units:
             names, host = (u.outputs, u.host_outputs) if outputs else (u.inputs, u.host_inputs)
             for i, name in enumerate(names):
                 ep = eps[u.ep_index]
@@ -333,14 +413,15 @@ class InferenceSession(_EpCoreSession):
 
     def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
         """The steps each EP runs, with their nodes (recorded always: no config entry needed)."""
+        sess = self._engine()
         kinds: dict[str, tuple[str, str]] = {}
-        graphs = [self.model.graph]
+        graphs = [sess.model.graph]
         for g in graphs:
             for n in g.node:
                 kinds.setdefault(n.name, (n.domain, n.op_type))
                 graphs.extend(s for a in n.attribute for s in [*([a.g] if a.HasField("g") else []), *a.graphs])
         groups: dict[tuple[str, str], list[OrtEpAssignedNode]] = {}
-        for name, where in self.get_node_assignment().items():
+        for name, where in sess.get_node_assignment().items():
             domain, op_type = kinds.get(name.rsplit("/", 1)[-1], ("", ""))
             key = (where["ep"], where["fused_node"] or name)
             groups.setdefault(key, []).append(OrtEpAssignedNode(name, domain, op_type))
@@ -348,7 +429,7 @@ class InferenceSession(_EpCoreSession):
 
     # -------------------------------------------------------------------------------- run
     def _validate_input(self, feed_input_names: list[str]) -> None:
-        missing = [name for name in self._meta.required if name not in feed_input_names]
+        missing = [name for name in self._ep_core_meta.required if name not in feed_input_names]
         if missing:
             raise ValueError(f"Required inputs ({missing}) are missing from input feed ({feed_input_names}).")
 
@@ -364,34 +445,47 @@ class InferenceSession(_EpCoreSession):
             self.disable_fallback()
             return call()
 
+    def _feed_value(self, name: str, value: Any) -> Any:
+        """A fed value as the engine takes it, converted as onnxruntime converts it: lists to the
+        input's type (a sequence input keeps its list, a map input its dict), NumPy ``str``/
+        ``bytes`` arrays to the object arrays of strings a string tensor holds."""
+        meta = self._ep_core_meta
+        if isinstance(value, np.ndarray):
+            if name in meta.strings and value.dtype.kind in "US":
+                return value.astype(object) if value.dtype.kind == "U" else _decoded(value)
+            return value
+        if name in meta.containers and isinstance(value, (list, tuple, dict)):
+            return list(value) if isinstance(value, tuple) else value
+        if isinstance(value, (list, tuple)):
+            return np.asarray(value, dtype=meta.dtypes.get(name))
+        return _tensor_of(value)
+
     def _run_values(
         self, output_names: Sequence[str], feed: Mapping[str, Any], run_options: RunOptions | None
     ) -> list[Any]:
         """One run; inputs are arrays, lists (converted to the input's type, as onnxruntime does)
         or OrtValues (on any device); outputs come back on the host (arrays, or the lists and dicts
         of sequence and map outputs)."""
+        sess = self._engine()
         arrays: dict[str, Any] = {}
         on_device: dict[str, Tensor] = {}
         for name, value in feed.items():
-            if isinstance(value, np.ndarray):
-                arrays[name] = value
-            elif isinstance(value, (list, tuple)):
-                arrays[name] = np.asarray(value, dtype=self._meta.dtypes.get(name))
+            v = self._feed_value(name, value)
+            if not isinstance(v, Tensor):
+                arrays[name] = v
+            elif v.memory_info.is_host:
+                arrays[name] = v.data
             else:
-                t = _tensor_of(value)
-                if t.memory_info.is_host:
-                    arrays[name] = t.data
-                else:
-                    on_device[name] = t
+                on_device[name] = v
         if not on_device:
-            return _EpCoreSession.run(self, output_names, arrays, run_options)
-        binding = _EpCoreSession.io_binding(self)
+            return sess.run(output_names, arrays, run_options)
+        binding = sess.io_binding()
         for name, t in [*((k, Tensor(v)) for k, v in arrays.items()), *on_device.items()]:
             binding.bind_input(name, t)
         wanted = list(dict.fromkeys(output_names))  # a name asked twice is bound once
         for name in wanted:
             binding.bind_output(name, "cpu")
-        _EpCoreSession.run_with_iobinding(self, binding, run_options)
+        sess.run_with_iobinding(binding, run_options)
         results = binding.copy_outputs_to_cpu()
         return [results[wanted.index(n)] for n in output_names]
 
@@ -401,7 +495,7 @@ class InferenceSession(_EpCoreSession):
         """Compute the outputs named (all when None or empty): NumPy arrays, and lists / dicts for
         sequence and map outputs, as onnxruntime returns them."""
         self._validate_input(list(input_feed))
-        names = list(output_names) if output_names else list(self._meta.output_names)
+        names = list(output_names) if output_names else list(self._ep_core_meta.output_names)
         return self._with_fallback(lambda: self._run_values(names, input_feed, run_options))
 
     def run_with_ort_values(
@@ -414,7 +508,7 @@ class InferenceSession(_EpCoreSession):
         from ep_core.onnxruntime.ortvalue import OrtValue
 
         self._validate_input(list(input_dict_ort_values))
-        names = list(output_names) if output_names else list(self._meta.output_names)
+        names = list(output_names) if output_names else list(self._ep_core_meta.output_names)
         values = self._with_fallback(lambda: self._run_values(names, input_dict_ort_values, run_options))
         return [OrtValue(Tensor(v)) for v in values]
 
@@ -429,7 +523,7 @@ class InferenceSession(_EpCoreSession):
         """Run on another thread, then call ``callback(results, user_data, error)``: the outputs
         and '' , or [] and the error's message (onnxruntime's contract)."""
         self._validate_input(list(input_feed.keys()))
-        names = list(output_names) if output_names else list(self._meta.output_names)
+        names = list(output_names) if output_names else list(self._ep_core_meta.output_names)
 
         def work() -> None:
             try:
@@ -441,21 +535,28 @@ class InferenceSession(_EpCoreSession):
 
         threading.Thread(target=work, name="ep-core-run-async", daemon=True).start()
 
-    def io_binding(self) -> IOBinding:  # type: ignore[override]
+    def io_binding(self) -> IOBinding:
         from ep_core.onnxruntime.iobinding import IOBinding
 
         return IOBinding(self)
 
     def run_with_iobinding(self, iobinding: Any, run_options: RunOptions | None = None) -> None:
-        """Run with an ``IOBinding`` made by this session's ``io_binding()``."""
+        """Run with an ``IOBinding`` made by this session's ``io_binding()``. A failure is raised
+        as a ``RuntimeError`` too, as onnxruntime raises it, keeping ep-core's class."""
+        from ep_core.onnxruntime.ortvalue import as_runtime_error
+
+        sess = self._engine()
         inner = getattr(iobinding, "_iobinding", iobinding)
-        if getattr(inner, "_built", None) is not self._built:
+        if getattr(inner, "_built", None) is not sess._built:
             raise ValueError("IOBinding must be used with the session that created it.")
-        super().run_with_iobinding(inner, run_options)
+        try:
+            sess.run_with_iobinding(inner, run_options)
+        except EpCoreError as exc:
+            raise as_runtime_error(exc) from exc
 
     def get_session_options(self) -> SessionOptions:
         """A copy of the options the session runs with (onnxruntime's ``SessionOptions`` class)."""
-        options = super().get_session_options()
+        options = self._engine().get_session_options()
         return options if isinstance(options, SessionOptions) else SessionOptions.model_validate(dict(options))
 
     def create_ortvalue_from_shape_and_type(
@@ -489,17 +590,26 @@ class InferenceSession(_EpCoreSession):
             )
 
 
+def _decoded(value: np.ndarray) -> np.ndarray:
+    """A NumPy ``bytes`` array as the object array of ``str`` a string tensor holds (UTF-8)."""
+    return np.vectorize(lambda b: b.decode("utf-8", "replace"), otypes=[object])(value)
+
+
 def _for_ep_core(options: _EpCoreOptions | None) -> _EpCoreOptions | None:
     """The options ep-core's engine reads: OrtEpDevices unwrapped to EpDevices, a selection
-    delegate given OrtEpDevices as onnxruntime's are; unchanged when nothing needs that."""
+    delegate given OrtEpDevices as onnxruntime's are, ORT_PARALLEL made sequential (see
+    ``_sequential``); unchanged when nothing needs that."""
     if options is None:
         return None
     devices = [(tuple(ep_device_of(d) for d in devs), opts) for devs, opts in options.provider_devices]
     delegate = options.ep_selection_delegate
-    if devices == options.provider_devices and delegate is None:
+    parallel = options.execution_mode == ExecutionMode.ORT_PARALLEL
+    if devices == options.provider_devices and delegate is None and not parallel:
         return options
     copy = options.model_copy(deep=False)
     copy.provider_devices = devices
+    if parallel:
+        _sequential(copy)
     if delegate is not None:
         user = delegate
 
@@ -512,14 +622,29 @@ def _for_ep_core(options: _EpCoreOptions | None) -> _EpCoreOptions | None:
     return copy
 
 
+def _sequential(options: _EpCoreOptions) -> None:
+    """ORT_PARALLEL on ep-core, as onnxruntime treats it for an EP whose nodes its parallel executor
+    cannot run (the DML EP): the session runs sequentially, saying so at warning severity. Nodes
+    run one at a time either way, so the results are the same; inter_op_num_threads then sizes
+    nothing, as in onnxruntime's sequential mode."""
+    from ep_core.host.logs import SessionLog
+
+    options.execution_mode = ExecutionMode.ORT_SEQUENTIAL
+    log = SessionLog(options.logid, options.log_severity_level, 0)
+    log.log(
+        2,
+        "Parallel execution mode is not supported by ep-core's executor (it runs one node at a time). So making "
+        "the execution mode sequential for this session, as onnxruntime does for the DML Execution Provider.",
+    )
+
+
 def _tensor_of(value: Any) -> Tensor:
-    from ep_core.onnxruntime.ortvalue import OrtValue
+    from ep_core.onnxruntime.ortvalue import OrtRuntimeError, OrtValue
 
     if isinstance(value, OrtValue):
         return value._tensor
     if isinstance(value, Tensor):
         return value
-    raise InvalidArgument(
-        f"an input must be a numpy.ndarray, a list or an OrtValue, got {type(value).__name__} "
-        "(onnxruntime: 'Unable to handle object of type')"
+    raise OrtRuntimeError(
+        f"Unable to handle object of type {type(value)}: an input must be a numpy.ndarray, a list or an OrtValue"
     )

@@ -90,7 +90,7 @@ def build(request: BuildRequest) -> Built:
         for sel in selected:
             built.eps.append(EpInstance(sel, options, request.registry))
         _register_custom_domains(built.eps)
-        built.model = check_and_infer(proto)
+        built.model, built.declared = check_and_infer(proto), type(proto.graph)(output=proto.graph.output)
         _trace(profiler, "model_loading_uri" if model_path else "model_loading_array", t0)
         validate_model_compatibility(built.model, built.eps, options, model_path)
         if profiler is not None:

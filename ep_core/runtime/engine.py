@@ -29,6 +29,7 @@ class Built:
     model_path: Path | None
     host: "SessionHost"  # threads, logger and trace (``host.trace``: None unless profiling)
     model: Any = None  # the checked, shape-inferred model (layout-transformed if that was kept)
+    declared: Any = None  # a GraphProto of the model's outputs as declared, before shape inference
     graph: "GraphView | None" = None
     program: "GraphProgram | None" = None
     context: "SessionContext | None" = None

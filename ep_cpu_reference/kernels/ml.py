@@ -192,14 +192,15 @@ def build_category_mapper(node: NodeView, ctx: KernelContext) -> Fn:
 
 @REGISTRY.register("DictVectorizer", since=1, domain=ML)
 def build_dict_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
-    """A map as the 1-D vector over the vocabulary (absent keys are 0), typed as the node's
-    output says (onnx.reference returns float64 for float maps, hence native)."""
+    """A map as the vector over the vocabulary (absent keys are 0, keys outside it dropped), typed
+    as the node's output says (onnx.reference returns float64 for float maps, hence native)."""
     vocab = [_text(s) for s in node.attr("string_vocabulary", [])] or [
         int(v) for v in node.attr("int64_vocabulary", [])
     ]
     where = {k: i for i, k in enumerate(vocab)}
     info = node.output_info(0)
     dtype = info.np_dtype if info is not None and info.np_dtype is not None else None
+    rank = len(info.shape) if info is not None and info.shape is not None else 2
 
     def compute(x: Any) -> tuple[Any]:
         if not isinstance(x, dict):
@@ -212,10 +213,9 @@ def build_dict_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
             else np.full(len(vocab), "", dtype=object)
         )
         for k, v in x.items():
-            if k not in where:
-                raise KeyError(f"{node.describe()}: key {k!r} is not in the vocabulary")
-            out[where[k]] = v
-        return (out,)
+            if k in where:  # a key outside the vocabulary is dropped, as onnxruntime and scikit-learn do
+                out[where[k]] = v
+        return (out if rank == 1 else out[None],)  # [1, N] unless the graph says 1-D, as onnxruntime
 
     return compute
 

@@ -76,7 +76,7 @@ def build_stft(node: NodeView, ctx: KernelContext) -> Fn:
     onesided = bool(node.attr("onesided", 1))
 
     def compute(signal: Any, step: Any, window: Any = None, length: Any = None) -> tuple[Any]:
-        c = _complex(node, signal)
+        c = _complex(node, signal[..., None] if signal.ndim == 2 else signal)  # [batch, length]: real, as onnxruntime
         hop = ints(step)[0]
         if length is not None and np.asarray(length).size:
             n = ints(length)[0]

@@ -96,7 +96,7 @@ def test_install_and_uninstall_in_process(tmp_path: Path) -> None:
         import onnxruntime
         print(onnxruntime.__name__)
         try:
-            import onnxruntime.transformers
+            import onnxruntime.transformers.optimizer
         except ModuleNotFoundError as exc:
             print("missing:", exc.name)
         dropin.uninstall()
@@ -109,7 +109,7 @@ def test_install_and_uninstall_in_process(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr
     assert done.stdout.split("\n")[:3] == [
         "ep_core.onnxruntime",
-        "missing: onnxruntime.transformers",
+        "missing: onnxruntime.transformers.optimizer",
         "onnxruntime False",
     ]
 

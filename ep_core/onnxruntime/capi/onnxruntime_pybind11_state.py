@@ -48,12 +48,12 @@ from ep_core.onnxruntime.functions import (
     unregister_execution_provider_library,
 )
 from ep_core.onnxruntime.iobinding import SessionIOBinding
-from ep_core.onnxruntime.options import SessionOptions
+from ep_core.onnxruntime.options import RunOptions, SessionOptions
 from ep_core.onnxruntime.ortvalue import copy_tensors
 from ep_core.onnxruntime.refusals import AdapterFormat, LoraAdapter, OrtSparseFormat, SparseTensor
 from ep_core.onnxruntime.session import OrtEpAssignedNode, OrtEpAssignedSubgraph
 from ep_core.runtime.options import EpSelectionPolicy as OrtExecutionProviderDevicePolicy
-from ep_core.runtime.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel, RunOptions
+from ep_core.runtime.options import ExecutionMode, ExecutionOrder, GraphOptimizationLevel
 from ep_core.runtime.session import ModelMetadata, NodeArg
 from ep_core.sdk.errors import (
     DeviceReset,
