@@ -11,7 +11,7 @@ CONTRIB := $(wildcard plugins_contrib/*/pyproject.toml)
 $(STAMP): pyproject.toml $(CONTRIB)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev,cuda]'
+	$(PIP) install -q -e '.[dev,cuda,ray]'
 	for p in $(dir $(CONTRIB)); do $(PIP) install -q "./$$p" || exit 1; done
 	touch $(STAMP)
 

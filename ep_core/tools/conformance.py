@@ -17,26 +17,34 @@ still count as failed in the percentage. The file format::
     unless_importable = "PIL"          # optional: the cases run when this module imports
 
 The comparison follows onnx's backend runner: same dtype and shape, strings and bools exact, floats
-within the case's rtol/atol, sequences element by element, ``None`` for empty optionals."""
+within the case's rtol/atol, sequences element by element, ``None`` for empty optionals.
+
+Where the cases run (``--case-timeout``, ``--cluster``; ``run_conformance(..., cluster=...)`` in
+Python) follows ``ep_core.tools.sweep``: worker processes here, each case under a timeout (default
+120 s; a case still running then is reported ``timeout`` and counts as failed), in this process
+with ``--case-timeout 0``, or Ray tasks on a cluster. The results are the same wherever they run."""
 
 from __future__ import annotations
 
 import argparse
-import collections
 import importlib
 import json
 import re
 import sys
 import time
 import warnings
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ep_core.sdk.errors import ConfigError
 from ep_core.tools.progress import Bar
+from ep_core.tools.sweep import core as placement
+
+if TYPE_CHECKING:
+    from ep_core.tools.sweep import Executor, Outcome
 
 
 @dataclass(frozen=True)
@@ -206,7 +214,35 @@ def assert_close(expected: Any, actual: Any, rtol: float, atol: float, where: st
     np.testing.assert_allclose(_as_float(actual), _as_float(expected), rtol=r, atol=atol, err_msg=where)
 
 
-def run_case(case: Any, ep: str | None = None) -> None:
+@dataclass(frozen=True)
+class PlainCase:
+    """A node test case as plain data (what a worker process or a Ray task receives): the model's
+    bytes and each data set's feeds and expected outputs, already as arrays."""
+
+    name: str
+    op: str
+    model: bytes
+    inputs: tuple[str, ...]
+    outputs: tuple[str, ...]
+    data_sets: tuple[tuple[dict[str, Any], list[Any]], ...]
+    rtol: float
+    atol: float
+
+
+def plain_case(case: Any, op: str | None = None) -> PlainCase:
+    """An onnx ``TestCase`` as a :class:`PlainCase` (``op``: its ``main_op``, when known)."""
+    inputs = tuple(i.name for i in case.model.graph.input)
+    data = tuple(
+        ({n: to_feed_value(v) for n, v in zip(inputs, ins, strict=False)}, [to_feed_value(e) for e in expected])
+        for ins, expected in case.data_sets
+    )
+    outputs = tuple(o.name for o in case.model.graph.output)
+    model = case.model.SerializeToString()
+    op = op or main_op(case)
+    return PlainCase(case.name, op, model, inputs, outputs, data, float(case.rtol), float(case.atol))
+
+
+def check_case(case: PlainCase, ep: str | None = None) -> None:
     """Run one case through a fresh session; raise on any difference. With ``ep`` the session has
     that EP alone (no CPU fallback); without, the core's default choice."""
     from ep_core.runtime.options import SessionOptions
@@ -215,16 +251,111 @@ def run_case(case: Any, ep: str | None = None) -> None:
     opts = SessionOptions()
     if ep is not None:
         opts.add_session_config_entry("session.disable_cpu_ep_fallback", "1")
-    sess = InferenceSession(case.model.SerializeToString(), opts, providers=[ep] if ep else None)
-    names = [i.name for i in case.model.graph.input]
-    outs = [o.name for o in case.model.graph.output]
-    for inputs, expected in case.data_sets:
-        feed = {n: to_feed_value(v) for n, v in zip(names, inputs, strict=False)}
-        got = sess.run(outs, feed)
+    sess = InferenceSession(case.model, opts, providers=[ep] if ep else None)
+    for feed, expected in case.data_sets:
+        got = sess.run(list(case.outputs), feed)
         if len(got) != len(expected):
             raise AssertionError(f"{len(got)} outputs, expected {len(expected)}")
         for i, (e, a) in enumerate(zip(expected, got, strict=False)):
-            assert_close(e, a, case.rtol, case.atol, f"output {i} ({outs[i]})")
+            assert_close(e, a, case.rtol, case.atol, f"output {i} ({case.outputs[i]})")
+
+
+def run_case(case: Any, ep: str | None = None) -> None:
+    """``check_case`` of an onnx ``TestCase``."""
+    check_case(plain_case(case), ep)
+
+
+@dataclass(frozen=True)
+class CaseJob:
+    case: PlainCase
+    ep: str
+
+
+def judge(job: CaseJob) -> tuple[str, str]:
+    """A worker's ``run_one``: ``("passed", "")`` or ``("failed", why)``."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            check_case(job.case, job.ep)
+    except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
+        return "failed", f"{type(exc).__name__}: {exc}"
+    return "passed", ""
+
+
+@dataclass
+class ConformanceRun:
+    """What ``run_conformance`` found: per case ``{"status", "op", "reason"}`` (status ``passed``,
+    ``failed``, ``excluded`` or ``timeout``), in the cases' order."""
+
+    ep: str
+    results: dict[str, dict[str, str]]
+    exclusions: Exclusions | None = None
+    seconds: float = 0.0
+    by_op: dict[str, list[str]] = field(default_factory=dict)
+
+    @property
+    def passed(self) -> int:
+        return sum(r["status"] == "passed" for r in self.results.values())
+
+    @property
+    def percent(self) -> float:
+        return 100.0 * self.passed / len(self.results) if self.results else 0.0
+
+
+def _status(outcome: "Outcome[tuple[str, str]]") -> tuple[str, str]:
+    if outcome.status == "ok" and outcome.value is not None:
+        return outcome.value
+    if outcome.status == "timeout":
+        return "timeout", f"{outcome.error} (the case timeout); the worker running it was stopped"
+    return "failed", outcome.error
+
+
+def run_conformance(
+    ep: str | None = None,
+    *,
+    exclusions: Exclusions | str | Path | None = None,
+    filter: str | None = None,
+    cluster: "str | Executor | None" = None,
+    case_timeout: float | None = None,
+    progress: Callable[[int, int, str], None] | None = None,
+) -> ConformanceRun:
+    """Every node test case (matching ``filter``) on ``ep`` alone (default: the CPU fallback EP).
+    ``cluster`` and ``case_timeout`` say where the cases run, as for ``build_report``: by default in
+    this process; worker processes here with a timeout; Ray tasks with ``cluster``."""
+    from ep_core.runtime.discover import get_registry
+    from ep_core.tools.sweep import RegisterEps, run_cases
+
+    ep = ep or default_ep()
+    handle = get_registry().handle(ep)
+    if handle.load() is None:
+        raise ConfigError(f"execution provider {ep!r} is installed but failed to load: {handle.load_error}")
+    if exclusions is not None and not isinstance(exclusions, Exclusions):
+        exclusions = load_exclusions(exclusions)
+    if exclusions is not None and exclusions.ep != ep:
+        raise ConfigError(
+            f"{exclusions.source} lists the exclusions of {exclusions.ep}, but the EP under test is {ep}; "
+            f"pass --ep {exclusions.ep} or that EP's own exclusions file"
+        )
+    executor = placement.make_executor(cluster, case_timeout)
+    raw = collect(filter)
+    ops = [main_op(c) for c in raw]
+    reasons = [exclusions.reason(c.name) if exclusions else None for c in raw]
+    jobs = [CaseJob(plain_case(c, op), ep) for c, op, why in zip(raw, ops, reasons) if why is None]
+    extra: dict[str, Any] = {}
+    if not executor.in_process:
+        from ep_core.tools.sweep.ray_executor import ep_resources
+
+        needs = cache(ep_resources)  # asked for only on Ray, once
+        extra = {"setup": RegisterEps.from_registry(), "resources": lambda job: needs(job.ep)}
+    t0 = time.perf_counter()
+    outcomes = iter(run_cases(jobs, judge, executor, progress=progress, label=lambda j: j.case.name, **extra))
+    run = ConformanceRun(ep, {}, exclusions, time.perf_counter() - t0)
+    for case, op, reason in zip(raw, ops, reasons):
+        status, why = ("excluded", reason) if reason is not None else _status(next(outcomes))
+        run.results[case.name] = {"status": status, "op": op, "reason": why}
+        if status != "passed":
+            run.by_op.setdefault(op, []).append(case.name)
+    return run
 
 
 @cache
@@ -255,61 +386,40 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--min-percent", type=float, metavar="P", help="exit 1 if fewer than this percentage of cases pass"
     )
     parser.add_argument("--progress", action="store_true", help="progress bar even when stderr is not a terminal")
+    placement.add_arguments(parser)
+
+
+_TAGS = {"excluded": "excluded", "timeout": "TIMEOUT"}
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the cases on the EP and print the report; the exit code honours ``--min-percent``."""
-    from ep_core.runtime.discover import get_registry
-
     ep = args.ep or default_ep()
-    handle = get_registry().handle(ep)
-    if handle.load() is None:
-        raise ConfigError(f"execution provider {ep!r} is installed but failed to load: {handle.load_error}")
-    exclusions = load_exclusions(args.exclusions) if args.exclusions else None
-    if exclusions is not None and exclusions.ep != ep:
-        raise ConfigError(
-            f"{exclusions.source} lists the exclusions of {exclusions.ep}, but the EP under test is {ep}; "
-            f"pass --ep {exclusions.ep} or that EP's own exclusions file"
-        )
-    cases = collect(args.filter)
-    results: dict[str, dict[str, str]] = {}
-    by_op: dict[str, list[str]] = collections.defaultdict(list)
     bar = Bar(f"conformance {ep}", force=True if getattr(args, "progress", False) else None)
-    t0 = time.perf_counter()
-    for done, case in enumerate(cases, 1):
-        op = main_op(case)
-        reason = exclusions.reason(case.name) if exclusions else None
-        status = "excluded"
-        if reason is None:
-            try:
-                with warnings.catch_warnings():
-                    warnings.simplefilter("ignore")
-                    run_case(case, ep)
-                status, reason = "passed", ""
-            except Exception as exc:  # noqa: BLE001 - every failure is reported, none stops the run
-                status, reason = "failed", f"{type(exc).__name__}: {exc}"
-        results[case.name] = {"status": status, "op": op, "reason": reason}
-        if status != "passed":
-            by_op[op].append(case.name)
-        bar.update(done, len(cases), case.name)
-    bar.close()
-    elapsed = time.perf_counter() - t0
-
+    try:
+        result = run_conformance(
+            ep,
+            exclusions=args.exclusions,
+            filter=args.filter,
+            cluster=placement.executor_from_args(args),
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    results, exclusions = result.results, result.exclusions
     print(f"EP under test: {ep}" + (f" (exclusions: {exclusions.source})" if exclusions else ""))
-    for op, names in sorted(by_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
+    for op, names in sorted(result.by_op.items(), key=lambda kv: (-len(kv[1]), kv[0])):
         print(f"{op}: {len(names)} failed")
         for n in names:
             r = results[n]
-            tag = "excluded" if r["status"] == "excluded" else "FAILED"
+            tag = _TAGS.get(r["status"], "FAILED")
             text = r["reason"] if args.verbose else r["reason"].splitlines()[0][:160] if r["reason"] else ""
             print(f"    {n} [{tag}] {text}")
     if args.json:
         with open(args.json, "w", encoding="utf-8") as f:
             json.dump(results, f, indent=1)
-    total = len(cases)
-    passed = sum(r["status"] == "passed" for r in results.values())
-    pct = 100.0 * passed / total if total else 0.0
-    print(f"({elapsed:.1f}s)", file=sys.stderr)
+    total, passed, pct = len(results), result.passed, result.percent
+    print(f"({result.seconds:.1f}s)", file=sys.stderr)
     print(f"conformance: {passed} passed, {total - passed} failed of {total} ({pct:.2f}%)")
     return 1 if args.min_percent is not None and pct < args.min_percent else 0
 

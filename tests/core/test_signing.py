@@ -62,3 +62,22 @@ def test_a_foreign_key_is_trusted_only_after_trust_key(
     assert signing.verify(parts, sig).trusted
     trusted = next((keys / signing.TRUSTED_DIR).glob("*.key"))
     assert stat.S_IMODE(trusted.stat().st_mode) == 0o600
+
+
+def test_processes_creating_the_key_at_once_all_get_the_same_whole_key(keys: Path) -> None:
+    """Two sessions starting together on a fresh machine (or two pytest workers) race to create
+    the key: it is written whole under a private name and then linked, so no process reads it
+    half-written and all of them use the one that won."""
+    import subprocess
+    import sys
+
+    code = "from ep_core.sdk.epcontext import signing; print(signing.key_id(signing.own_key()))"
+    env = {**os.environ, "EP_CORE_KEY_DIR": str(keys)}
+    for _ in range(5):
+        for f in keys.glob("*.key"):
+            f.unlink()
+        procs = [subprocess.Popen([sys.executable, "-c", code], env=env, stdout=subprocess.PIPE) for _ in range(4)]
+        ids = {p.communicate(timeout=60)[0].strip() for p in procs}
+        assert all(p.returncode == 0 for p in procs)
+        assert len(ids) == 1 and len(next(iter(ids))) == 16
+        assert [p.name for p in keys.iterdir() if p.name.startswith(".")] == []  # no temporary left

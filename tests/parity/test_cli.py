@@ -1,4 +1,6 @@
-"""``ep-core parity-report``: formats and the exit codes scripts rely on."""
+"""``ep-core parity-report``: formats and the exit codes scripts rely on. The planted EPs of these
+tests are factory objects registered in this process (closures a worker process cannot unpickle),
+so their runtime runs stay in this process (``--case-timeout 0``); tests/scaleout covers workers."""
 
 from __future__ import annotations
 
@@ -34,6 +36,8 @@ def test_wrong_kernel_exits_1(wrong_add_ep: str, tmp_path: Path) -> None:
                 "--ops",
                 "Add",
                 "--no-expanded",
+                "--case-timeout",
+                "0",
                 "--format",
                 "json",
                 "-o",
@@ -49,7 +53,7 @@ def test_wrong_kernel_exits_1(wrong_add_ep: str, tmp_path: Path) -> None:
 def test_fail_under_compares_the_pass_rate(
     claims_nothing_ep: str, exact_add_ep: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    args = ["--runtime", "--ops", "Add", "--no-expanded"]
+    args = ["--runtime", "--ops", "Add", "--no-expanded", "--case-timeout", "0"]
     assert main(["parity-report", "--ep", claims_nothing_ep, *args]) == 0  # fallbacks are not defects ...
     assert main(["parity-report", "--ep", claims_nothing_ep, *args, "--fail-under", "50"]) == 1  # ... nor passes
     assert "under --fail-under 50%" in capsys.readouterr().err
@@ -104,7 +108,7 @@ def test_progress_bar_only_on_a_terminal_or_when_asked(exact_add_ep: str, capsys
     bar(2, 2, "done")
     assert "parity cases" in loud.getvalue() and "2/2" in loud.getvalue()
 
-    args = ["parity-report", "--ep", exact_add_ep, "--runtime", "--ops", "Add", "--no-expanded"]
+    args = ["parity-report", "--ep", exact_add_ep, "--runtime", "--ops", "Add", "--no-expanded", "--case-timeout", "0"]
     assert main(args) == 0
     assert "parity cases" not in capsys.readouterr().err  # captured stderr is no terminal
     assert main([*args, "--progress"]) == 0
@@ -123,6 +127,8 @@ def test_saved_json_report_renders_again_with_its_exit_code(wrong_add_ep: str, t
                 "--ops",
                 "Add",
                 "--no-expanded",
+                "--case-timeout",
+                "0",
                 "--format",
                 "json",
                 "-o",

@@ -17,7 +17,7 @@ from ep_core.tools.parity.render import render_json
 def validator() -> jsonschema.Draft202012Validator:
     schema = json.loads(resources.files("ep_core.tools.parity").joinpath("report.schema.json").read_text())
     jsonschema.Draft202012Validator.check_schema(schema)
-    assert schema["properties"]["schema_version"]["const"] == SCHEMA_VERSION
+    assert SCHEMA_VERSION in schema["properties"]["schema_version"]["enum"]  # 1.1 readers accept 1.0 reports
     return jsonschema.Draft202012Validator(schema)
 
 

@@ -75,14 +75,18 @@ def own_key() -> bytes:
     """This user's signing key, created (0600, in a 0700 folder) the first time it is needed."""
     folder = key_dir()
     path = folder / OWN_KEY_FILE
-    if not path.exists():
+    if not path.exists():  # written whole under a private name, then linked: never seen half-written
         folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # another process made it first: use theirs
-            return _read_key(path)
+        tmp = folder / f".{OWN_KEY_FILE}.{os.getpid()}.{secrets.token_hex(4)}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             fh.write(secrets.token_hex(32) + "\n")
+        try:
+            os.link(tmp, path)
+        except FileExistsError:  # another process made it first: use theirs
+            pass
+        finally:
+            tmp.unlink()
     return _read_key(path)
 
 

@@ -1,7 +1,11 @@
 """``ep-core parity-report``: how far an EP matches the reference EP and the ONNX spec.
 
-Exit codes: 0 ok; 1 a case failed (or the score is under ``--fail-under``); 2 usage error;
-3 the EP (or the reference EP) failed to load."""
+Cases run in worker processes under ``--case-timeout`` (a case still running then is reported
+``timeout``), or as Ray tasks with ``--cluster local|auto|ray://HOST:PORT``; the report is the same.
+
+Exit codes: 0 ok; 1 a case failed or timed out (or the score is under ``--fail-under``); 2 usage
+error (Ray missing for ``--cluster``, a resource no node has); 3 the EP (or the reference EP)
+failed to load."""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from ep_core.tools.parity.render import FORMATS
+from ep_core.tools.sweep import core as placement
 
 if TYPE_CHECKING:
     from ep_core.tools.parity.report import ParityReport
@@ -41,6 +46,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("-o", "--output", metavar="PATH", help="write the report here (the terminal summary still prints)")
     p.add_argument("--fail-under", type=float, metavar="PCT", help="exit 1 if the score is under PCT percent")
     p.add_argument("--progress", action="store_true", help="show the progress bar even when stderr is not a terminal")
+    placement.add_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -61,8 +67,18 @@ def run(args: argparse.Namespace) -> int:
     if args.max_elements is not None and args.max_elements < 1:
         return usage("--max-elements must be at least 1")
     fmt = args.format or ("md" if args.output else "text")
+    placed = placement.placement_flags(args)
     if args.from_json:
-        if args.ep or args.static or args.runtime or args.node_tests or args.filter or args.ops or args.models:
+        if (
+            args.ep
+            or args.static
+            or args.runtime
+            or args.node_tests
+            or args.filter
+            or args.ops
+            or args.models
+            or placed
+        ):
             return usage("--from-json re-renders a saved report; it takes only --format, -o and --fail-under")
         return _from_json(args.from_json, fmt, args.output, args.fail_under)
     if not args.ep:
@@ -74,6 +90,9 @@ def run(args: argparse.Namespace) -> int:
     static = args.static or not args.runtime
     runtime = args.runtime or wants_cases
     node_tests = bool(args.node_tests or args.filter or ops or args.only_ep_ops or (args.runtime and not models))
+    if placed and not runtime:
+        return usage(f"{', '.join(placed)} given, but static parity runs no case (add --node-tests or --models)")
+    executor = placement.executor_from_args(args) if runtime else None
     try:
         report = build_report(
             args.ep,
@@ -88,6 +107,7 @@ def run(args: argparse.Namespace) -> int:
             max_elements=args.max_elements,
             reference=args.reference,
             progress=ProgressBar(True if args.progress else None),
+            cluster=executor,
         )
     except ParityUsageError as exc:
         return usage(str(exc))

@@ -14,8 +14,16 @@ from pathlib import Path
 from typing import Any
 
 FORMATS = ("text", "md", "json", "html")
-STATUS_ORDER = ("pass", "fail", "error", "fallback", "skipped")
-STATUS_COLORS = {"pass": "#2e8540", "fail": "#d83933", "error": "#8b1a89", "fallback": "#e5a000", "skipped": "#a9aeb1"}
+STATUS_ORDER = ("pass", "fail", "error", "timeout", "fallback", "skipped")
+STATUS_COLORS = {
+    "pass": "#2e8540",
+    "fail": "#d83933",
+    "error": "#8b1a89",
+    "timeout": "#c05621",
+    "fallback": "#e5a000",
+    "skipped": "#a9aeb1",
+}
+BAD = ("fail", "error", "timeout")  # what the failure lists show (a 1.0 report has no timeout)
 
 
 # ----------------------------------------------------------------------------- helpers
@@ -81,10 +89,13 @@ def render_text(data: dict[str, Any]) -> str:
         lines.append(
             f"Runtime: {t['total']} case{'' if t['total'] == 1 else 's'}: {_counts(t) or 'none'}; pass rate {_pct(rt['pass_rate'])}"
         )
-        bad = [o for o in rt["ops"] if o["status"] in ("fail", "error")]
+        bad = [o for o in rt["ops"] if o["status"] in BAD]
         if bad:
             shown = ", ".join(f"{o['op_type']} ({_counts(o['counts'])})" for o in bad[:12])
             lines.append(f"  ops with failures: {shown}{' ...' if len(bad) > 12 else ''}")
+        hung = [c["name"] for c in rt["cases"] + rt["models"] if c["status"] == "timeout"]
+        if hung:
+            lines.append(f"  timed out: {', '.join(hung[:10])}{' ...' if len(hung) > 10 else ''}")
         seen = rt.get("observed_ops") or {}
         if seen:
             lines.append(
@@ -237,7 +248,7 @@ def render_markdown(data: dict[str, Any]) -> str:
         out += _md_table(
             ["family", "cases"] + list(STATUS_ORDER) + ["max abs err"],
             [
-                [fam, g["cases"]] + [g["counts"][s] for s in STATUS_ORDER] + [_err(g["max_abs_err"])]
+                [fam, g["cases"]] + [g["counts"].get(s, 0) for s in STATUS_ORDER] + [_err(g["max_abs_err"])]
                 for fam, g in rt["families"].items()
             ],
         )
@@ -250,7 +261,7 @@ def render_markdown(data: dict[str, Any]) -> str:
                     o["family"],
                     o["cases"],
                 ]
-                + [o["counts"][s] for s in STATUS_ORDER]
+                + [o["counts"].get(s, 0) for s in STATUS_ORDER]
                 + [_err(o["max_abs_err"]), _err(o["max_rel_err"])]
                 for o in rt["ops"]
             ],
@@ -271,9 +282,9 @@ def render_markdown(data: dict[str, Any]) -> str:
                     for m in rt["models"]
                 ],
             )
-        bad = [c for c in rt["cases"] if c["status"] in ("fail", "error")]
+        bad = [c for c in rt["cases"] if c["status"] in BAD]
         if bad:
-            out += ["", f"### Failures and errors ({len(bad)})", ""]
+            out += ["", f"### Failures, errors and timeouts ({len(bad)})", ""]
             out += _md_table(
                 ["case", "op", "status", "defect", "reason"],
                 [
@@ -361,7 +372,8 @@ table{border-collapse:collapse;font-size:12.5px;margin:6px 0}
 th,td{border:1px solid #ddd;padding:3px 7px;text-align:left;vertical-align:top}
 th{background:#f3f4f6;position:sticky;top:0}td.n{text-align:right;font-variant-numeric:tabular-nums}
 .st{display:inline-block;padding:0 6px;border-radius:3px;color:#fff;font-size:11.5px}
-.pass{background:#2e8540}.fail{background:#d83933}.error{background:#8b1a89}.fallback{background:#e5a000}
+.pass{background:#2e8540}.fail{background:#d83933}.error{background:#8b1a89}.timeout{background:#c05621}
+.fallback{background:#e5a000}
 .skipped,.none{background:#a9aeb1}.ok{background:#2e8540}.partial{background:#e5a000}.missing{background:#d83933}
 .legend span{display:inline-block;margin-right:14px;font-size:12px}
 .legend i{display:inline-block;width:11px;height:11px;margin-right:4px;vertical-align:-1px}
@@ -505,7 +517,7 @@ def render_html(data: dict[str, Any]) -> str:
                 [(f, g["counts"]) for f, g in rt["families"].items()],
                 STATUS_ORDER,
                 STATUS_COLORS,
-                "pass / fail / error / fallback / skipped per op family",
+                "pass / fail / error / timeout / fallback / skipped per op family",
             )
         )
         err_rows = [
@@ -570,7 +582,7 @@ def render_html(data: dict[str, Any]) -> str:
                     f'<td><span class="st {_e(ro["status"])}">{_e(ro["status"])}</span></td>',
                     f'<td class="n">{ro["cases"]}</td>',
                 ]
-                cells += [f'<td class="n">{ro["counts"][x]}</td>' for x in STATUS_ORDER]
+                cells += [f'<td class="n">{ro["counts"].get(x, 0)}</td>' for x in STATUS_ORDER]
                 cells += [
                     f'<td class="n">{_e(_err(ro["max_abs_err"]))}</td>',
                     f'<td class="n">{_e(_err(ro["max_rel_err"]))}</td>',
@@ -621,7 +633,7 @@ def render_html(data: dict[str, Any]) -> str:
                     f'<td class="n">{_e(_err(m["max_rel_err"]))}</td><td>{_e(m["reason"])}</td></tr>'
                 )
             body.append("</tbody></table>")
-        bad = [c for c in rt["cases"] if c["status"] in ("fail", "error", "fallback")]
+        bad = [c for c in rt["cases"] if c["status"] in (*BAD, "fallback")]
         if bad:
             body.append(
                 f"<h2>Cases that did not pass ({len(bad)})</h2><table><thead><tr><th>case</th><th>op</th>"

@@ -11,12 +11,15 @@ import platform
 import re
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime.discover import PluginRegistry, get_registry
 from ep_core.tools.parity.introspect import EpDescription, EpLoadFailure, describe_ep, reference_ep_name
 
-SCHEMA_VERSION = "1.0"
+if TYPE_CHECKING:
+    from ep_core.tools.sweep import Executor
+
+SCHEMA_VERSION = "1.1"  # 1.1: the "timeout" status (and its count)
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_EP_LOAD = 0, 1, 2, 3
 
 
@@ -89,20 +92,33 @@ def build_report(
     reference: str | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     registry: PluginRegistry | None = None,
+    cluster: "str | Executor | None" = None,
+    case_timeout: float | None = None,
 ) -> ParityReport:
     """Static and/or runtime parity of ``ep`` against the reference EP and the ONNX schemas.
 
     Runtime mode runs the node test cases (exact ``ops`` and/or the ``filter`` regex; with
     ``only_ep_ops`` just the ops the EP declares) and the zoo ``models``. ``max_elements`` and
     ``skip_models_reason`` keep slow EPs (simulators) bounded; what they leave out is listed as
-    skipped with the reason. Raises ``EpLoadFailure`` (exit 3) or ``ParityUsageError`` (exit 2)."""
+    skipped with the reason.
+
+    Where the cases run (``ep_core.tools.sweep.make_executor``): in this process by default; in
+    worker processes here with ``case_timeout`` seconds (a case that overruns it is reported
+    ``timeout``); as Ray tasks with ``cluster`` = ``"local"``, ``"auto"`` or ``"ray://HOST:PORT"``
+    (``case_timeout`` None is then 120 s, 0 none). The report is the same wherever they run.
+    Raises ``EpLoadFailure`` (exit 3), ``ParityUsageError`` (exit 2), or a ``ClusterError`` (an
+    ``InvalidArgument``, exit 2) when the cluster cannot run them."""
     from ep_core.tools.parity.cases import model_case, node_cases, node_test_ops
     from ep_core.tools.parity.runtime import runtime_report
     from ep_core.tools.parity.static import static_report
+    from ep_core.tools.sweep import make_executor
     from ep_core.tools.zoo import MODELS
 
     if not static and not runtime:
         raise ParityUsageError("nothing to do: ask for static and/or runtime parity")
+    if not runtime and (cluster is not None or case_timeout is not None):
+        raise ParityUsageError("cluster and case_timeout given, but static parity runs no case (ask for runtime=True)")
+    executor = make_executor(cluster, case_timeout) if runtime else None
     if filter:
         try:
             re.compile(filter)
@@ -160,7 +176,7 @@ def build_report(
             "models": list(models),
             "skip_models_reason": skip_models_reason,
         }
-        data["runtime"] = runtime_report(ep, ref_name, cases, mcases, registry, progress, filters)
+        data["runtime"] = runtime_report(ep, ref_name, cases, mcases, registry, progress, filters, executor)
     data["summary"] = _summary(data)
     return ParityReport(data)
 

@@ -4,6 +4,8 @@ a user would run it) and on the reference EP (the oracle), and say per case what
 Statuses, in the order they win:
 
 * ``skipped``  not run, with the reason (too large for this run, simulator, ...);
+* ``timeout``  the EP under test did not finish the case within the case timeout (its worker
+               process was stopped);
 * ``error``    the EP-under-test session could not be created or run;
 * ``fallback`` no node ran on the EP under test (everything fell back) - never a pass;
 * ``fail``     some node ran on the EP and the outputs are wrong: for node tests against the
@@ -12,10 +14,14 @@ Statuses, in the order they win:
 * ``pass``     every node ran on the EP under test and the outputs are right.
 
 Node tests are also compared against the reference EP; that comparison is recorded, not judged,
-because the reference EP is itself checked against the same expected outputs."""
+because the reference EP is itself checked against the same expected outputs.
+
+Each run of a case on one EP is a :class:`RunJob`, plain data that ``ep_core.tools.sweep`` runs in
+this process, in worker processes under a timeout, or as Ray tasks; the judging happens here."""
 
 from __future__ import annotations
 
+import functools
 import time
 import warnings
 from collections.abc import Callable, Sequence
@@ -28,13 +34,14 @@ from ep_core.runtime.discover import PluginRegistry
 from ep_core.tools.parity.cases import Case
 from ep_core.tools.parity.compare import Comparison, compare_outputs, json_float
 from ep_core.tools.parity.families import family_of
+from ep_core.tools.sweep import Executor, Outcome, RegisterEps, run_cases
 
-STATUSES = ("pass", "fail", "error", "fallback", "skipped")
+STATUSES = ("pass", "fail", "error", "timeout", "fallback", "skipped")
 # Ops whose outputs are random: only shapes and dtypes can be compared.
 RANDOM_OPS = frozenset(
     {"Bernoulli", "Multinomial", "RandomNormal", "RandomNormalLike", "RandomUniform", "RandomUniformLike"}
 )
-_WORST = {"error": 4, "fail": 3, "fallback": 2, "pass": 1, "skipped": 0}
+_WORST = {"error": 5, "timeout": 4, "fail": 3, "fallback": 2, "pass": 1, "skipped": 0}
 
 
 @dataclass
@@ -48,6 +55,7 @@ class RunResult:
     declined: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     seconds: float = 0.0
+    timed_out: bool = False
 
 
 def _op_types(graph: Any, prefix: str = "") -> dict[str, str]:
@@ -116,6 +124,28 @@ def execute(case: Case, provider: str, registry: PluginRegistry | None) -> RunRe
     return result
 
 
+@dataclass(frozen=True)
+class RunJob:
+    """One session run a sweep hands to a worker: ``case`` on ``provider``."""
+
+    case: Case
+    provider: str
+
+
+def run_job(job: RunJob, registry: PluginRegistry | None = None) -> RunResult:
+    """A worker's ``run_one``: with no registry, the worker's own (its installed EPs)."""
+    return execute(job.case, job.provider, registry)
+
+
+def _as_run(outcome: Outcome[RunResult], provider: str) -> RunResult:
+    if outcome.status == "ok" and outcome.value is not None:
+        return outcome.value
+    if outcome.status == "timeout":
+        why = f"{outcome.error} on {provider} (the case timeout); the worker running it was stopped"
+        return RunResult(error=why, timed_out=True, seconds=outcome.seconds)
+    return RunResult(error=outcome.error, seconds=outcome.seconds)
+
+
 def _compare(run: RunResult, expected: Sequence[Sequence[Any]], case: Case) -> Comparison:
     out = Comparison(True)
     for got, want in zip(run.outputs, expected, strict=False):
@@ -161,7 +191,7 @@ def judge_case(case: Case, ep_name: str, mine: RunResult | None, oracle: RunResu
         entry["reference_status"] = "error" if oracle.error else "ok"
         entry["reference_error"] = oracle.error
     if mine.error is not None:
-        entry["status"] = "error"
+        entry["status"] = "timeout" if mine.timed_out else "error"
         entry["reason"] = mine.error
         return entry
     on_ep = [n for n, a in mine.assignment.items() if a["ep"] == ep_name]
@@ -222,6 +252,34 @@ def judge_case(case: Case, ep_name: str, mine: RunResult | None, oracle: RunResu
     return entry
 
 
+def _runner(
+    executor: Executor | None, registry: PluginRegistry | None
+) -> tuple[Callable[[RunJob], RunResult], dict[str, Any]]:
+    """run_one and the ``run_cases`` arguments for ``executor``: in this process the runs use
+    ``registry`` itself; workers rebuild its hand-registered EPs (``setup``) and, on Ray, ask for
+    the resources of the EP each run needs."""
+    from ep_core.runtime.discover import get_registry
+    from ep_core.tools.parity.report import ParityUsageError
+
+    if executor is None or executor.in_process:
+        return functools.partial(run_job, registry=registry), {}
+    if registry is not None and registry is not get_registry():
+        raise ParityUsageError(
+            "a registry other than the process's own cannot be sent to worker processes; run in this process "
+            "(case_timeout=0, no cluster) or register the EPs in the process registry"
+        )
+    needs: dict[str, dict[str, float]] = {}
+
+    def resources(job: RunJob) -> dict[str, float]:
+        from ep_core.tools.sweep.ray_executor import ep_resources
+
+        if job.provider not in needs:
+            needs[job.provider] = ep_resources(job.provider, registry)
+        return needs[job.provider]
+
+    return run_job, {"setup": RegisterEps.from_registry(registry), "resources": resources}
+
+
 def _worse(a: float | str | None, b: float | str | None) -> float | str | None:
     if a is None:
         return b
@@ -259,14 +317,14 @@ def aggregate(
         if c["nodes_on_ep"] > 0:  # a full fallback measures the other EP, not this one
             g["max_abs_err"] = _worse(g["max_abs_err"], c["max_abs_err"])
             g["max_rel_err"] = _worse(g["max_rel_err"], c["max_rel_err"])
-        if c["status"] in ("fail", "error"):
+        if c["status"] in ("fail", "error", "timeout"):
             g["failed_cases"].append(c["name"])
     return groups
 
 
 def is_defect(case: dict[str, Any]) -> bool:
-    """A result that is the EP's fault: wrong numbers, or an error on a case the oracle runs."""
-    return case["status"] == "fail" or (case["status"] == "error" and case["reference_status"] == "ok")
+    """A result that is the EP's fault: wrong numbers, or an error or a timeout on a case the oracle runs."""
+    return case["status"] == "fail" or (case["status"] in ("error", "timeout") and case["reference_status"] == "ok")
 
 
 def runtime_report(
@@ -277,25 +335,37 @@ def runtime_report(
     registry: PluginRegistry | None = None,
     progress: Callable[[int, int, str], None] | None = None,
     filters: dict[str, Any] | None = None,
+    executor: Executor | None = None,
 ) -> dict[str, Any]:
-    """The ``runtime`` section of the report (see report.schema.json)."""
-    total = len(node_cases) + len(model_cases)
-    done = 0
+    """The ``runtime`` section of the report (see report.schema.json). The runs go to ``executor``
+    (default: this process); a worker gets the EPs installed where it runs and those ``registry``
+    has by hand, never the registry object itself."""
+    cases = list(node_cases) + list(model_cases)
+    jobs = [RunJob(c, p) for c in cases if not c.skip_reason for p in dict.fromkeys((ep_name, reference))]
+    left = {id(c): 1 if ep_name == reference else 2 for c in cases if not c.skip_reason}
+    done = len(cases) - len(left)
+    if progress is not None and cases:
+        progress(done, len(cases), "")
+
+    def on_done(i: int, outcome: Outcome[Any]) -> None:
+        nonlocal done
+        case = jobs[i].case
+        left[id(case)] -= 1
+        if left[id(case)] == 0 and progress is not None:
+            done += 1
+            progress(done, len(cases), case.name)
+
+    run_one, extra = _runner(executor, registry)
+    runs = run_cases(jobs, run_one, executor, on_done=on_done, **extra)
+    by_job = {(id(j.case), j.provider): _as_run(o, j.provider) for j, o in zip(jobs, runs)}
     results: list[dict[str, Any]] = []
     models: list[dict[str, Any]] = []
-    for case in list(node_cases) + list(model_cases):
-        if progress is not None:
-            progress(done, total, case.name)
+    for case in cases:
         if case.skip_reason:
             entry = judge_case(case, ep_name, None, None)
         else:
-            mine = execute(case, ep_name, registry)
-            oracle = mine if ep_name == reference else execute(case, reference, registry)
-            entry = judge_case(case, ep_name, mine, oracle)
+            entry = judge_case(case, ep_name, by_job[(id(case), ep_name)], by_job[(id(case), reference)])
         (results if case.kind == "node" else models).append(entry)
-        done += 1
-    if progress is not None:
-        progress(done, total, "done")
     everything = results + models
     totals = dict.fromkeys(STATUSES, 0)
     for c in everything:
