@@ -15,6 +15,7 @@ import numpy as np
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import as_compute, fail
+from ep_cpu_reference.kernels.special import gelu, gelu_tanh
 from ep_cpu_reference.registry import REGISTRY
 
 MS = "com.microsoft"
@@ -104,21 +105,6 @@ def _register_schemas() -> None:
 _register_schemas()
 
 
-def erf(x: np.ndarray) -> np.ndarray:
-    """erf to ~1e-7 absolute (Abramowitz & Stegun 7.1.26) in float64: NumPy has no erf and scipy
-    is not a dependency; Gelu's float32 outputs need no more."""
-    xd = x.astype(np.float64)
-    s = np.sign(xd)
-    a = np.abs(xd)
-    t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
-    return s * (1.0 - poly * np.exp(-a * a))
-
-
-def _gelu(x: np.ndarray) -> np.ndarray:
-    return x * 0.5 * (1.0 + erf(x / np.sqrt(2.0)).astype(x.dtype))
-
-
 def _unary(fn: Any) -> Any:
     def build(node: NodeView, ctx: KernelContext) -> Any:
         def compute(*xs: np.ndarray) -> tuple[np.ndarray]:
@@ -130,14 +116,13 @@ def _unary(fn: Any) -> Any:
     return build
 
 
-REGISTRY.register("Gelu", domain=MS)(_unary(lambda node, x: _gelu(x)))
-REGISTRY.register("BiasGelu", domain=MS)(_unary(lambda node, a, b: _gelu(a + b)))
+REGISTRY.register("Gelu", domain=MS)(_unary(lambda node, x: gelu(x)))
+REGISTRY.register("BiasGelu", domain=MS)(_unary(lambda node, a, b: gelu(a + b)))
 
 
 def _fast_gelu(node: Any, x: np.ndarray, bias: Any = None) -> np.ndarray:
-    if bias is not None:
-        x = x + bias
-    return 0.5 * x * (1.0 + np.tanh(0.7978845608028654 * (x + 0.044715 * x * x * x)))
+    """onnxruntime's FastGelu: the tanh approximation of Gelu(x + bias), bias optional."""
+    return gelu_tanh(x if bias is None else x + bias)
 
 
 REGISTRY.register("FastGelu", domain=MS)(_unary(_fast_gelu))

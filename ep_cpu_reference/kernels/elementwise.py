@@ -4,14 +4,15 @@ ops, variadic Sum/Mean/Max/Min, Where, Clip. NumPy ufuncs already broadcast the 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
+from ep_cpu_reference.kernels.special import erf, gelu, gelu_tanh
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -96,10 +97,6 @@ def _reg(op: str, since: int | tuple[int, ...], builder: Callable[[Any, Any], Fn
 
 
 # ---------------------------------------------------------------------------- unary math
-def _erf(x: Any) -> Any:
-    return np.vectorize(math.erf, otypes=[np.float64])(x.astype(np.float64))
-
-
 def _sigmoid(x: Any) -> Any:
     """float32: 1/(1+exp(-x)) in four in-place ufuncs (-x is capped at 88 so exp stays finite:
     the result there is < 1e-38, zero at float32 precision); other types the two-sided float64 form."""
@@ -139,7 +136,7 @@ _UNARY: dict[str, tuple[int, Fn]] = {
     "Atanh": (9, np.arctanh),
     "Sigmoid": (1, _sigmoid),
     "Tanh": (1, np.tanh),
-    "Erf": (9, _erf),
+    "Erf": (9, erf),
     "Sign": (9, np.sign),
     "Round": (11, _round),
     "Softsign": (1, lambda x: x / (1 + np.abs(x))),
@@ -236,15 +233,14 @@ def build_gelu(node: NodeView, ctx: KernelContext) -> Fn:
     approx = node.attr("approximate", "none")
     approx = approx.decode() if isinstance(approx, bytes) else approx
     if approx not in ("none", "tanh"):
-        raise ValueError(f"{node.describe()}: approximate must be 'none' or 'tanh', got {approx!r}")
+        raise InvalidArgument(f"{node.describe()}: approximate must be 'none' or 'tanh', got {approx!r}")
+
+    fn = gelu_tanh if approx == "tanh" else gelu
 
     def compute(x: Any) -> tuple[Any]:
-        xf = x.astype(np.float64)
-        if approx == "tanh":
-            y = 0.5 * xf * (1 + np.tanh(math.sqrt(2 / math.pi) * (xf + 0.044715 * xf**3)))
-        else:
-            y = 0.5 * xf * (1 + _erf(xf / math.sqrt(2)))
-        return (y.astype(x.dtype),)
+        if x.dtype == np.float32 or x.dtype == np.float64:
+            return (fn(x),)
+        return (fn(x.astype(np.float32)).astype(x.dtype),)  # float16/bfloat16 in float32, as onnxruntime
 
     return compute
 

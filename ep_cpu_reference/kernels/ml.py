@@ -1,7 +1,7 @@
 """The simple ``ai.onnx.ml`` ops, natively: Binarizer, Scaler, Normalizer, Imputer,
 LinearRegressor, OneHotEncoder, FeatureVectorizer, ArrayFeatureExtractor, ZipMap, CategoryMapper,
 DictVectorizer, CastMap, LinearClassifier.
-Tree ensembles, SVMs and LabelEncoder stay delegated (proven by
+Tree ensembles are native in trees.py; SVMs and LabelEncoder stay delegated (proven by
 node tests and the hand-made cases in tests/cpu_reference/test_node_conformance.py).
 
 Where the spec text and onnxruntime disagree (Normalizer's L1/L2 keep the sign and divide by the

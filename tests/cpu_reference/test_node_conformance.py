@@ -621,7 +621,6 @@ ORT_CLASSIFIERS: dict[str, tuple[str, dict]] = {
 }
 # where the delegated onnx.reference kernel and onnxruntime disagree (known, not fixed here)
 ORT_KNOWN_MISMATCH = {
-    "tree_ensemble_classifier_binary": "onnx.reference's binary TreeEnsembleClassifier labels and scores differ from onnxruntime's",
     "svm_classifier_rbf_3_classes_probabilities": "onnx.reference's pairwise-coupling probabilities differ from onnxruntime's (libsvm)",
 }
 
