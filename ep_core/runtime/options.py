@@ -6,6 +6,7 @@ rejected naming the key and what is allowed."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import sys
@@ -54,29 +55,12 @@ SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 }
 
 
-# onnxruntime's own session config keys (onnxruntime_session_options_config_keys.h) that programs
-# set: the values ep-core honours, and why. Permissions ep-core does not need (prepacking, QDQ
-# rewrites it does not make) take either value; a value asking for what ep-core cannot do
-# (ORT-format models, denormals flushed, pinned thread affinities) is refused with this reason.
-_ORT_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
-    "session.intra_op.allow_spinning": (_BOOL, "ep-core keeps no thread pool of its own that could spin"),
-    "session.inter_op.allow_spinning": (_BOOL, "ep-core keeps no thread pool of its own that could spin"),
-    "session.disable_prepacking": (_BOOL, "ep-core's kernels prepack no weights either way"),
-    "session.use_device_allocator_for_initializers": (_BOOL, "initializers live on their EP's device either way"),
-    "session.disable_quant_qdq": (_BOOL, "ep-core's optimizer makes no QDQ rewrites to disable"),
-    "session.disable_double_qdq_remover": (_BOOL, "ep-core's optimizer makes no QDQ rewrites to disable"),
-    "session.enable_quant_qdq_cleanup": (("0",), "ep-core's optimizer makes no QDQ clean-up"),
-    "session.qdqisint8allowed": (_BOOL, "ep-core's optimizer makes no QDQ rewrites"),
-    "session.allow_released_opsets_only": (_BOOL, "ep-core's EPs implement released opsets only"),
-    "session.load_model_format": (("ONNX",), "ep-core reads ONNX models, not onnxruntime's ORT format"),
-    "session.save_model_format": (("ONNX",), "optimized_model_filepath is written as ONNX, not ORT format"),
-    "session.use_ort_model_bytes_directly": (("0",), "ep-core reads ONNX models, not onnxruntime's ORT format"),
-    "session.set_denormal_as_zero": (("0",), "NumPy exposes no flush-to-zero control: denormals stay"),
-    "session.enable_gelu_approximation": (("0",), "ep-core's optimizer makes no Gelu approximation rewrite"),
-    "session.use_env_allocators": (("0",), "ep-core has no shared environment allocators"),
-    "session.intra_op_thread_affinities": (("",), "ep-core does not pin threads to cores"),
-    "session.strict_shape_type_inference": (("0",), "shape inference at load is onnx's non-strict mode"),
-}
+@functools.cache
+def onnxruntime_config_keys() -> dict[str, tuple[tuple[str, ...] | None, str, str | None]]:
+    """onnxruntime's own session config keys: key -> (values honoured or None for any, why, the
+    ep-core key it also sets). Data in ``onnxruntime_config_keys.toml``, read once."""
+    data = _toml().loads(Path(__file__).with_name("onnxruntime_config_keys.toml").read_text(encoding="utf-8"))
+    return {k: (tuple(v["values"]) if "values" in v else None, v["why"], v.get("same_as")) for k, v in data.items()}
 
 
 def validate_config_entry(key: str, value: Any) -> str:
@@ -88,13 +72,14 @@ def validate_config_entry(key: str, value: Any) -> str:
     text = str(value)
     if key.startswith("ep.") and key.count(".") >= 2 and key.split(".")[1].endswith("ExecutionProvider"):
         return text  # provider option: checked by the provider's create_ep
-    known = SESSION_CONFIG_KEYS.get(key) or _ORT_KEYS.get(key)
+    ort_keys = onnxruntime_config_keys()
+    known = SESSION_CONFIG_KEYS.get(key) or ort_keys.get(key)
     if known is None:
         raise ConfigError(
             f"unknown session config entry {key!r}. Known keys: {sorted(SESSION_CONFIG_KEYS)} and onnxruntime's "
-            f"{sorted(_ORT_KEYS)}; provider options are written 'ep.<ProviderName>.<option>'"
+            f"{sorted(ort_keys)}; provider options are written 'ep.<ProviderName>.<option>'"
         )
-    allowed, why = known
+    allowed, why = known[:2]
     if allowed is not None and text not in allowed:
         raise ConfigError(f"session config entry {key!r} = {text!r} is not allowed ({why}); use one of {list(allowed)}")
     return text
@@ -176,7 +161,9 @@ class SessionOptions(BaseModel):
         return {k: validate_config_entry(k, v) for k, v in entries.items()}
 
     def add_session_config_entry(self, key: str, value: Any) -> None:
-        self.config_entries = {**self.config_entries, key: validate_config_entry(key, value)}
+        text = validate_config_entry(key, value)
+        same_as = onnxruntime_config_keys().get(key, (None, "", None))[2]  # an onnxruntime key for one of ep-core's
+        self.config_entries = {**self.config_entries, key: text, **({same_as: text} if same_as else {})}
 
     def get_session_config_entry(self, key: str, default: str | None = None) -> str | None:
         return self.config_entries.get(key, default)
@@ -359,6 +346,15 @@ def _allowed_keys_at(loc: tuple[Any, ...]) -> list[str]:
     return sorted(getattr(model, "model_fields", {}))
 
 
+def _toml() -> Any:
+    """The TOML parser: ``tomllib``, or the same as the ``tomli`` package on Python 3.10."""
+    if sys.version_info >= (3, 11):
+        import tomllib
+    else:
+        import tomli as tomllib
+    return tomllib
+
+
 def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
     """Read and validate a TOML or JSON provider config file; errors name the file, the key path,
     the bad value and what is allowed."""
@@ -370,12 +366,7 @@ def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
         elif p.suffix.lower() == ".toml":
-            if sys.version_info >= (3, 11):
-                import tomllib
-            else:  # Python 3.10: the same parser, as a package
-                import tomli as tomllib
-
-            data = tomllib.loads(text)
+            data = _toml().loads(text)
         else:
             raise ConfigError(f"provider config file {str(p)!r} must end in .toml or .json")
     except ValueError as exc:  # json.JSONDecodeError and TOMLDecodeError are ValueErrors
