@@ -94,8 +94,10 @@ class WritingEp(FusingEp):
 
 
 def pause(options: Mapping[str, str], where: str) -> None:
-    if options.get("pause") == where:
-        Path(options["marker"]).write_text(str(os.getpid()))
+    if options.get("pause") == where:  # the marker appears whole (renamed into place): the test reads it at once
+        marker = Path(options["marker"])
+        marker.with_suffix(".tmp").write_text(str(os.getpid()))
+        marker.with_suffix(".tmp").replace(marker)
         time.sleep(120)
 
 
