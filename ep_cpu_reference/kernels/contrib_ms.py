@@ -14,51 +14,15 @@ import numpy as np
 
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
+from ep_cpu_reference.kernels._ms_schema import MS, attr, inp, register
 from ep_cpu_reference.kernels.nn_common import as_compute, fail
 from ep_cpu_reference.kernels.special import gelu, gelu_tanh
 from ep_cpu_reference.registry import REGISTRY
 
-MS = "com.microsoft"
-_FLOAT_TYPES = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]
-
 
 def _register_schemas() -> None:
     """Schemas for the contrib ops, so models using them pass onnx.checker."""
-    from onnx import defs
-
-    P = defs.OpSchema.FormalParameter
-    A = defs.OpSchema.Attribute
-    OPT = defs.OpSchema.FormalParameterOption.Optional
-
-    def schema(name: str, inputs: list[Any], outputs: list[Any], attrs: list[Any], doc: str) -> None:
-        try:
-            if defs.has(name, MS):
-                return
-        except Exception:
-            pass
-        s = defs.OpSchema(
-            name,
-            MS,
-            1,
-            doc=doc,
-            inputs=inputs,
-            outputs=outputs,
-            type_constraints=[
-                ("T", _FLOAT_TYPES, "float tensors"),
-                ("U", ["tensor(float)", "tensor(double)"], "stats"),
-            ],
-            attributes=attrs,
-        )
-        defs.register_schema(s)
-
-    def inp(n: str, opt: bool = False, t: str = "T") -> Any:
-        return P(n, t, "", param_option=OPT) if opt else P(n, t, "")
-
-    from onnx import helper
-
-    def attr(name: str, default: Any) -> Any:
-        return A(name, helper.make_attribute(name, default), "")
-
+    schema = register
     eps = attr("epsilon", 1e-12)  # onnxruntime's default for the Skip* norms
     schema("Gelu", [inp("X")], [inp("Y")], [], "x * 0.5 * (1 + erf(x / sqrt(2)))")
     schema("FastGelu", [inp("X"), inp("bias", True)], [inp("Y")], [], "tanh approximation of Gelu")
