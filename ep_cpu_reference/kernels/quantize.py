@@ -130,16 +130,25 @@ for _since, _end in ((10, 12), (13, 18), (19, 20), (21, 22), (23, None)):
     REGISTRY.register("DequantizeLinear", since=_since, end=_end)(_dequantize_builder)
 
 
+def dynamic_params(x: np.ndarray) -> tuple[np.float32, int]:
+    """onnxruntime's uint8 GetQuantizationParameter, in float32 as it computes: the range
+    widened to include 0, scale (max - min) / 255 (1 for an all-zero range), zero point
+    round-half-even(clamp(0 - min / scale, 0, 255))."""
+    f32 = np.float32
+    mn = min(f32(np.min(x)) if x.size else f32(0), f32(0))
+    mx = max(f32(np.max(x)) if x.size else f32(0), f32(0))
+    scale = f32(1.0) if mx == mn else f32(mx - mn) / f32(255)
+    return scale, int(np.rint(np.clip(f32(0) - mn / scale, f32(0), f32(255))))
+
+
 @REGISTRY.register("DynamicQuantizeLinear", since=11)
 def build_dynamic_quantize_linear(node: NodeView, ctx: KernelContext) -> Fn:
-    """uint8 with a scale spanning [min(x, 0), max(x, 0)] and the matching zero point."""
+    """uint8 with a scale spanning [min(x, 0), max(x, 0)] and the matching zero point
+    (onnxruntime's float32 arithmetic, see dynamic_params)."""
 
     def compute(x: Any) -> tuple[Any, Any, Any]:
-        lo = min(float(np.min(x)) if x.size else 0.0, 0.0)
-        hi = max(float(np.max(x)) if x.size else 0.0, 0.0)
-        scale = np.float32((hi - lo) / 255.0)
-        zp = np.uint8(np.clip(np.rint(0 - lo / scale), 0, 255)) if scale else np.uint8(0)
-        q = np.clip(np.rint(x / scale) + zp, 0, 255).astype(np.uint8) if scale else np.full(x.shape, zp, np.uint8)
-        return (q, np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8))
+        scale, zp = dynamic_params(x)
+        q = np.clip(np.rint(x.astype(np.float32) / scale), -zp, 255 - zp) + zp
+        return (q.astype(np.uint8), np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8))
 
     return compute
