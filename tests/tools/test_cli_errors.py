@@ -28,7 +28,7 @@ def chain(tmp_path: Path) -> Path:
 CASES = [
     (["run", "/no/such/model.onnx"], "model file '/no/such/model.onnx' does not exist"),
     (["run", "README.md"], "is not a valid ONNX model"),
-    (["run", "--zoo", "no_such_model"], "unknown zoo model 'no_such_model'; known: magika"),
+    (["run", "--zoo", "no_such_model"], "unknown zoo model 'no_such_model'; known: captcha_crnn"),
     (["run"], "give either MODEL or --zoo NAME"),
     (["run", "MODEL", "--zoo", "magika"], "give either MODEL or --zoo NAME"),
     (["run", "MODEL", "--dim", "N=abc"], "--dim 'N=abc': size 'abc' is not an integer"),
