@@ -35,33 +35,14 @@ def _value_info(node: Any, name: str) -> Any:
     return helper.make_value_info(name, helper.TypeProto())
 
 
-# ai.onnx.ml classifiers whose onnx.reference kernels reject ``classlabels_strings``: they run
-# with index labels (classlabels_ints = 0..n-1) and output 0 is mapped back to the strings.
-_STRING_LABEL_CLASSIFIERS = frozenset({"SVMClassifier"})
-
-
-def _index_labels(node: Any) -> tuple[Any, Any]:
-    """(node proto to evaluate, string labels to map output 0 through, or None)."""
-    from onnx import helper
-
-    labels = node.attr("classlabels_strings")
-    if node.op_type not in _STRING_LABEL_CLASSIFIERS or not labels:
-        return node.proto, None
-    proto = helper.make_node(node.op_type, list(node.proto.input), list(node.proto.output), domain=node.proto.domain)
-    proto.attribute.extend(a for a in node.proto.attribute if a.name != "classlabels_strings")
-    proto.attribute.append(helper.make_attribute("classlabels_ints", list(range(len(labels)))))
-    return proto, np.array(list(labels), dtype=object)
-
-
 def build_delegate(node: Any, ctx: KernelContext) -> Any:
     from onnx import helper
     from onnx.reference import ReferenceEvaluator
 
     names = [n for n in node.inputs if n]
     outs = [o for o in node.outputs]
-    proto, string_labels = _index_labels(node)
     graph = helper.make_graph(
-        [proto],
+        [node.proto],
         f"delegate_{node.name}",
         [_value_info(node, n) for n in dict.fromkeys(names)],
         [_value_info(node, o) if o else helper.make_value_info("", helper.TypeProto()) for o in outs if o],
@@ -78,8 +59,6 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
         feed = {n: v for n, v in zip(feed_names, inputs, strict=False) if n and v is not None}
         results = evaluator.run(None, feed)
         assert isinstance(results, list)  # a dict only for run(..., intermediate=True)
-        if string_labels is not None:
-            results = [string_labels[np.asarray(results[0], dtype=np.int64)], *results[1:]]
         # onnx.reference returns str arrays ('<U'); an ONNX string tensor is an object array
         results = [r.astype(object) if isinstance(r, np.ndarray) and r.dtype.kind == "U" else r for r in results]
         by_name = dict(zip(present, results, strict=False))

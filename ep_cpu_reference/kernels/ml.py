@@ -1,8 +1,7 @@
 """The simple ``ai.onnx.ml`` ops, natively: Binarizer, Scaler, Normalizer, Imputer,
 LinearRegressor, OneHotEncoder, FeatureVectorizer, ArrayFeatureExtractor, ZipMap, CategoryMapper,
-DictVectorizer, CastMap, LinearClassifier.
-Tree ensembles are native in trees.py; SVMs and LabelEncoder stay delegated (proven by
-node tests and the hand-made cases in tests/cpu_reference/test_node_conformance.py).
+DictVectorizer, CastMap, LinearClassifier, LabelEncoder.
+Tree ensembles are native in trees.py, SVMs in svm.py.
 
 Where the spec text and onnxruntime disagree (Normalizer's L1/L2 keep the sign and divide by the
 sum of |x| / the L2 norm), these kernels follow onnxruntime, the runtime models are built for."""
@@ -15,6 +14,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import InvalidArgument, InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
@@ -303,3 +303,108 @@ def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
         return (labels[idx] if labels.size else idx.astype(np.int64)), out.astype(np.float32)
 
     return compute
+
+
+_LE_KINDS = (("floats", np.float32), ("int64s", np.int64), ("strings", object))
+
+
+def _le_column(node: NodeView, kind: str) -> np.ndarray:
+    """LabelEncoder's keys or values: the one of <kind>_floats / _int64s / _strings / _tensor set."""
+    found = [
+        np.array([_text(v) for v in got], dtype=object) if dtype is object else np.asarray(got, dtype=dtype)
+        for suffix, dtype in _LE_KINDS
+        if (got := node.attr(f"{kind}_{suffix}"))
+    ]
+    tensor = node.attr(f"{kind}_tensor")
+    if tensor is not None:
+        t = np.asarray(tensor).ravel()
+        found.append(np.array([_text(v) for v in t], dtype=object) if t.dtype.kind in "OSU" else t)
+    if len(found) != 1:
+        names = "/".join(f"{kind}_{s}" for s, _ in _LE_KINDS) + (f"/{kind}_tensor" if node.opset >= 4 else "")
+        raise InvalidGraph(f"{node.describe()}: set exactly one of {names}, {len(found)} are set")
+    return found[0]
+
+
+def _le_default(node: NodeView, dtype: np.dtype) -> Any:
+    """default_tensor (opset 4) if set, else default_string / default_int64 / default_float by the
+    values' type, with the spec's defaults "_Unused", -1 and -0.0."""
+    tensor = node.attr("default_tensor")
+    if tensor is not None:
+        t = np.asarray(tensor).ravel()
+        if t.size != 1:
+            raise InvalidGraph(f"{node.describe()}: default_tensor must hold one value, got {t.size}")
+        return _text(t[0]) if dtype.kind == "O" else t.astype(dtype)[0]
+    if dtype.kind == "O":
+        return _text(node.attr("default_string", "_Unused"))
+    if dtype.kind == "f":
+        return dtype.type(node.attr("default_float", -0.0))
+    return dtype.type(node.attr("default_int64", -1))
+
+
+def _is_text(x: np.ndarray) -> bool:
+    return x.dtype == object or x.dtype.kind in "US"
+
+
+def _le_lookup(keys: np.ndarray, values: np.ndarray, default: Any, nan_key: bool, where: str) -> Fn:
+    """x -> values at x's key (the first of repeated keys, as onnxruntime's emplace), else
+    default: a dict for strings, a binary search over the sorted keys for numbers (a NaN key
+    matches NaN from opset 4 on, as onnxruntime's NaN-aware hash)."""
+    if keys.dtype == object:
+        table: dict[str, Any] = {}
+        for k, v in zip(keys.tolist(), values.tolist(), strict=True):
+            table.setdefault(k, v)
+
+        def by_text(x: np.ndarray) -> np.ndarray:
+            if not _is_text(x):
+                raise InvalidArgument(f"{where}: the keys are strings, X is {x.dtype}")
+            out = [table.get(v if isinstance(v, str) else _text(v), default) for v in x.ravel().tolist()]
+            return np.array(out, dtype=values.dtype).reshape(x.shape)
+
+        return by_text
+    nan = np.isnan(keys) if keys.dtype.kind == "f" else np.zeros(keys.shape, dtype=bool)
+    nan_value = values[np.flatnonzero(nan)[0]] if nan_key and nan.any() else None
+    uk, first = np.unique(keys[~nan], return_index=True)
+    uv = values[~nan][first]
+
+    def by_number(x: np.ndarray) -> np.ndarray:
+        if _is_text(x):
+            raise InvalidArgument(f"{where}: the keys are numbers ({keys.dtype}), X is strings")
+        if not uk.size:
+            out = np.full(x.shape, default, dtype=values.dtype)
+        else:
+            pos = np.minimum(np.searchsorted(uk, x), uk.size - 1)
+            out = np.where(uk[pos] == x, uv[pos], np.array(default, dtype=values.dtype))
+        if nan_value is not None and x.dtype.kind == "f":
+            out = np.where(np.isnan(x), nan_value, out)
+        return out.astype(values.dtype, copy=False)
+
+    return by_number
+
+
+@REGISTRY.register("LabelEncoder", since=1, domain=ML)
+def build_label_encoder(node: NodeView, ctx: KernelContext) -> Fn:
+    """Maps each element through keys -> values (opset 2, 4), or strings <-> their index in
+    classes_strings (opset 1: a string maps to its last index, an int to its string); elements
+    with no key get the default."""
+    where = node.describe()
+    if node.opset < 2:
+        classes = np.array([_text(v) for v in node.attr("classes_strings", [])], dtype=object)
+        index = {c: i for i, c in enumerate(classes.tolist())}  # the last of repeated strings, as onnxruntime
+        d_int, d_str = int(node.attr("default_int64", -1)), _text(node.attr("default_string", "_Unused"))
+
+        def compute_v1(x: np.ndarray) -> tuple[np.ndarray]:
+            if _is_text(x):
+                out = [index.get(v if isinstance(v, str) else _text(v), d_int) for v in x.ravel().tolist()]
+                return (np.array(out, dtype=np.int64).reshape(x.shape),)
+            if x.dtype.kind not in "iu":
+                raise InvalidArgument(f"{where}: X must be int64 or string, got {x.dtype}")
+            hit = (x >= 0) & (x < classes.size)
+            picked = classes[np.where(hit, x, 0)] if classes.size else np.full(x.shape, d_str, dtype=object)
+            return (np.where(hit, picked, d_str).astype(object),)
+
+        return compute_v1
+    keys, values = _le_column(node, "keys"), _le_column(node, "values")
+    if keys.size != values.size:
+        raise InvalidGraph(f"{where}: {keys.size} keys for {values.size} values; they pair up one to one")
+    lookup = _le_lookup(keys, values, _le_default(node, values.dtype), node.opset >= 4, where)
+    return lambda x: (lookup(x),)

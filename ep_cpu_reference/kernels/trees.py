@@ -16,7 +16,7 @@ BRANCH_MEMBER tests exact membership (onnxruntime takes integer sets only)."""
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -39,9 +39,11 @@ def _text(v: Any) -> str:
     return v.decode() if isinstance(v, bytes) else str(v)
 
 
+_COMPARE = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
+
+
 def _compare(mode: int, v: np.ndarray, th: np.ndarray) -> np.ndarray:
-    ops = (np.less_equal, np.less, np.greater_equal, np.greater, np.equal, np.not_equal)
-    return ops[mode](v, th)  # type: ignore[no-any-return]
+    return _COMPARE[mode](v, th)  # type: ignore[no-any-return]
 
 
 @dataclass
@@ -61,7 +63,10 @@ class Forest:
     depth: int = 0
     modes_used: tuple[int, ...] = ()
     full: bool = False  # every leaf weights every target (no per-row "has a score" bookkeeping)
-    _kids: np.ndarray | None = None
+    any_missing: bool = False
+    simple: Callable[..., np.ndarray] | None = None  # the one comparison when no node needs more
+    kids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (false, true) per node
+    doubled: tuple[np.ndarray, ...] = ()  # kids, feature, threshold indexed by 2 * node id (2 * child in kids)
 
     def finish(self, where: str) -> Forest:
         """Checks the links and computes the depth (the number of steps every row needs)."""
@@ -71,6 +76,11 @@ class Forest:
                 raise InvalidGraph(f"{where}: a {name} branch points outside the tree's nodes")
         self.full = bool(self.has[self.mode == LEAF].all())
         self.modes_used = tuple(sorted({int(v) for v in np.unique(self.mode)} - {LEAF}))
+        self.any_missing = bool(self.missing_true.any())
+        one = self.modes_used[0] if len(self.modes_used) == 1 and self.modes_used[0] != 6 else None
+        self.simple = _COMPARE[one] if one is not None and not self.any_missing else None
+        self.kids = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
+        self.doubled = (2 * self.kids, np.repeat(self.feature, 2), np.repeat(self.threshold, 2))
         frontier, depth = self.roots, 0
         while frontier.size:
             inner = frontier[self.mode[frontier] != LEAF]
@@ -86,20 +96,30 @@ class Forest:
 
     def leaves(self, x: np.ndarray) -> np.ndarray:
         """The leaf every (tree, row) pair lands on, [T, N]: one flat vector of pairs, each level
-        a gather of feature and threshold, a compare, and a gather of the child."""
+        a gather of feature and threshold, a compare, and a gather of the child. Trees of one
+        comparison mode without missing-value tracking (the common case) take the shortest loop:
+        at batch 1 the NumPy calls per level are the cost."""
         n, f = x.shape
         flat = x.reshape(-1)
-        offs = np.tile(np.arange(n, dtype=np.int64) * f, self.roots.size) if n > 1 else None
-        cur = np.repeat(self.roots, n)
-        kids = self.kids
-        single = self.modes_used[0] if len(self.modes_used) == 1 else None
-        any_missing = bool(self.missing_true.any())
+        kids, feature, threshold = self.kids, self.feature, self.threshold
+        if n == 1:
+            if self.simple is not None:  # doubled node ids (2j): one call fewer per level
+                compare, kids2, feature2, threshold2 = self.simple, *self.doubled
+                cur = 2 * self.roots
+                for _ in range(self.depth):
+                    cur = kids2[cur + compare(flat[feature2[cur]], threshold2[cur])]
+                return (cur >> 1).reshape(-1, 1)
+            cur = self.roots.copy()
+            offs = None
+        else:
+            offs = np.tile(np.arange(n, dtype=np.int64) * f, self.roots.size)
+            cur = np.repeat(self.roots, n)
         for _ in range(self.depth):
-            at = self.feature[cur]
+            at = feature[cur]
             v = flat[at if offs is None else at + offs]
-            th = self.threshold[cur]
-            if single is not None and single != 6:
-                cond = _compare(single, v, th)
+            th = threshold[cur]
+            if self.simple is not None:
+                cond = self.simple(v, th)
             else:
                 mode = self.mode[cur]
                 cond = np.zeros(cur.shape, dtype=bool)
@@ -109,18 +129,12 @@ class Forest:
                         cond |= hit & (self.members[cur] == v[..., None]).any(axis=-1)
                     else:
                         cond |= hit & _compare(m, v, th)
-            if any_missing:
-                cond |= self.missing_true[cur] & np.isnan(v)
+                if self.any_missing:
+                    cond |= self.missing_true[cur] & np.isnan(v)
             cur *= 2
             cur += cond  # kids holds (false, true) per node
             cur = kids[cur]
         return cur.reshape(self.roots.size, n)  # type: ignore[no-any-return]
-
-    @property
-    def kids(self) -> np.ndarray:
-        if self._kids is None:
-            self._kids = np.stack([self.false_next, self.true_next], axis=1).reshape(-1)
-        return self._kids
 
 
 def _erfinv(x: np.ndarray) -> np.ndarray:
@@ -136,25 +150,27 @@ def _erfinv(x: np.ndarray) -> np.ndarray:
         return (sgn * np.sqrt(np.sqrt(v * v - v2) - v)).astype(np.float32)  # type: ignore[no-any-return]
 
 
-def _probit(x: np.ndarray) -> np.ndarray:
+def probit(x: np.ndarray) -> np.ndarray:
     return (np.float32(1.41421356) * _erfinv(x * np.float32(2) - np.float32(1))).astype(np.float32)  # type: ignore[no-any-return]
 
 
-def _logistic(x: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        v = np.float32(1) / (np.float32(1) + np.exp(-np.abs(x)))
-    return np.where(x < 0, np.float32(1) - v, v).astype(np.float32)  # type: ignore[no-any-return]
+def logistic(x: np.ndarray) -> np.ndarray:
+    """onnxruntime's ComputeLogistic: 1 / (1 + exp(-|x|)), mirrored for x < 0 (exp(-|x|) <= 1:
+    it never overflows)."""
+    x = np.asarray(x, dtype=np.float32)
+    v = np.float32(1) / (np.float32(1) + np.exp(-np.abs(x)))
+    return np.where(x < 0, np.float32(1) - v, v)  # type: ignore[no-any-return]
 
 
-def _post(scores: np.ndarray, post: str) -> np.ndarray:
+def post_scores(scores: np.ndarray, post: str) -> np.ndarray:
     """onnxruntime's write_scores for rows of two or more scores, in float32."""
     s = scores.astype(np.float32)
     if post == "NONE":
         return s
     if post == "LOGISTIC":
-        return _logistic(s)
+        return logistic(s)
     if post == "PROBIT":
-        return _probit(s)
+        return probit(s)
     top = np.maximum(s.max(axis=1, keepdims=True), np.float32(-np.finfo(np.float32).max))
     with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
         if post == "SOFTMAX":
@@ -206,16 +222,20 @@ def _acc_dtype(x: np.ndarray, where: str) -> Any:
 
 def _regress(forest: Forest, x: np.ndarray, agg: str, post: str, base: np.ndarray, acc: Any) -> np.ndarray:
     """onnxruntime's regression aggregators (TreeAggregatorSum/Average/Min/Max)."""
-    scores, has = _aggregate(forest, x, agg, acc)
-    k, n_trees = scores.shape[1], forest.roots.size
+    n_trees, k = forest.roots.size, forest.weights.shape[1]
+    has: np.ndarray | None = None  # None: every target scored on every row
+    if agg in ("SUM", "AVERAGE") and forest.full and x.shape[0] * n_trees * k <= _CHUNK:
+        scores = np.add.reduce(forest.weights[forest.leaves(x)], axis=0)  # the fewest calls at small batches
+    else:
+        scores, has = _aggregate(forest, x, agg, acc)
     if agg == "AVERAGE":
         scores = (scores / acc(n_trees)).astype(acc)
     if k == 1:  # FinalizeScores1: one base value (or none); only PROBIT applies
         out = scores + acc(base[0] if base.size == 1 else 0)
-        return _probit(out.astype(np.float32)) if post == "PROBIT" else out.astype(np.float32)
+        return probit(out.astype(np.float32)) if post == "PROBIT" else out.astype(np.float32)
     if base.size == k:
         scores = (scores + base.astype(acc)).astype(acc)
-    return _post(np.where(has, scores, 0), post)  # a target no leaf scored reads 0 (ScoreValue)
+    return post_scores(scores if has is None else np.where(has, scores, 0), post)  # unscored reads 0 (ScoreValue)
 
 
 def _classify(
@@ -225,12 +245,16 @@ def _classify(
     s, has = _aggregate(forest, x, "SUM", acc)
     n, k = s.shape
     b = base.astype(acc)
+    if k > 2 and forest.full:  # every class scored on every row: no bookkeeping
+        if b.size:
+            s[:, : b.size] += b[:k]
+        return np.argmax(s, axis=1), post_scores(s, post)
     if k > 2:
         nb = min(b.size, k)
         s[:, :nb] += b[:nb]
         has[:, :nb] = True
         idx = np.argmax(np.where(has, s, -np.inf), axis=1)  # the first best of the scored classes
-        return idx, _post(np.where(has, s, 0), post)
+        return idx, post_scores(np.where(has, s, 0), post)
     s0, s1, h0, h1 = s[:, 0].copy(), s[:, 1].copy(), has[:, 0], has[:, 1].copy()
     extra = np.full(n, -1)
     two = np.ones(n, dtype=bool)  # the row keeps two scores (else onnxruntime pops the second)
@@ -251,16 +275,16 @@ def _classify(
     else:
         win = pos > 0
     idx = win.astype(np.int64)
-    out = _post(np.stack([np.where(h0, s0, 0), np.where(h1, s1, 0)], axis=1), post)  # unscored reads 0
+    out = post_scores(np.stack([np.where(h0, s0, 0), np.where(h1, s1, 0)], axis=1), post)  # unscored reads 0
     one = ~two
     if one.any():  # one score: onnxruntime writes it and derives the other (add_second_class)
         v = s0[one].astype(np.float32)
         e = extra[one]
         if post == "PROBIT":
-            pair = np.stack([_probit(v), np.zeros_like(v)], axis=1)
+            pair = np.stack([probit(v), np.zeros_like(v)], axis=1)
         else:
             flip = np.stack([np.float32(1) - v, v], axis=1)
-            mixed = np.stack([_logistic(-v), _logistic(v)], axis=1) if post == "LOGISTIC" else np.stack([-v, v], axis=1)
+            mixed = np.stack([logistic(-v), logistic(v)], axis=1) if post == "LOGISTIC" else np.stack([-v, v], axis=1)
             lone = np.stack([v, np.zeros_like(v)], axis=1)  # onnxruntime leaves column 1 unwritten
             pair = np.where((e <= 1)[:, None] & (e >= 0)[:, None], flip, np.where((e >= 2)[:, None], mixed, lone))
         out[one] = pair
@@ -361,11 +385,16 @@ def _per_dtype(node: NodeView, build: Callable[[Any], Forest]) -> Callable[[np.n
     """Forests are built per comparison dtype (float32 thresholds, float64 for double input), lazily."""
     cache: dict[Any, Forest] = {}
 
+    by_input: dict[Any, tuple[Forest, Any]] = {}
+
     def get(x: np.ndarray) -> tuple[Forest, Any]:
-        acc = _acc_dtype(x, node.describe())
-        if acc not in cache:
-            cache[acc] = build(acc)
-        return cache[acc], acc
+        hit = by_input.get(x.dtype)
+        if hit is None:
+            acc = _acc_dtype(x, node.describe())
+            if acc not in cache:
+                cache[acc] = build(acc)
+            hit = by_input[x.dtype] = (cache[acc], acc)
+        return hit
 
     get(np.zeros(1, dtype=np.float32))  # attribute errors surface at session creation
     return get

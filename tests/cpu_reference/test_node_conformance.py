@@ -527,7 +527,8 @@ def test_image_decoder_png_filters_pixel_formats_and_missing_codec() -> None:
 
 
 # SVMClassifier has no node test and its score/vote conventions are not written down: the
-# oracle is onnxruntime (a dev dependency), run on the same model.
+# oracle is onnxruntime (a dev dependency), run on the same model (the native kernel,
+# kernels/svm.py, is pinned in depth by tests/cpu_reference/test_svm.py).
 SVM_CONFIGS = {
     "svm_classifier_linear_3_classes": dict(
         kernel_type="LINEAR",
@@ -634,21 +635,9 @@ ORT_CLASSIFIERS: dict[str, tuple[str, dict]] = {
         ),
     ),
 }
-# where the delegated onnx.reference kernel and onnxruntime disagree (known, not fixed here)
-ORT_KNOWN_MISMATCH = {
-    "svm_classifier_rbf_3_classes_probabilities": "onnx.reference's pairwise-coupling probabilities differ from onnxruntime's (libsvm)",
-}
 
 
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param(n, marks=pytest.mark.xfail(strict=True, reason=ORT_KNOWN_MISMATCH[n]))
-        if n in ORT_KNOWN_MISMATCH
-        else n
-        for n in sorted(ORT_CLASSIFIERS)
-    ],
-)
+@pytest.mark.parametrize("name", sorted(ORT_CLASSIFIERS))
 def test_classifier_matches_onnxruntime(name: str) -> None:
     ort = pytest.importorskip("onnxruntime", reason="onnxruntime is the oracle for the ML classifiers")
     op, attrs = ORT_CLASSIFIERS[name]
