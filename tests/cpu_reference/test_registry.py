@@ -68,8 +68,7 @@ def test_lookup_miss_names_what_exists() -> None:
 
 def test_delegated_kernels_are_flagged_and_never_for_control_flow() -> None:
     defs = registry().kernel_defs()
-    delegated = [d for d in defs if d.delegated]
-    assert delegated, "delegation covers the rare ops"
+    delegated = [d for d in defs if d.delegated]  # may be empty: issue 14 made every op native
     for d in delegated:
         # delegation only fills versions no native kernel serves, and never the newest one
         natives = [n for n in defs if not n.delegated and n.op_type == d.op_type and n.domain_key == d.domain_key]
