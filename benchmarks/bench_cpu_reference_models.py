@@ -126,7 +126,8 @@ def main() -> None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             try:
-                sess = ep_core.InferenceSession(path, providers=["CpuReferenceExecutionProvider"])
+                opts = ep_core.SessionOptions(intra_op_num_threads=1)  # as onnxruntime's side: one thread each
+                sess = ep_core.InferenceSession(path, opts, providers=["CpuReferenceExecutionProvider"])
                 got = sess.run(None, feed)
             except Exception as exc:  # reported under the table, not hidden
                 failed.append((name, f"{type(exc).__name__}: {str(exc)[:160]}"))

@@ -14,7 +14,8 @@ import numpy as np
 
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since
+from ep_cpu_reference.kernels import _rnn_fast as fast
+from ep_cpu_reference.kernels.nn_common import _FROZEN, as_compute, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -222,6 +223,115 @@ def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
         raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} do not match {spec.num_dir} direction(s) x {g} gates")
 
 
+def _is_frozen(a: Any) -> bool:
+    """Computed once from constants (nn_common.frozen): the same object holds the same values
+    on every run, e.g. weights sliced and unsqueezed inside an If branch."""
+    return type(a) is np.ndarray and not a.flags.writeable and _FROZEN.get(id(a)) is a
+
+
+def _fast_eligible(node: Any, spec: _RnnSpec, defaults: list[str]) -> bool:
+    """Default activations, no clip: the fast loops apply (per run: no peepholes/lengths)."""
+    names = [a.lower() for a in (node.attr("activations") or defaults * spec.num_dir)]
+    return (
+        spec.clip is None
+        and names == [a.lower() for a in defaults] * spec.num_dir
+        and not node.attr("activation_alpha")
+        and not node.attr("activation_beta")
+    )
+
+
+def _fast_run(x: np.ndarray, lens: Any) -> bool:
+    """float32/float64 input, at least one step and row, every sequence full length."""
+    if x.dtype != np.float32 and x.dtype != np.float64 or 0 in x.shape[:2]:
+        return False
+    return lens is None or bool(np.all(np.asarray(lens) == x.shape[0]))
+
+
+class _Prepared:
+    """Per-dtype weights for the fast loops, made once when W, R and B are constants:
+    transposed W (D, I, G*H) and R as _rnn_fast.Recurrent, sigmoid-gate rows negated, the bias
+    added to the input projection and GRU's Rbh (linear_before_reset) kept apart as (D, H, 1).
+    ``groups``: the gates each recurrent matmul covers (GRU without linear_before_reset: z and
+    r, then h's gate apart, since it multiplies r * h)."""
+
+    def __init__(
+        self, node: NodeView, ctx: KernelContext, n_sig: int, groups: tuple[int, ...], split_rbh: bool
+    ) -> None:
+        self.const = all(ctx.constant(n) is not None for n in node.inputs[1:3]) and (
+            len(node.inputs) < 4 or not node.inputs[3] or ctx.constant(node.inputs[3]) is not None
+        )
+        self.n_sig, self.groups, self.split_rbh = n_sig, groups, split_rbh
+        self.cache: dict[Any, tuple[Any, ...]] = {}
+
+    def get(self, w: np.ndarray, r: np.ndarray, b: Any, dt: np.dtype) -> tuple[Any, ...]:
+        got = self.cache.get(dt)
+        if got is None:
+            got = self._weights(w, r, dt) + self._bias(b, r.shape[2], dt)
+            if self.const:
+                self.cache[dt] = got
+        return got
+
+    def _weights(self, w: np.ndarray, r: np.ndarray, dt: np.dtype) -> tuple[Any, ...]:
+        """W and R prepared, reused while they are the same frozen arrays (computed once from
+        constants inside a subgraph: the kernel cannot see them as constants)."""
+        last = self.cache.get("wr")
+        if last is not None and last[0] is w and last[1] is r and last[2] == dt:
+            return last[3]
+        gh, hs = r.shape[1], r.shape[2]
+        sign = fast.gate_signs(gh // hs, self.n_sig, hs, dt)[None, :, None]
+        wt = np.ascontiguousarray((w.astype(dt) * sign).transpose(0, 2, 1))
+        rs = r.astype(dt) * sign
+        recs, lo = [], 0
+        for n in self.groups:
+            recs.append(fast.Recurrent(rs[:, lo * hs : (lo + n) * hs], n))
+            lo += n
+        got = (wt, recs)
+        if _is_frozen(w) and _is_frozen(r):
+            self.cache["wr"] = (w, r, dt, got)
+        return got
+
+    def _bias(self, b: Any, hs: int, dt: np.dtype) -> tuple[Any, ...]:
+        if b is None:
+            return None, None
+        gh = b.shape[1] // 2
+        sign = fast.gate_signs(gh // hs, self.n_sig, hs, dt)
+        wb, rb = b[:, :gh].astype(dt), b[:, gh:].astype(dt)
+        rbh = None
+        if self.split_rbh:  # GRU, linear_before_reset: Rbh is multiplied by r inside the step
+            rbh = rb[:, 2 * hs :, None].copy()
+            rb = rb.copy()
+            rb[:, 2 * hs :] = 0
+        return (wb + rb) * sign, rbh
+
+
+def _fast(spec: _RnnSpec, x: np.ndarray, prep: tuple[Any, ...], states: list[Any], loop: Any) -> tuple[Any, ...]:
+    """Runs ``loop(xw, recs, rbh, h, c)`` (states transposed to (D, H, B)) over layout-normalised
+    inputs; returns Y, Y_h (, Y_c) in the node's layout."""
+    wt, recs, bias, rbh = prep
+    if spec.layout == 1:
+        x = x.transpose(1, 0, 2)
+        states = [None if s is None else s.transpose(1, 0, 2) for s in states]
+    rev = fast.reversed_dirs(spec.direction)
+    dt = x.dtype
+    hs = recs[0].hs
+    xw = fast.project(np.ascontiguousarray(x), wt, bias, rev, hs)
+    shape = (len(rev), x.shape[1], hs)
+    for s in states:
+        if s is not None and s.shape != shape:
+            raise fail(spec.node, f"initial state of shape {list(s.shape)}; expected {list(shape)} (D, B, H)")
+    # copies (the loops update the cell in place): ascontiguousarray would return the caller's
+    # array itself where the transpose is already contiguous (batch 1)
+    vals = [
+        np.zeros((shape[0], shape[2], shape[1]), dt) if s is None else np.array(s.transpose(0, 2, 1), dt, order="C")
+        for s in states
+    ]
+    ys, extra = loop(xw, recs, rbh, *vals)
+    outs = [fast.unstep_t(ys, rev), ys[-1].transpose(0, 2, 1).copy(), *[e.transpose(0, 2, 1).copy() for e in extra]]
+    if spec.layout == 1:
+        outs = [np.ascontiguousarray(outs[0].transpose(2, 0, 1, 3))] + [o.transpose(1, 0, 2).copy() for o in outs[1:]]
+    return tuple(outs)
+
+
 @REGISTRY.register("LSTM", since=first_since("LSTM"), host_inputs=(4,))
 def build_lstm(node: NodeView, ctx: KernelContext) -> Any:
     cache = _weight_cache(node, ctx)
@@ -270,59 +380,22 @@ def build_lstm(node: NodeView, ctx: KernelContext) -> Any:
 
         return step
 
+    fast_ok = _fast_eligible(node, spec, ["Sigmoid", "Tanh", "Tanh"]) and not input_forget
+    prepared = _Prepared(node, ctx, 3, (4,), False)
+
+    def fast_lstm(xw, recs, rbh, h, c):  # type: ignore[no-untyped-def]
+        ys, c = fast.lstm_loop(xw, recs[0], h, c)
+        return ys, [c]
+
     def compute(x, w, r, b=None, seq_lens=None, h0=None, c0=None, p=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
-        if simple and seq_lens is None and p is None and (x.dtype == np.float32 or x.dtype == np.float64):
-            return forward(x, w, r, b, h0, c0)
+        if fast_ok and p is None and _fast_run(x, seq_lens):
+            outs = _fast(spec, x, prepared.get(w, r, b, x.dtype), [h0, c0], fast_lstm)
+            return outs[:n_out] + (None,) * max(0, n_out - 3)
         xc, (h0_, c0_) = _io(node, spec, x, [h0, c0])
         step = make_step(None if p is None else p.astype(xc.dtype))
         y, y_h, (y_c,) = _run(spec, xc, w, r, b, seq_lens, h0_, [c0_], step, cache, fold_bias=True)
         return _outputs(spec, x.dtype, y, [y_h, y_c], n_out)
-
-    # the common LSTM (one forward direction, layout 0, default activations, no clip, peepholes,
-    # coupled gates or sequence lengths): the same arithmetic as _run + fast_step with the
-    # bookkeeping of the general driver (per-direction buffers, masks, copies) left out
-    names = [a.lower() for a in (node.attr("activations") or ["Sigmoid", "Tanh", "Tanh"])]
-    simple = (
-        spec.direction == "forward"
-        and spec.layout == 0
-        and spec.clip is None
-        and not input_forget
-        and names == ["sigmoid", "tanh", "tanh"]
-        and not node.attr("activation_alpha")
-        and not node.attr("activation_beta")
-    )
-
-    def forward(x, w, r, b, h0, c0):  # type: ignore[no-untyped-def]
-        seq, batch = x.shape[:2]
-        hs = r.shape[-1]
-        dt = x.dtype
-        got = None if cache is None else cache.get((0, dt))
-        if got is None:
-            got = (w[0].astype(dt, copy=False).T, r[0].astype(dt, copy=False).T)
-            if cache is not None:
-                got = cache[(0, dt)] = (np.ascontiguousarray(got[0]), np.ascontiguousarray(got[1]))
-        wt, rt = got
-        xw = x.reshape(seq * batch, -1) @ wt
-        if b is not None:
-            xw += b[0, : 4 * hs].astype(dt, copy=False) + b[0, 4 * hs :].astype(dt, copy=False)
-        xw = xw.reshape(seq, batch, 4 * hs)
-        h = np.zeros((batch, hs), dtype=dt) if h0 is None else h0[0].astype(dt, copy=False)
-        c = np.zeros((batch, hs), dtype=dt) if c0 is None else c0[0].astype(dt, copy=False)
-        y = np.empty((seq, 1, batch, hs), dtype=dt)
-        for t in range(seq):
-            gates = h @ rt
-            gates += xw[t]
-            iof = _sigmoid(gates[:, : 3 * hs])
-            ct = np.tanh(gates[:, 3 * hs :])
-            c = iof[:, 2 * hs :] * c  # a new array: c0 is never written
-            ct *= iof[:, :hs]
-            c += ct
-            h = np.tanh(c)
-            h *= iof[:, hs : 2 * hs]
-            y[t, 0] = h
-        outs = (y, h[None], c[None])
-        return outs[:n_out] + (None,) * max(0, n_out - 3)
 
     return compute
 
@@ -348,8 +421,17 @@ def build_gru(node: NodeView, ctx: KernelContext) -> Any:
             hh = g_act(spec.clipped(xh + (rgate * h) @ rt[:, 2 * hs :] + rh_b))
         return (1 - z) * hh + z * h, []
 
+    fast_ok = _fast_eligible(node, spec, ["Sigmoid", "Tanh"])
+    prepared = _Prepared(node, ctx, 2, (3,) if lbr else (2, 1), lbr)
+
+    def fast_gru(xw, recs, rbh, h):  # type: ignore[no-untyped-def]
+        return fast.gru_loop(xw, recs[0], None if lbr else recs[1], rbh, h), []
+
     def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
+        if fast_ok and _fast_run(x, seq_lens):
+            outs = _fast(spec, x, prepared.get(w, r, b, x.dtype), [h0], fast_gru)
+            return outs[:n_out] + (None,) * max(0, n_out - 2)
         xc, (h0_,) = _io(node, spec, x, [h0])
         y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step, cache)
         return _outputs(spec, x.dtype, y, [y_h], n_out)
@@ -367,8 +449,17 @@ def build_rnn(node: NodeView, ctx: KernelContext) -> Any:
         (f_act,) = spec.dir_acts(d)
         return f_act(spec.clipped(xw + h @ rt)), []
 
+    fast_ok = _fast_eligible(node, spec, ["Tanh"])
+    prepared = _Prepared(node, ctx, 0, (1,), False)
+
+    def fast_rnn(xw, recs, rbh, h):  # type: ignore[no-untyped-def]
+        return fast.rnn_loop(xw, recs[0], h), []
+
     def compute(x, w, r, b=None, seq_lens=None, h0=None):  # type: ignore[no-untyped-def]
         _check(node, spec, w, r)
+        if fast_ok and _fast_run(x, seq_lens):
+            outs = _fast(spec, x, prepared.get(w, r, b, x.dtype), [h0], fast_rnn)
+            return outs[:n_out] + (None,) * max(0, n_out - 2)
         xc, (h0_,) = _io(node, spec, x, [h0])
         y, y_h, _ = _run(spec, xc, w, r, b, seq_lens, h0_, [], step, cache, fold_bias=True)
         return _outputs(spec, x.dtype, y, [y_h], n_out)

@@ -133,12 +133,13 @@ for _since, _end in ((10, 12), (13, 18), (19, 20), (21, 22), (23, None)):
 def dynamic_params(x: np.ndarray) -> tuple[np.float32, int]:
     """onnxruntime's uint8 GetQuantizationParameter, in float32 as it computes: the range
     widened to include 0, scale (max - min) / 255 (1 for an all-zero range), zero point
-    round-half-even(clamp(0 - min / scale, 0, 255))."""
+    round-half-even(clamp(0 - min / scale, 0, 255)). Scalar float32 arithmetic: recurrent
+    kernels call this once per time step."""
     f32 = np.float32
-    mn = min(f32(np.min(x)) if x.size else f32(0), f32(0))
-    mx = max(f32(np.max(x)) if x.size else f32(0), f32(0))
+    mn = min(f32(x.min()), f32(0)) if x.size else f32(0)
+    mx = max(f32(x.max()), f32(0)) if x.size else f32(0)
     scale = f32(1.0) if mx == mn else f32(mx - mn) / f32(255)
-    return scale, int(np.rint(np.clip(f32(0) - mn / scale, f32(0), f32(255))))
+    return scale, int(np.rint(min(max(f32(0) - mn / scale, f32(0)), f32(255))))
 
 
 @REGISTRY.register("DynamicQuantizeLinear", since=11)

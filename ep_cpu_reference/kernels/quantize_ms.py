@@ -19,6 +19,7 @@ import numpy as np
 from ep_core.sdk.errors import NotImplementedByAnyEp
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
+from ep_cpu_reference.kernels import _rnn_fast as fast
 from ep_cpu_reference.kernels._ms_schema import MS
 from ep_cpu_reference.kernels._quantize_ms_schemas import register_schemas
 from ep_cpu_reference.kernels.nn_common import fail
@@ -482,11 +483,82 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext) -> Any:
         z = np.asarray(zp)
         return s[d] if s.ndim == 2 else s.reshape(-1)[d], (z[d] if z.ndim == 2 else z.reshape(-1)[d])
 
+    names = [a.lower() for a in (node.attr("activations") or ["Sigmoid", "Tanh", "Tanh"] * spec.num_dir)]
+    fast_ok = (
+        spec.clip is None
+        and not input_forget
+        and names == ["sigmoid", "tanh", "tanh"] * spec.num_dir
+        and not node.attr("activation_alpha")
+        and not node.attr("activation_beta")
+    )
+    const = all(ctx.constant(n) is not None for i, n in enumerate(node.inputs) if n and i in (1, 2, 3, 8, 9, 10, 11))
+    prepared: list[Any] = []
+
+    def prepare(w, r, b, w_s, w_zp, r_s, r_zp):  # type: ignore[no-untyped-def]
+        """Weights minus zero points per gate (D, 4, K, H) in an exact BLAS dtype, i/o/f
+        columns negated (see _rnn_fast), scales as (4, D, 1, H), the bias Wb + Rb likewise."""
+        n_dir, hs = w.shape[0], w.shape[2] // 4
+        sign = fast.gate_signs(4, 3, hs, np.float64)
+
+        def per_gate(q: np.ndarray, zp: Any) -> np.ndarray:
+            z = np.zeros(1) if zp is None else np.asarray(zp, np.float64)
+            z = (
+                z.reshape(n_dir, 1, -1)
+                if z.ndim == 2
+                else z.reshape(-1)[:n_dir].reshape(-1, 1, 1) * np.ones((n_dir, 1, 1))
+            )
+            v = (q.astype(np.float64) - z) * sign
+            v = v.reshape(n_dir, q.shape[1], 4, hs).transpose(0, 2, 1, 3)
+            return np.ascontiguousarray(v, fast.exact_dtype(v))
+
+        def scale(sv: Any) -> np.ndarray:
+            sv = np.asarray(sv, F32)
+            if sv.ndim == 2:
+                return np.ascontiguousarray(sv.reshape(n_dir, 4, hs).transpose(1, 0, 2)[:, :, None, :])
+            return np.ascontiguousarray(np.broadcast_to(sv.reshape(-1)[:n_dir, None, None], (4, n_dir, 1, hs)))
+
+        bias = None
+        if b is not None:
+            bb = (b[:, : 4 * hs].astype(F32) + b[:, 4 * hs :].astype(F32)) * sign.astype(F32)
+            bias = np.ascontiguousarray(bb.reshape(n_dir, 4, hs).transpose(1, 0, 2)[:, :, None, :])
+        return per_gate(w, w_zp), scale(w_s), per_gate(r, r_zp), scale(r_s), bias
+
+    def run_fast(x, h0, c0, prep):  # type: ignore[no-untyped-def]
+        wq, ws, rq, rs, bias = prep
+        seq, batch, _ = x.shape
+        hs = rq.shape[-1]
+        rev = fast.reversed_dirs(spec.direction)
+        xq, xs, xz = dynamic_quantize(x.reshape(seq * batch, -1))  # the same for both directions
+        xf = (xq.astype(np.int16) - np.int16(xz)).astype(wq.dtype)
+        y = np.empty((seq, len(rev), batch, hs), F32)
+        y_h, y_c = np.empty((2, len(rev), batch, hs), F32)
+        for d, back in enumerate(rev):
+            xw = np.empty((seq, 4, batch, hs), F32)
+            for j in range(4):
+                pj = (xf @ wq[d, j]).astype(F32, copy=False)
+                pj *= xs * ws[j, d]
+                pj = pj.reshape(seq, batch, hs)
+                xw[:, j] = pj[::-1] if back else pj
+            h = np.zeros((batch, hs), F32) if h0 is None else np.array(h0[d], F32)
+            c = np.zeros((batch, hs), F32) if c0 is None else np.array(c0[d], F32)
+            ys, y_c[d] = fast.dq_lstm_loop(xw, rq[d], rs[:, d], None if bias is None else bias[:, d], h, c)
+            y[:, d] = ys[::-1] if back else ys
+            y_h[d] = ys[-1]
+        return y, y_h, y_c
+
     def compute(x, w, r, b=None, lens=None, h0=None, c0=None, p=None, w_s=None, w_zp=None, r_s=None, r_zp=None):  # type: ignore[no-untyped-def]
         seq, batch, _ = x.shape
         hs = int(spec.hidden)
         if w.shape != (spec.num_dir, x.shape[2], 4 * hs) or r.shape != (spec.num_dir, hs, 4 * hs):
             raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} must be (D, I, 4H) / (D, H, 4H) with H={hs}")
+        shape = (spec.num_dir, batch, hs)
+        full = lens is None or bool(np.all(np.asarray(lens) == seq))
+        states_ok = all(s is None or s.shape == shape for s in (h0, c0))
+        if fast_ok and p is None and full and states_ok and seq > 0 and batch > 0:
+            prep = prepared[0] if prepared else prepare(w, r, b, w_s, w_zp, r_s, r_zp)
+            if const and not prepared:
+                prepared.append(prep)
+            return run_fast(x.astype(F32, copy=False), h0, c0, prep)[:n_out]
         lens_arr = None if lens is None else np.asarray(lens, np.int64).reshape(-1)
         mask = None if lens_arr is None else (np.arange(seq)[:, None] < lens_arr[None, :])
         y = np.zeros((seq, spec.num_dir, batch, hs), F32)

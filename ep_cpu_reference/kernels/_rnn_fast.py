@@ -1,0 +1,216 @@
+"""Fast time loops for the common recurrent layers (default activations, no clip, peepholes,
+coupled gates or sequence lengths), shared by LSTM, GRU, RNN and com.microsoft's
+DynamicQuantizeLSTM.
+
+Why it is fast: a step of a small recurrent layer costs a dozen tiny NumPy calls, so the call
+count (and each call's set-up) is the cost. Both directions advance in the same step (states
+stacked as (D, H, B), transposed so that every gate is a contiguous block, the reverse
+direction's inputs read backwards), the input projection of every step is one matmul per
+direction before the loop, and every temporary is allocated once and written with ``out=``. The
+weight columns of the sigmoid gates are negated once, so a gate array holds ``-x`` and the
+sigmoid is ``1 / (1 + exp(g))`` with no negation per step: negation is exact in IEEE arithmetic,
+so the results are bit for bit those of ``1 / (1 + exp(-x))``."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ep_cpu_reference.kernels.quantize import dynamic_params
+
+
+def gate_signs(n_gates: int, n_sigmoid: int, hs: int, dtype: Any) -> np.ndarray:
+    """(G*H,) of -1 over the first ``n_sigmoid`` gates' columns (the sigmoid gates: LSTM's i, o,
+    f; GRU's z, r), +1 over the rest."""
+    s = np.ones(n_gates * hs, dtype)
+    s[: n_sigmoid * hs] = -1
+    return s
+
+
+def sigmoid_of_negated(g: np.ndarray) -> None:
+    """In place: ``g`` holds ``-x``; it becomes sigmoid(x). exp is capped where it would overflow
+    (the sigmoid there is below the type's smallest normal, 0 at its precision)."""
+    np.minimum(g, 88.0 if g.dtype.itemsize <= 4 else 709.0, out=g)
+    np.exp(g, out=g)
+    g += 1.0
+    np.reciprocal(g, out=g)
+
+
+def reversed_dirs(direction: str) -> tuple[bool, ...]:
+    """Per stacked direction, whether it reads the sequence backwards."""
+    return {"forward": (False,), "reverse": (True,), "bidirectional": (False, True)}[direction]
+
+
+class Recurrent:
+    """One matmul's recurrent weights in the transposed layout: gates (G', D, H, B) = R @ h with
+    h as (D, H, B). With two directions of small H, R is block-diagonal (G'DH, DH): one BLAS call
+    for both, and every gate's rows for both directions contiguous (a strided view costs a
+    ufunc about three times a contiguous one here); otherwise one call per direction."""
+
+    def __init__(self, r: np.ndarray, n_gates: int) -> None:
+        n_dir, gh, hs = r.shape  # r: (D, G'H, H), sigmoid-gate rows already negated
+        self.hs = hs
+        self.block = n_dir == 2 and hs <= 256
+        self.shape = (n_gates, n_dir, hs) if self.block else (n_dir, n_gates, hs)
+        if self.block:
+            m = np.zeros((n_gates, n_dir, hs, n_dir, hs), r.dtype)
+            for d in range(n_dir):
+                m[:, d, :, d, :] = r[d].reshape(n_gates, hs, hs)
+            self.mat = m.reshape(gh * n_dir, n_dir * hs)
+        else:
+            self.mat = np.ascontiguousarray(r)
+
+    def buffer(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
+        """(storage, its gate view (G', D, H, B))."""
+        buf = np.empty(self.shape + (batch,), self.mat.dtype)
+        return buf, (buf if self.block else buf.transpose(1, 0, 2, 3))
+
+    def __call__(self, h: np.ndarray, buf: np.ndarray) -> None:
+        if self.block:
+            np.matmul(self.mat, h.reshape(-1, h.shape[-1]), out=buf.reshape(-1, h.shape[-1]))
+        else:
+            for d in range(h.shape[0]):
+                np.matmul(self.mat[d], h[d], out=buf[d].reshape(-1, h.shape[-1]))
+
+
+def project(x: np.ndarray, wt: np.ndarray, bias: np.ndarray | None, rev: tuple[bool, ...], hs: int) -> np.ndarray:
+    """X (T, B, I) @ W_d (I, G*H) (+ bias_d) for every step and direction as (T, G, D, H, B), the
+    reverse direction's steps in the order it runs them: one matmul per direction."""
+    seq, batch = x.shape[:2]
+    x2 = x.reshape(seq * batch, -1)
+    n_gates = wt.shape[-1] // hs
+    xw = np.empty((seq, n_gates, len(rev), hs, batch), x.dtype)
+    for d, back in enumerate(rev):
+        p = x2 @ wt[d]
+        if bias is not None:
+            p += bias[d]
+        p = p.reshape(seq, batch, n_gates, hs).transpose(0, 2, 3, 1)
+        xw[:, :, d] = p[::-1] if back else p
+    return xw
+
+
+def lstm_loop(xw: np.ndarray, rec: Recurrent, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Gates (IOFC, i/o/f negated) = R @ h + xw[t]; returns every step's h (T, D, H, B) in step
+    order and the final cell. ``c`` is updated in place (pass a copy)."""
+    ys = np.empty((xw.shape[0],) + h.shape, h.dtype)
+    buf, g = rec.buffer(h.shape[-1])
+    sig, i, o, f, cand = g[:3], g[0], g[1], g[2], g[3]
+    for t in range(xw.shape[0]):
+        rec(h, buf)
+        g += xw[t]
+        sigmoid_of_negated(sig)
+        np.tanh(cand, out=cand)
+        cand *= i
+        c *= f
+        c += cand
+        h = ys[t]
+        np.tanh(c, out=h)
+        h *= o
+    return ys, c
+
+
+def gru_loop(
+    xw: np.ndarray, rec: Recurrent, rec_h: Recurrent | None, rbh: np.ndarray | None, h: np.ndarray
+) -> np.ndarray:
+    """Gates (ZRH, z/r negated). linear_before_reset (``rec_h`` None, ``rec`` all three gates):
+    n = tanh(xh + r * (Rh @ h + Rbh)); else (``rec`` z and r, ``rec_h`` h's gate)
+    n = tanh(xh + Rh @ (r * h)) with Rbh already in xw. Then h = n + z * (h - n)."""
+    ys = np.empty((xw.shape[0],) + h.shape, h.dtype)
+    buf, g = rec.buffer(h.shape[-1])
+    zr, z, r = g[:2], g[0], g[1]
+    if rec_h is None:
+        n = g[2]
+    else:
+        buf_n, gn = rec_h.buffer(h.shape[-1])
+        n, rh = gn[0], np.empty(h.shape, h.dtype)
+    for t in range(xw.shape[0]):
+        x = xw[t]
+        rec(h, buf)
+        zr += x[:2]
+        sigmoid_of_negated(zr)
+        if rec_h is None:
+            if rbh is not None:
+                n += rbh
+            n *= r
+        else:
+            np.multiply(r, h, out=rh)
+            rec_h(rh, buf_n)
+        n += x[2]
+        np.tanh(n, out=n)
+        y = ys[t]
+        np.subtract(h, n, out=y)
+        y *= z
+        y += n
+        h = y
+    return ys
+
+
+def rnn_loop(xw: np.ndarray, rec: Recurrent, h: np.ndarray) -> np.ndarray:
+    """h = tanh(R @ h + xw[t]) (biases in xw)."""
+    ys = np.empty((xw.shape[0],) + h.shape, h.dtype)
+    buf, g = rec.buffer(h.shape[-1])
+    for t in range(xw.shape[0]):
+        rec(h, buf)
+        y = ys[t]
+        np.add(g[0], xw[t, 0], out=y)
+        np.tanh(y, out=y)
+        h = y
+    return ys
+
+
+def unstep_t(ys: np.ndarray, rev: tuple[bool, ...]) -> np.ndarray:
+    """Step-order transposed outputs (T, D, H, B) to ONNX's Y (T, D, B, H)."""
+    y = np.empty(ys.shape[:2] + (ys.shape[3], ys.shape[2]), ys.dtype)
+    for d, back in enumerate(rev):
+        y[:, d] = (ys[::-1, d] if back else ys[:, d]).transpose(0, 2, 1)
+    return y
+
+
+def exact_dtype(wq: np.ndarray) -> Any:
+    """float32 when every partial sum of a uint8-range operand (|a - a_zp| <= 255) times the
+    integer columns of ``wq`` (I, N) stays below 2^24, so a float32 BLAS product is exact; else
+    float64 (exact for any realistic K)."""
+    bound = float(np.abs(wq).sum(axis=-2).max(initial=0.0)) * 255.0
+    return np.float32 if bound < 2.0**24 else np.float64
+
+
+def dq_lstm_loop(
+    xw: np.ndarray, rq: np.ndarray, rs: np.ndarray, bias: np.ndarray | None, h: np.ndarray, c: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """One direction of DynamicQuantizeLSTM. ``xw`` (T, 4, B, H): the scaled input projection,
+    gates IOFC with i/o/f negated; ``rq`` (4, H, H): R - R_zp per gate (signs applied) in a
+    dtype whose BLAS product is exact; ``rs`` (4, 1, H): R's scales. Each step quantizes h as
+    onnxruntime does (uint8 over [min(h, 0), max(h, 0)]), scales the exact integer product by
+    h_scale * r_scale in float32, then adds xw[t] and the bias (onnxruntime's order). Directions
+    run one after the other and R is multiplied per gate: a (H, H) block keeps OpenBLAS on its
+    unpacked small-matrix kernel, and one direction's R stays in cache across steps."""
+    ys = np.empty((xw.shape[0],) + h.shape, np.float32)
+    g = np.empty(xw.shape[1:], np.float32)
+    acc = g if rq.dtype == np.float32 else np.empty(g.shape, rq.dtype)
+    q = np.empty(h.shape, np.float32)
+    sig, i, o, f, cand = g[:3], g[0], g[1], g[2], g[3]
+    for t in range(xw.shape[0]):
+        sc, zp = dynamic_params(h)
+        np.divide(h, sc, out=q)  # as MlasQuantizeLinear: float32 division, rounded half to even
+        np.rint(q, out=q)
+        np.maximum(q, -zp, out=q)  # q - zp, saturated to uint8's range
+        np.minimum(q, 255 - zp, out=q)
+        qa = q if acc is g else q.astype(acc.dtype)
+        for j in range(4):
+            np.matmul(qa, rq[j], out=acc[j])
+        if acc is not g:
+            np.copyto(g, acc, casting="same_kind")
+        g *= sc * rs
+        g += xw[t]
+        if bias is not None:
+            g += bias
+        sigmoid_of_negated(sig)
+        np.tanh(cand, out=cand)
+        cand *= i
+        c *= f
+        c += cand
+        h = ys[t]
+        np.tanh(c, out=h)
+        h *= o
+    return ys, c
