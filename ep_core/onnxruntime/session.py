@@ -24,6 +24,7 @@ import onnx
 from ep_core.onnxruntime.devices import OrtEpDevice, OrtMemoryInfo, ep_device_of
 from ep_core.onnxruntime.options import SessionOptions
 from ep_core.onnxruntime.refusals import refuse
+from ep_core.runtime.contract import declared_outputs
 from ep_core.runtime.discover import get_registry
 from ep_core.runtime.options import ExecutionMode, RunOptions
 from ep_core.runtime.options import SessionOptions as _EpCoreOptions
@@ -188,7 +189,8 @@ class _Meta:
 
     def __init__(self, session: _EpCoreSession, requested: dict[str, str]) -> None:
         graph = session.model.graph
-        types = {v.name: v.type for v in [*graph.value_info, *graph.output, *graph.input]}
+        shown = declared_outputs(session._built.declared, graph)  # as declared, filled in by inference
+        types = {v.name: v.type for v in [*graph.value_info, *shown, *graph.input]}
 
         declared = {v.name: v.type for v in [*graph.input, *session._built.declared.output]}
         names = {d.dim_param for t in declared.values() for d in t.tensor_type.shape.dim if d.dim_param}

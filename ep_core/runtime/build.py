@@ -18,11 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from ep_core.host.session import SessionHost
 from ep_core.host.trace import Profiler
+from ep_core.optimizer import optimize_model
 from ep_core.runtime import context_write
 from ep_core.runtime.compatibility import validate_model_compatibility
 from ep_core.runtime.engine import Built
 from ep_core.runtime.eps import EpInstance
-from ep_core.runtime.load import EXTERNAL_FOLDER_KEY, check_and_infer, check_options, load_model
+from ep_core.runtime.load import EXTERNAL_FOLDER_KEY, check_and_infer, check_options, load_model, materialise_budget
 from ep_core.runtime.options import CONFIG_ENV, ProviderConfig, SessionOptions, load_provider_config
 from ep_core.runtime.partition import Partition, partition_graph
 from ep_core.runtime.program import GraphProgram
@@ -91,6 +92,11 @@ def build(request: BuildRequest) -> Built:
             built.eps.append(EpInstance(sel, options, request.registry))
         _register_custom_domains(built.eps)
         built.model, built.declared = check_and_infer(proto), type(proto.graph)(output=proto.graph.output)
+        kernels, budget = built.eps[0].kernel_registry if built.eps else None, materialise_budget(built.model.graph)
+        supports = kernels.has_op if kernels is not None else None  # fusions make only ops the first EP has
+        built.model = optimize_model(
+            built.model, options.graph_optimization_level, supports, budget, host.log.log, options.config_entries
+        )
         _trace(profiler, "model_loading_uri" if model_path else "model_loading_array", t0)
         validate_model_compatibility(built.model, built.eps, options, model_path)
         if profiler is not None:
@@ -105,7 +111,7 @@ def build(request: BuildRequest) -> Built:
         _trace(profiler, "plan", t0)
         check_options(request.origin)
         if options.optimized_model_filepath:  # the model as planned: folded, pruned, dims fixed
-            built.program.save_optimized(built.model, options.optimized_model_filepath)
+            built.program.save_optimized(built.model, options.optimized_model_filepath, built.declared)
         if options.flag("ep.context_enable"):
             t0 = time.perf_counter_ns()
             built.context_model_path = context_write.generate_context_model(built, request.compile)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime.compatibility import METADATA_PREFIX
+from ep_core.runtime.contract import declared_outputs
 from ep_core.sdk.epcontext.output import (
     EMBED_KEY,
     EXTERNAL_INIT_KEY,
@@ -267,7 +268,8 @@ def _build_model(built: "Built", compiled: list[Any], ctx_nodes: dict[str, Any])
     inits = [t for t in graph.initializer if t.name in used]
     live = {o for n in new_nodes for o in n.output} | {v.name for v in graph.input}
     value_info = [v for v in graph.value_info if v.name in live]
-    for field_name, items in (("node", new_nodes), ("initializer", inits), ("value_info", value_info)):
+    shown = ("output", declared_outputs(built.declared, graph))  # as get_outputs shows them (and with shapes)
+    for field_name, items in (("node", new_nodes), ("initializer", inits), ("value_info", value_info), shown):
         graph.ClearField(field_name)
         getattr(graph, field_name).extend(items)
     if ctx_nodes and not any(o.domain == MS_DOMAIN for o in src.opset_import):

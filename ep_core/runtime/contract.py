@@ -10,13 +10,17 @@ Specs are built once per plan. The run loop compares a value's class, dtype and 
 last value that passed (identity and one tuple compare) and calls ``OutputSpec.accept`` only when
 they differ, so the check costs tens of nanoseconds per output and stays on; messages are built
 only on failure. A cached value always passed the full check, so sharing specs between threads
-can cost an extra ``accept`` but never lets a wrong value through."""
+can cost an extra ``accept`` but never lets a wrong value through.
+
+A graph output's declared shape is its author's word, not proof: the EP is not held to it (see
+``load._infer``); users see it (``declared_outputs``), and runs contradicting it are logged."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
 
+from ep_core.host.logs import WARNING
 from ep_core.sdk.errors import EpFail
 from ep_core.sdk.graph import GraphView
 
@@ -129,3 +133,51 @@ def _describe(res: Any) -> str:
     if dtype is not None and isinstance(shape, tuple):
         return f"{type(res).__name__} {dtype} {list(shape)}"
     return type(res).__name__
+
+
+def declared_outputs(declared: Any, inferred: Any) -> list[Any]:
+    """The graph outputs users see (``get_outputs``, saved models): as ``declared`` (a GraphProto),
+    dims only ``inferred`` knows filled in as onnxruntime merges them; as declared where they clash."""
+    found = {v.name: v.type.tensor_type for v in inferred.output if v.type.HasField("tensor_type")}
+    outputs = []
+    for given in (declared if declared is not None else inferred).output:
+        (v := type(given)()).CopyFrom(given)
+        t, src = v.type.tensor_type, found.get(v.name)
+        if src is not None and src.HasField("shape") and v.type.HasField("tensor_type"):
+            t.elem_type, pairs = t.elem_type or src.elem_type, list(zip(t.shape.dim, src.shape.dim))
+            if not t.HasField("shape"):
+                t.shape.CopyFrom(src.shape)
+            elif len(t.shape.dim) == len(src.shape.dim) and all(_agree(a, b) for a, b in pairs):
+                for a, b in pairs:
+                    if _dim(b) is not None or (_dim(a) is None and not a.dim_param):
+                        a.CopyFrom(b)
+        outputs.append(v)
+    return outputs
+
+
+def _dim(d: Any) -> int | None:
+    return int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else None
+
+
+def _agree(a: Any, b: Any) -> bool:
+    return None in (_dim(a), _dim(b)) or _dim(a) == _dim(b)
+
+
+def warn_declared(built: Any, values: Sequence[Any], run_options: Any) -> None:
+    """onnxruntime's warning (VerifyOutputSizes) for a graph output contradicting the shape users
+    see for it, where the contract does not hold the EP to that shape; once per output and shape."""
+    if built.watched is None:
+        index = {v.name: i for i, v in enumerate(built.graph.outputs)}
+        specs = dict(zip(index, expect(built.graph, list(index))))
+        shown = [v for v in declared_outputs(built.declared, built.graph.proto) if v.type.tensor_type.HasField("shape")]
+        wants = [(index[v.name], v.name, tuple(_dim(d) for d in v.type.tensor_type.shape.dim)) for v in shown]
+        built.watched = [(*w, set()) for w in wants if getattr(specs[w[1]], "want_shape", None) != w[2]]
+    for i, name, want, seen in built.watched:
+        shape = getattr(values[i], "shape", None)
+        if isinstance(shape, tuple) and shape not in seen:
+            if len(seen) < 64:  # past that, new shapes are logged on every run, as onnxruntime does
+                seen.add(shape)
+            if len(shape) != len(want) or any(w not in (None, d) for w, d in zip(want, shape)):
+                dims = (",".join(str(-1 if d is None else d) for d in s) for s in (want, shape))
+                msg = "Expected shape from model of {%s} does not match actual shape of {%s} for output %s"
+                built.host.log.log(WARNING, msg, *dims, name, run_options=run_options)

@@ -30,6 +30,7 @@ class Built:
     host: "SessionHost"  # threads, logger and trace (``host.trace``: None unless profiling)
     model: Any = None  # the checked, shape-inferred model (layout-transformed if that was kept)
     declared: Any = None  # a GraphProto of the model's outputs as declared, before shape inference
+    watched: Any = None  # graph outputs whose declared shape runs are compared with (contract.warn_declared)
     graph: "GraphView | None" = None
     program: "GraphProgram | None" = None
     context: "SessionContext | None" = None

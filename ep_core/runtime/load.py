@@ -206,24 +206,38 @@ def check_and_infer(proto: Any) -> Any:
 
 def _infer(proto: Any) -> Any:
     """Strict shape inference without data propagation (it turns every 1-D integer tensor into a
-    shape of as many dims: a bomb). Errors onnxruntime tolerates pass (``_LENIENT``)."""
+    shape of as many dims: a bomb). Errors onnxruntime tolerates pass (``_LENIENT``). Main-graph
+    outputs lose their declared shapes (not dtypes) first: the author's word, which onnxruntime
+    only warns about when a run contradicts it, is no proof to hold an EP to (``contract``)."""
     import onnx
 
+    data = _undeclared(proto).SerializeToString()  # once for both passes; the copy goes before inference
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=True, strict_mode=True, data_prop=False)
+        return onnx.shape_inference.infer_shapes(data, check_type=True, strict_mode=True, data_prop=False)
     except Exception as exc:  # InferenceError, or a checker error for a type the model misuses
         problems = _problems(str(exc))
         if problems:
             if "node name:" not in problems[0]:  # onnx names only named nodes: name them as GraphView does
-                problems = _problems(_named_strict_error(proto)) or problems
+                problems = _problems(_named_strict_error(onnx.load_from_string(data))) or problems
             raise InvalidGraph(
                 f"the model is invalid: {problems[0]} (onnx strict shape inference: "
                 "onnx.shape_inference.infer_shapes(model, strict_mode=True) shows it)"
             ) from exc
     try:
-        return onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
+        return onnx.shape_inference.infer_shapes(data, check_type=False, strict_mode=False, data_prop=False)
     except Exception:  # noqa: BLE001 - only errors onnxruntime tolerates are left: run without shapes
+        return onnx.load_from_string(data)
+
+
+def _undeclared(proto: Any) -> Any:
+    """``proto``, or a copy whose main-graph tensor outputs have no shape."""
+    if not any(v.type.tensor_type.HasField("shape") for v in proto.graph.output):
         return proto
+    (copy := type(proto)()).CopyFrom(proto)
+    for v in copy.graph.output:
+        if v.type.HasField("tensor_type"):
+            v.type.tensor_type.ClearField("shape")
+    return copy
 
 
 _LENIENT = (

@@ -228,9 +228,10 @@ class GraphProgram:
             )
         return plan
 
-    def save_optimized(self, model: Any, path: str) -> None:
+    def save_optimized(self, model: Any, path: str, declared: Any) -> None:
         """``optimized_model_filepath``: ``model`` as this main program runs it, folded nodes turned
-        into initializers (nodes making graph outputs stay), what no output needs dropped."""
+        into initializers (nodes making graph outputs stay), what no output needs dropped; its
+        outputs as ``declared`` (``Built.declared``), as onnxruntime writes them."""
         import onnx
         from onnx import numpy_helper
 
@@ -249,7 +250,8 @@ class GraphProgram:
             numpy_helper.from_array(plan.template[plan.slots[o]], o) for f in folded.values() for o in f if o in needed
         ]
         infos = [v for v in src.value_info if v.name in needed]
-        for field, items in (("node", kept), ("initializer", inits), ("value_info", infos)):
+        outs = ("output", declared.output)
+        for field, items in (("node", kept), ("initializer", inits), ("value_info", infos), outs):
             out.graph.ClearField(field)
             getattr(out.graph, field).extend(items)
         try:  # past protobuf's reach, tensors go to <file>.data beside it

@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from ep_core.runtime.contract import warn_declared
 from ep_core.runtime.execute import run_plan
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import GraphView
@@ -87,7 +88,9 @@ def run(
             ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
     if record is not None:
         built.host.run_end(record, run_options)
-    return plan.outputs(vals)
+    outputs = plan.outputs(vals)
+    warn_declared(built, outputs, run_options)  # onnxruntime's warning for an output's wrong declared shape
+    return outputs
 
 
 def select_outputs(graph: GraphView, output_names: Sequence[str] | None, values: list[Any]) -> list[Any]:

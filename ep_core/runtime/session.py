@@ -12,6 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from ep_core.runtime import run
 from ep_core.runtime.build import build, resolve_request
+from ep_core.runtime.contract import declared_outputs
 from ep_core.runtime.discover import PluginRegistry, get_registry
 from ep_core.runtime.engine import Built
 from ep_core.sdk.errors import InvalidArgument
@@ -131,7 +132,9 @@ class InferenceSession:
         return [_node_arg(v) for v in self.graph.inputs]
 
     def get_outputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self.graph.outputs]
+        """As declared, with what inference found (``declared_outputs``), as onnxruntime reports them."""
+        outputs = type(self.graph.proto)(output=declared_outputs(self._built.declared, self.graph.proto))
+        return [_node_arg(v) for v in GraphView(outputs, {}).outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         graph = self.graph

@@ -4,6 +4,7 @@ EPs, registered through the plugin registry, break it one way at a time."""
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -16,7 +17,7 @@ from onnx import TensorProto, helper, numpy_helper
 import ep_core
 from ep_core.sdk.compute import NodeComputeInfo
 from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
-from ep_core.sdk.errors import EpFail, StatusCode
+from ep_core.sdk.errors import EpFail, InvalidGraph, StatusCode
 from ep_core.sdk.kernels import FLOATS, KernelRegistry
 
 KERNEL_EP = "ContractKernelTestExecutionProvider"
@@ -209,3 +210,120 @@ def test_a_sequence_output_must_be_a_list(planted):
     with pytest.raises(EpFail) as info:
         sess.run(None, {"a": np.zeros(2, F32), "b": np.ones(2, F32)})
     _assert_names_everything(info.value, ep, "node 'seq0'", "got tuple", "expected a sequence (list)", "'s'")
+
+
+# ------------------------------------------------------------------- declared graph-output shapes
+# A graph output's declared shape is the model author's word: the EP is held to the shape inference
+# derives (and to the dtype), never to the declaration alone; a run contradicting it is logged with
+# onnxruntime's warning (its VerifyOutputSizes), as onnxruntime goes on too.
+WARNING_START = "Expected shape from model of "
+
+
+def _declared_relu(declared: list[Any] | None, x_shape: list[Any]) -> bytes:
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu0")
+    model = make_model([node], [("x", TensorProto.FLOAT, x_shape)], [("y", TensorProto.FLOAT, declared)])
+    model.ir_version = 10  # what onnxruntime 1.31 reads
+    return model.SerializeToString()
+
+
+def _shape_warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name.startswith("ep_core") and WARNING_START in r.getMessage()]
+
+
+@pytest.mark.parametrize("kind", ["kernel", "fused"])
+def test_a_wrong_declared_output_shape_runs_and_warns_once_per_shape_as_onnxruntime(planted, kind, caplog, capfd):
+    ort = pytest.importorskip("onnxruntime")
+    model = _declared_relu([1, "N"], ["B", 3])  # rows are B; the author wrote 1
+    so = ort.SessionOptions()
+    so.log_severity_level = 2
+    theirs = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    ours = ep_core.InferenceSession(model, providers=[planted(kind, _ok)])
+    assert ours.get_outputs()[0].shape == theirs.get_outputs()[0].shape == [1, 3]  # declared, inference filling N
+    caplog.set_level(logging.WARNING, logger="ep_core")
+    capfd.readouterr()
+    for rows in (2, 2, 4, 1, 2):
+        x = np.linspace(-1, 1, rows * 3, dtype=F32).reshape(rows, 3)
+        (y,) = ours.run(None, {"x": x})
+        np.testing.assert_array_equal(y, np.maximum(x, 0))
+        theirs.run(None, {"x": x})
+    told = [
+        line.split("VerifyOutputSizes] ", 1)[1].split("\x1b")[0]
+        for line in capfd.readouterr().err.splitlines()
+        if "VerifyOutputSizes] " in line
+    ]
+    expected = [f"{WARNING_START}{{1,3}} does not match actual shape of {{{r},3}} for output y" for r in (2, 4)]
+    assert _shape_warnings(caplog) == expected  # once per shape; onnxruntime says it on every run
+    assert sorted(set(told)) == expected and len(told) == 4
+
+
+def test_a_declared_rank_no_run_has_is_logged_not_refused(caplog):
+    """The zoo's ddddocr_int8: a Reshape to a shape computed at run time, declared [1, seqlen]."""
+    node = helper.make_node("Reshape", ["x", "s"], ["y"], name="reshape0")
+    inputs = [("x", TensorProto.FLOAT, None), ("s", TensorProto.INT64, [3])]
+    model = make_model([node], inputs, [("y", TensorProto.FLOAT, [1, "seqlen"])]).SerializeToString()
+    sess = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
+    assert sess.get_outputs()[0].shape == [1, "seqlen"]
+    caplog.set_level(logging.WARNING, logger="ep_core")
+    (y,) = sess.run(None, {"x": np.arange(24, dtype=F32), "s": np.array([4, 1, 6])})
+    assert y.shape == (4, 1, 6)
+    assert _shape_warnings(caplog) == [f"{WARNING_START}{{1,-1}} does not match actual shape of {{4,1,6}} for output y"]
+
+
+@pytest.mark.parametrize("kind", ["kernel", "fused"])
+def test_a_wrong_declared_output_shape_does_not_excuse_a_wrong_dtype(planted, kind):
+    ep = planted(kind, MISTAKES["wrong dtype"][0])
+    sess = ep_core.InferenceSession(_declared_relu([1, "N"], ["B", 3]), providers=[ep])
+    with pytest.raises(EpFail) as info:
+        sess.run(None, {"x": np.zeros((2, 3), F32)})
+    # held to what inference derives ([B, 3]), not to the declared [1, N]
+    node = "node 'relu0' (op Relu)" if kind == "kernel" else f"fused '{ep}_"
+    _assert_names_everything(
+        info.value, ep, node, "got float64 with shape [2, 3]", "expected float32 with shape [?, 3]"
+    )
+
+
+def test_a_wrong_declared_output_dtype_is_still_refused_at_load():
+    node = helper.make_node("Relu", ["x"], ["y"], name="relu0")
+    model = make_model([node], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.INT64, [7])])
+    with pytest.raises(InvalidGraph) as info:
+        ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+    assert "node name: relu0" in str(info.value)
+
+
+@pytest.mark.parametrize("kind", ["kernel", "fused"])
+def test_an_output_shape_inference_derives_still_binds_the_ep(planted, kind):
+    """Declared [1, N], but inference derives [2] from the input: the EP must return [2]."""
+    ep = planted(kind, MISTAKES["wrong static dim"][0])
+    sess = ep_core.InferenceSession(_declared_relu([1, "N"], [2]), providers=[ep])
+    with pytest.raises(EpFail) as info:
+        sess.run(None, {"x": np.array([-1.0, 2.0], F32)})
+    node = "node 'relu0' (op Relu)" if kind == "kernel" else f"fused '{ep}_"
+    _assert_names_everything(info.value, ep, node, "got float32 with shape [3]", "expected float32 with shape [2]")
+
+
+def test_an_intermediate_value_still_binds_the_ep_whatever_the_output_declares(planted):
+    ep = planted("kernel", lambda x: (np.zeros(3, F32),))
+    nodes = [helper.make_node("Relu", ["x"], ["h"], name="relu0"), helper.make_node("Relu", ["h"], ["y"], name="relu1")]
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [1, "N"])])
+    unoptimized = ep_core.SessionOptions(graph_optimization_level=ep_core.GraphOptimizationLevel.ORT_DISABLE_ALL)
+    sess = ep_core.InferenceSession(model.SerializeToString(), unoptimized, providers=[ep])  # Relu(Relu) stays
+    with pytest.raises(EpFail) as info:
+        sess.run(None, {"x": np.array([-1.0, 2.0], F32)})
+    _assert_names_everything(
+        info.value, ep, "node 'relu0'", "got float32 with shape [3]", "expected float32 with shape [2]", "'h'"
+    )
+
+
+def test_saved_models_keep_the_declared_outputs_as_onnxruntime_writes_them(tmp_path):
+    import onnx
+
+    ort = pytest.importorskip("onnxruntime")
+    model = _declared_relu([1, "N"], ["B", 3])
+    so = ort.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "ort.onnx")
+    so.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    opts = ep_core.SessionOptions(optimized_model_filepath=str(tmp_path / "ep_core.onnx"))
+    ep_core.InferenceSession(model, opts, providers=["CpuReferenceExecutionProvider"])
+    theirs, ours = (onnx.load(str(tmp_path / f)).graph.output for f in ("ort.onnx", "ep_core.onnx"))
+    assert ours == theirs == onnx.load_from_string(model).graph.output

@@ -54,7 +54,8 @@ def test_disable_all_turns_constant_folding_off_and_basic_keeps_it() -> None:
     folding = ep_core.InferenceSession(_model(), basic)
     assert plain.program.plan().folded == []
     assert "square" in " ".join(plain.get_plan())
-    assert folding.program.plan().folded == ["square", "dead"]
+    # at BASIC the graph optimizer folds square into an initializer and drops dead before planning
+    assert [n.name for n in folding._built.model.graph.node] == ["add", "sub"]
     assert "square" not in " ".join(folding.get_plan())
     for a, b in zip(plain.run(None, X), folding.run(None, X)):
         np.testing.assert_array_equal(a, b)

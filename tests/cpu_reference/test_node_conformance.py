@@ -314,7 +314,7 @@ def _ml_cases() -> dict[str, tuple[bytes, dict, list]]:
             [_t("y", T.FLOAT, [3])],
         ),
         {"x": {"a": 1.0, "c": 3.0}},
-        [np.array([1.0, 0.0, 3.0], dtype=np.float32)],
+        [np.array([[1.0, 0.0, 3.0]], dtype=np.float32)],  # [1, N] as onnxruntime, whatever the graph declares
     )
     seq_of_maps = oh.make_sequence_type_proto(oh.make_map_type_proto(T.INT64, oh.make_tensor_type_proto(T.FLOAT, [])))
     cases["zipmap_int_labels"] = (

@@ -112,6 +112,16 @@ def _write_variant(folder: Path, name: str, models: list[str], embed: int, share
     (folder / "case.json").write_text(json.dumps({**case, "binary": binary, "n_outputs": n_out}))
 
 
+def _unoptimized(**entries: Any) -> Any:
+    """Options that keep ``_model`` as designed in its contexts (the graph optimizer would fold its
+    BatchNormalization into the Conv before the EP compiles the group)."""
+    from ep_core.runtime.options import GraphOptimizationLevel
+
+    so = options(**entries)
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    return so
+
+
 @pytest.fixture(scope="module")
 def contexts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """``embed0``, ``embed1`` and ``shared`` context models of ``_model`` (sources kept apart), with
@@ -128,7 +138,7 @@ def contexts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     feed_ref = None
     for embed in (0, 1):
         out = root / f"embed{embed}"
-        so = options(ep__context_enable=1, ep__context_embed_mode=embed, ep__context_file_path=out / "m_ctx.onnx")
+        so = _unoptimized(ep__context_enable=1, ep__context_embed_mode=embed, ep__context_file_path=out / "m_ctx.onnx")
         sess = InferenceSession(str(src / "m.onnx"), so, providers=[NUMBA])
         assert len([a for a in sess.get_node_assignment().values() if a["ep"] == NUMBA]) >= 15
         _write_variant(out, f"embed{embed}", ["m_ctx.onnx"], embed, False, sweep=embed == 0)
@@ -143,7 +153,7 @@ def contexts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = root / "shared"
     reset_workspaces()
     for name, last in (("m", 0), ("m2", 1)):
-        so = options(
+        so = _unoptimized(
             ep__context_enable=1,
             ep__context_embed_mode=0,
             ep__share_ep_contexts=1,

@@ -12,13 +12,8 @@ import pytest
 
 from ep_core.tools import zoo
 
-# its graph declares output '387' as [1, seqlen] but it is [seqlen, 1, 8210]: onnxruntime warns, the runtime refuses
-_DECLARED_SHAPE_WRONG = pytest.mark.xfail(strict=True, reason="the model's declared output shape is wrong")
 
-
-@pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=_DECLARED_SHAPE_WRONG) if n == "ddddocr_int8" else n for n in sorted(zoo.MODELS)]
-)
+@pytest.mark.parametrize("name", sorted(zoo.MODELS))
 def test_every_zoo_model_runs_with_default_flags(name: str, cli: Callable) -> None:
     r = cli("run", "--zoo", name, "--json")
     assert r.code == 0, r.err

@@ -1,0 +1,151 @@
+"""Which rewrites make which ops: the table that gates a rewrite on the session's first EP.
+
+A rewrite that turns nodes into an op the graph may not have had (a com.microsoft contrib op, or
+a standard op such as Clip or HardSwish) is applied only when the first EP has a kernel for every
+op it makes; otherwise the nodes would leave that EP for the fallback. Each entry names onnxscript
+rules (imported when used) or ep-core's own (``own_rules``, where onnxscript has none), and the
+ops its pattern contains, so a graph without any of them skips it without matching. Importable
+without onnxscript: ``api`` reads the anchors before deciding to import it."""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+MS = "com.microsoft"
+
+
+@dataclass(frozen=True)
+class Fusion:
+    name: str
+    makes: tuple[tuple[str, str], ...]  # (op_type, domain) the rewrite introduces
+    anchors: frozenset[str]  # op types its pattern contains: tried only on a graph with one of them
+    rules: Callable[[], Sequence[Any]]  # the rewrite rules, imported on first use
+    own: bool = False  # written in ep_core.optimizer.own_rules (onnxscript has no such rule)
+    min_opset: int = 0  # the ai.onnx opset the ops it makes need
+
+
+def _anchors(text: str) -> frozenset[str]:
+    return frozenset(text.split())
+
+
+def _rules(module: str, *names: str) -> Callable[[], Sequence[Any]]:
+    """Loader of onnxscript rules: each name a rule, a rule set, or a function returning a set."""
+
+    @functools.cache
+    def load() -> Sequence[Any]:
+        import importlib
+
+        from onnxscript.rewriter import RewriteRule, RewriteRuleSet
+
+        def flat(x: Any) -> list[Any]:
+            if isinstance(x, RewriteRuleSet):
+                return list(x.rules)
+            return [x] if isinstance(x, RewriteRule) else flat(x())
+
+        mod = importlib.import_module(f"onnxscript.rewriter.{module}")
+        return [r for n in names for r in flat(getattr(mod, n))]
+
+    return load
+
+
+def _common(*names: str) -> Callable[[], Sequence[Any]]:
+    return _rules("rules.common", *names)
+
+
+def _ort(module: str, *names: str) -> Callable[[], Sequence[Any]]:
+    return _rules(module, *names)
+
+
+def _own(name: str) -> Callable[[], Sequence[Any]]:
+    def load() -> Sequence[Any]:
+        from ep_core.optimizer import own_rules
+
+        return list(getattr(own_rules, name)())
+
+    return load
+
+
+# BASIC rewrites that make an op the matched nodes were not (the others only remove or merge nodes)
+BASIC_GATED = (
+    Fusion("Min/Max to Clip", (("Clip", ""),), _anchors("Min Max"), _common("min_max_rule", "max_min_rule")),
+    Fusion("Flatten to Reshape", (("Reshape", ""),), _anchors("Flatten"), _common("flatten_to_reshape_rule")),
+    Fusion(
+        "HardSwish/HardSigmoid fusion",
+        (("HardSwish", ""), ("HardSigmoid", "")),
+        _anchors("HardSigmoid Clip Relu Min Max"),
+        _common("fuse_hardswish_rules"),
+        min_opset=14,
+    ),
+)
+
+
+def _qdq(int8_allowed: bool) -> Callable[[], Sequence[Any]]:
+    @functools.cache
+    def load() -> Sequence[Any]:
+        from ep_core.optimizer.qdq import qdq_rules
+
+        return qdq_rules(int8_allowed)
+
+    return load
+
+
+# onnxruntime's QDQ selector/actions (``qdq.py``): DequantizeLinear -> op -> QuantizeLinear groups into
+# integer ops; first among the EXTENDED fusions, as onnxruntime orders them. Two variants: int8 Q/DQ pairs
+# turned into uint8 first (onnxruntime on x86, the default), or kept (``session.qdqisint8allowed=1``)
+_QDQ_MAKES = tuple(
+    (op, "" if op in ("QLinearConv", "QLinearMatMul") else MS)
+    for op in "QLinearConv QLinearMatMul QLinearAdd QLinearMul QLinearSigmoid QLinearLeakyRelu QLinearAveragePool "
+    "QLinearGlobalAveragePool QLinearSoftmax QLinearConcat QLinearWhere QGemm MatMulIntegerToFloat".split()
+)
+QDQ = {
+    allowed: Fusion("QDQ fusion", _QDQ_MAKES, _anchors("QuantizeLinear DequantizeLinear"), _qdq(allowed), own=True)
+    for allowed in (False, True)
+}
+
+# EXTENDED: fusions into contrib ops (and LayerNormalization), in the order they build on each other
+EXTENDED = (
+    Fusion("Gelu fusion", (("Gelu", MS),), _anchors("Erf"), _ort("ort_fusions.erfgelu", "rules")),
+    Fusion("FastGelu fusion", (("FastGelu", MS),), _anchors("Tanh"), _ort("ort_fusions.gelu", "_tanh_rule")),
+    Fusion("Gelu fusion (divided form)", (("Gelu", MS),), _anchors("Erf"), _ort("ort_fusions.gelu", "_erf_rule")),
+    Fusion(
+        "BiasGelu fusion", (("BiasGelu", MS),), _anchors("Gelu Erf"), _ort("ort_fusions.bias_gelu", "bias_gelu_rules")
+    ),
+    Fusion(
+        "LayerNormalization fusion",
+        (("LayerNormalization", ""),),
+        _anchors("ReduceMean"),
+        _ort("rules.fusion._layer_norm", "layer_normalization_ruleset"),
+        min_opset=17,
+    ),
+    Fusion(
+        "SkipLayerNormalization fusion",
+        (("SkipLayerNormalization", MS),),
+        _anchors("LayerNormalization ReduceMean"),
+        _ort("ort_fusions.skip_normalization", "skip_layer_normalization_ruleset"),
+    ),
+    Fusion(
+        "SimplifiedLayerNormalization fusion",
+        (("SimplifiedLayerNormalization", MS),),
+        _anchors("Reciprocal"),
+        _ort("ort_fusions.rms_normalization", "rms_normalization_ruleset"),
+    ),
+    Fusion(
+        "SkipSimplifiedLayerNormalization fusion",
+        (("SkipSimplifiedLayerNormalization", MS),),
+        _anchors("SimplifiedLayerNormalization Reciprocal"),
+        _ort("ort_fusions.skip_normalization", "skip_rms_normalization_ruleset"),
+    ),
+    Fusion(
+        "FusedMatMul fusion",
+        (("FusedMatMul", MS),),
+        _anchors("MatMul"),
+        _ort("ort_fusions.fused_matmul_rule_sets", "fused_matmul_rule_sets"),
+    ),
+    Fusion("FusedConv fusion", (("FusedConv", MS),), _anchors("Conv"), _own("conv_activation_rules"), own=True),
+    Fusion("FusedGemm fusion", (("FusedGemm", MS),), _anchors("Gemm"), _own("gemm_activation_rules"), own=True),
+)
+
+ANCHORS = frozenset().union(*(f.anchors for f in (*EXTENDED, QDQ[False])))

@@ -1,0 +1,209 @@
+"""The rewrites onnxscript does not have, written with its pattern API (as onnxruntime makes them):
+
+- Conv followed by Add or Mul of a per-channel constant, folded into the Conv's bias and weights
+  (onnxruntime's ConvAddFusion and ConvMulFusion; onnxscript's conv-affine rule needs both, with
+  scalar constants);
+- Conv, Conv + Add of a same-shaped tensor, and Gemm, followed by an activation, made one
+  com.microsoft FusedConv (with its Z input) or FusedGemm (onnxruntime's ConvActivationFusion,
+  ConvAddActivationFusion and GemmActivationFusion). float32 only, as onnxruntime's CPU kernels."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import numpy as np
+import onnx_ir as ir
+from onnxscript.rewriter import MatchResult, pattern
+
+MS = "com.microsoft"
+_F32 = float(np.finfo(np.float32).max)
+# activation -> its attributes with their defaults, as FusedConv's activation_params (MLAS)
+CONV_ACTIVATIONS: dict[str, tuple[tuple[str, float], ...]] = {
+    "Relu": (),
+    "Tanh": (),
+    "Sigmoid": (),
+    "LeakyRelu": (("alpha", 0.01),),
+    "HardSigmoid": (("alpha", 0.2), ("beta", 0.5)),
+    "Clip": (),  # its min and max: constant inputs (opset 11+) or attributes
+}
+# activation -> attributes as FusedGemm's activation_alpha/_beta/_gamma (onnxruntime's functors)
+GEMM_ACTIVATIONS: dict[str, tuple[tuple[str, str, float], ...]] = {
+    "Relu": (),
+    "Tanh": (),
+    "Sigmoid": (),
+    "Softsign": (),
+    "Softplus": (),
+    "LeakyRelu": (("alpha", "activation_alpha", 0.01),),
+    "Elu": (("alpha", "activation_alpha", 1.0),),
+    "ThresholdedRelu": (("alpha", "activation_alpha", 1.0),),
+    "HardSigmoid": (("alpha", "activation_alpha", 0.2), ("beta", "activation_beta", 0.5)),
+    "Selu": (
+        ("alpha", "activation_alpha", 1.6732632423543772),
+        ("gamma", "activation_gamma", 1.0507009873554805),
+    ),
+}
+
+
+def _float_attr(node: ir.Node, name: str, default: float) -> float:
+    a = node.attributes.get(name)
+    return default if a is None else float(a.as_float())
+
+
+def _constant(v: ir.Value | None) -> np.ndarray | None:
+    """The value of a constant that is not a graph input (a feed could override it)."""
+    if v is None or v.const_value is None or v.is_graph_input():
+        return None
+    return np.asarray(v.const_value.numpy())
+
+
+def _clip_bounds(node: ir.Node) -> list[float] | None:
+    """[min, max] of a Clip whose bounds are constants (absent: float32's range)."""
+    bounds = [-_F32, _F32]
+    if node.attributes.get("min") is not None or node.attributes.get("max") is not None:
+        return [_float_attr(node, "min", -_F32), _float_attr(node, "max", _F32)]
+    for i in (1, 2):
+        if len(node.inputs) > i and node.inputs[i] is not None:
+            c = _constant(node.inputs[i])
+            if c is None or c.size != 1:
+                return None
+            bounds[i - 1] = float(c.reshape(()))
+    return bounds
+
+
+class _ConvAffine(pattern.RewriteRuleClassBase):
+    """Conv then Add/Mul of a per-channel constant -> one Conv (weights and bias folded)."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"Conv{kind}Fusion")
+        self.kind = kind
+
+    def pattern(self, op: Any, x: Any, c: Any) -> Any:
+        conv = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        return op.Add(conv, c) if self.kind == "Add" else op.Mul(conv, c)
+
+    def check(self, op: Any, *args: Any, **kw: Any) -> MatchResult:
+        result, c, conv_out = MatchResult(), kw["c"], kw["conv_out"]
+        conv = conv_out.producer()
+        assert conv is not None
+        w = conv.inputs[1] if len(conv.inputs) > 1 else None
+        weights = [w] + ([conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] is not None else [])
+        if any(_constant(v) is None or not v.is_initializer() for v in weights):  # type: ignore[union-attr]
+            return result.fail("Conv weights or bias are not constant initializers")
+        if any(u is not conv for v in weights for u, _ in v.uses()):  # type: ignore[union-attr]
+            return result.fail("Conv weights or bias are shared with another node")
+        k, wv = _constant(c), _constant(w)
+        assert wv is not None
+        if k is None or k.dtype != wv.dtype or wv.dtype.kind != "f" or k.ndim > wv.ndim:
+            return result.fail("the other operand is not a float constant of the Conv's type")
+        dims = (1,) * (wv.ndim - k.ndim) + k.shape  # as broadcast against (N, M, spatial...)
+        if any(d != 1 for i, d in enumerate(dims) if i != 1) or dims[1] not in (1, wv.shape[0]):
+            return result.fail("the constant is not per output channel")
+        return result
+
+    def rewrite(self, op: Any, x: Any, c: Any, conv_out: ir.Value, **_: Any) -> Any:
+        conv = conv_out.producer()
+        assert conv is not None
+        w = conv.inputs[1]
+        assert w is not None
+        wv, k = _constant(w), _constant(c)
+        assert wv is not None and k is not None
+        per_channel = np.broadcast_to(k.reshape(-1), (wv.shape[0],)).astype(wv.dtype)
+        b = conv.inputs[2] if len(conv.inputs) > 2 else None
+        bias = _constant(b) if b is not None else np.zeros(wv.shape[0], wv.dtype)
+        assert bias is not None
+        if self.kind == "Mul":
+            wv = wv * per_channel.reshape((-1,) + (1,) * (wv.ndim - 1))
+            bias = bias * per_channel
+        else:
+            bias = bias + per_channel
+        new_w = op.initializer(ir.tensor(wv.astype(k.dtype)), name=w.name)
+        new_b = op.initializer(
+            ir.tensor(bias.astype(k.dtype)), name=b.name if b is not None else f"{conv_out.name}_bias"
+        )
+        return op.Conv(x, new_w, new_b, **conv.attributes)
+
+
+@functools.cache
+def conv_add_mul_rules() -> list[Any]:
+    return [_ConvAffine.rule("Add"), _ConvAffine.rule("Mul")]
+
+
+def _is_f32(v: Any) -> bool:
+    return isinstance(v, ir.Value) and v.dtype == ir.DataType.FLOAT
+
+
+class _ConvActivation(pattern.RewriteRuleClassBase):
+    """Conv (+ Add of a same-shaped Z) then an activation -> com.microsoft FusedConv."""
+
+    def __init__(self, act: str, with_z: bool) -> None:
+        super().__init__(f"FusedConv{'Add' if with_z else ''}{act}")
+        self.act, self.with_z = act, with_z
+
+    def pattern(self, op: Any, x: Any, z: Any) -> Any:
+        y = op.Conv(x, _allow_other_inputs=True, _outputs=["conv_out"])
+        if self.with_z:
+            y = op.Add(y, z)
+        return getattr(op, self.act)(y, _allow_other_inputs=True, _outputs=["act_out"])
+
+    def check(self, op: Any, *args: Any, **kw: Any) -> MatchResult:
+        result, x, z, conv_out, act_out = MatchResult(), kw["x"], kw.get("z"), kw["conv_out"], kw["act_out"]
+        if not _is_f32(x) or not _is_f32(act_out):
+            return result.fail("FusedConv is fused for float32 only")
+        if self.with_z:
+            zs, ys = getattr(z, "shape", None), conv_out.shape
+            if zs is None or ys is None or not zs.is_static() or not ys.is_static() or tuple(zs) != tuple(ys):
+                return result.fail("Z's shape is not the Conv output's (both known)")
+        act = act_out.producer()
+        if self.act == "Clip" and (act is None or _clip_bounds(act) is None):
+            return result.fail("Clip bounds are not constants")
+        return result
+
+    def rewrite(self, op: Any, x: Any, z: Any, conv_out: ir.Value, act_out: ir.Value, **_: Any) -> Any:
+        conv, act = conv_out.producer(), act_out.producer()
+        assert conv is not None and act is not None
+        if self.act == "Clip":
+            params = _clip_bounds(act)
+        else:
+            params = [_float_attr(act, name, default) for name, default in CONV_ACTIVATIONS[self.act]]
+        ins = list(conv.inputs) + [None] * (3 - len(conv.inputs))
+        extra = {"activation_params": params} if params else {}
+        args = ins[:3] + ([z] if self.with_z else [])
+        return op.FusedConv(*args, activation=self.act, **extra, **conv.attributes, _domain=MS)
+
+
+@functools.cache
+def conv_activation_rules() -> list[Any]:
+    rules = []
+    for act in CONV_ACTIVATIONS:
+        rules += _ConvActivation.rule(act, True).commute() + [_ConvActivation.rule(act, False)]
+    return rules
+
+
+class _GemmActivation(pattern.RewriteRuleClassBase):
+    """Gemm then an activation -> com.microsoft FusedGemm."""
+
+    def __init__(self, act: str) -> None:
+        super().__init__(f"FusedGemm{act}")
+        self.act = act
+
+    def pattern(self, op: Any, a: Any) -> Any:
+        y = op.Gemm(a, _allow_other_inputs=True, _outputs=["gemm_out"])
+        return getattr(op, self.act)(y, _outputs=["act_out"])
+
+    def check(self, op: Any, *args: Any, **kw: Any) -> MatchResult:
+        result = MatchResult()
+        if not _is_f32(kw["a"]) or not _is_f32(kw["act_out"]):
+            return result.fail("FusedGemm is fused for float32 only")
+        return result
+
+    def rewrite(self, op: Any, a: Any, gemm_out: ir.Value, act_out: ir.Value, **_: Any) -> Any:
+        gemm, act = gemm_out.producer(), act_out.producer()
+        assert gemm is not None and act is not None
+        params = {to: _float_attr(act, name, default) for name, to, default in GEMM_ACTIVATIONS[self.act]}
+        return op.FusedGemm(*gemm.inputs, activation=self.act, **params, **gemm.attributes, _domain=MS)
+
+
+@functools.cache
+def gemm_activation_rules() -> list[Any]:
+    return [_GemmActivation.rule(act) for act in GEMM_ACTIVATIONS]

@@ -1,0 +1,295 @@
+"""The passes, run on onnxscript's IR (onnx-ir): imported only when a model is optimized.
+
+BASIC, repeated until nothing changes (at most ``ROUNDS`` times): onnxscript's constant folding
+(subgraphs included, so outer-scope constants fold inside If/Loop/Scan bodies; bounded by the
+session's budget through ``FoldGate``), onnxscript's rewrite rules that remove or merge nodes
+(``BASIC_RULES``), ep-core's Conv+Add/Mul folding, the gated rules of ``fusions.BASIC_GATED``,
+then onnx-ir's dead-node removal. EXTENDED adds ``fusions.EXTENDED``, each gated on the first EP.
+Nodes keep their names; a node a rewrite made is named after the first node it replaced."""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import onnx_ir as ir
+from onnx_ir.passes.common import RemoveUnusedNodesPass
+from onnxscript.optimizer import _constant_folding as folding
+from onnxscript.rewriter import RewriteRuleSet, _pattern_ir, _rewrite_rule
+from onnxscript.rewriter.rules import common as rules
+
+from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
+from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, QDQ, Fusion
+from ep_core.sdk.errors import Fail
+
+ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
+FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's cap on what folding one node may produce
+SOURCE = "ep_core.optimizer.source"  # metadata: the name of the node a rewritten node came from
+BASIC_RULES = (
+    *(rules.add_0_rule, rules.sub_0_rule, rules.mul_by_1_rule, rules.div_by_1_rule),
+    *(rules.dropout_inference_rule, rules.dropout_zero_rule, rules.no_op_cast_rule, rules.no_op_expand_rule),
+    *(rules.no_op_transpose_rule, rules.cast_cast_rule, rules.transpose_transpose_rule, rules.reshape_reshape_rule),
+    *(rules.unsqueeze_unsqueeze_rule, rules.squeeze_reshape_1d_rule, rules.collapse_slice_rule),
+    *(rules.collapse_slice2_rule, rules.min_min_rule, rules.max_max_rule),
+    *(rules.successive_relu_rule, rules.successive_clip_rule, rules.successive_clip_relu_rule),
+    *(rules.successive_relu_clip_rule, rules.fuse_batchnorm_into_conv_rule, rules.fuse_batchnorm_into_gemm_rule),
+    *(rules.fuse_batchnorm_into_conv_transpose_rule, rules.fuse_pad_into_conv_rule),
+    *(rules.remove_optional_bias_from_conv_rule, rules.remove_optional_bias_from_conv_transpose_rule),
+    *(rules.remove_optional_bias_from_gemm_rule, rules.cast_constant_of_shape_rule),
+    *(
+        rules.no_op_static_scatter_nd_rule,
+        rules.one_reshape_matmul_reshape_rule,
+        rules.two_reshapes_matmul_reshape_rule,
+    ),
+)
+
+
+class LibraryFailure(Exception):
+    """An onnxscript pass raised on the model: ``api`` drops the optimizer's work with a warning."""
+
+
+class FoldGate:
+    """onnxscript's ``should_fold``: a node is folded only when its outputs' sizes are known before
+    computing them and fit what is left of the session's budget (and onnxruntime's per-node cap);
+    nodes making a graph output stay. None leaves onnxscript's own limits to decide."""
+
+    def __init__(self, budget: int, log: Log) -> None:
+        self.left, self.log = budget, log
+
+    def __call__(self, node: ir.Node) -> bool | None:
+        size = 0
+        for v in node.outputs:
+            if v.is_graph_output() or v.shape is None or v.dtype is None or not v.shape.is_static():
+                return False
+            size += math.ceil(math.prod(v.shape.numpy()) * v.dtype.itemsize)
+        if size > min(FOLD_NODE_LIMIT, self.left):
+            self.log(
+                VERBOSE,
+                "graph optimizer: %s (%s) not folded: %d bytes, %d left",
+                node.name,
+                node.op_type,
+                size,
+                self.left,
+            )
+            return False
+        self.left -= size
+        return None
+
+
+class GuardedFold(folding.FoldConstantsPass):
+    """onnxscript's folder, kept off nodes making a graph output (they stay, as in the plan's
+    folding; its Shape/Identity shortcuts would bypass ``should_fold``) and off the nodes it would
+    get wrong: a CastLike with saturate=0 (its CastLike -> Cast drops ``saturate``)."""
+
+    def process_node(self, node: ir.Node, is_function: bool) -> Any:
+        if any(v.is_graph_output() for v in node.outputs):  # its inputs still skip removed Identities
+            for i, value in enumerate(node.inputs):
+                if isinstance(sym := self._state.get_sym_value(value), ir.Value):
+                    node.replace_input_with(i, sym)
+                    self._modified = True
+            return None
+        saturate = node.attributes.get("saturate")
+        if node.op_type == "CastLike" and node.domain in ("", "ai.onnx") and saturate is not None:
+            if saturate.as_int() == 0:
+                return None
+        return super().process_node(node, is_function)
+
+
+def _nodes(model: ir.Model) -> list[ir.Node]:
+    return list(ir.traversal.RecursiveGraphIterator(model.graph))
+
+
+def run_passes(
+    proto: Any, level: int, supports: SupportsOp, budget: int, log: Log, config: Mapping[str, str] | None = None
+) -> Any:
+    """``proto`` optimized (a new ModelProto), or ``proto`` itself when no pass changed it."""
+    config = config or {}
+    import onnx
+
+    try:
+        model = ir.serde.deserialize_model(proto)
+    except Exception as exc:
+        raise LibraryFailure(f"onnx-ir cannot read the model: {type(exc).__name__}: {exc}") from exc
+    names = {node: node.name or "" for node in _nodes(model)}
+    for i, node in enumerate(names):  # merged over the nodes a rewrite replaces: the earliest stays
+        node.metadata_props[SOURCE] = f"{i:09d}:{node.name or ''}"
+    _rewrite_rule._default_metadata_merger.mergers[SOURCE] = min
+    changed: list[str] = []
+    own_changed: set[str] = set()
+
+    def step(name: str, apply: Callable[[], bool], own: bool = False) -> None:
+        try:
+            modified = apply()
+        except Exception as exc:
+            if own:
+                raise Fail(
+                    f"graph optimizer: ep-core's pass {name!r} failed: {type(exc).__name__}: {exc}. Set "
+                    "SessionOptions.graph_optimization_level to ORT_DISABLE_ALL to run the model unoptimized"
+                ) from exc
+            raise LibraryFailure(f"onnxscript's pass {name!r} failed: {type(exc).__name__}: {exc}") from exc
+        if modified:
+            changed.append(name)
+            if own:
+                own_changed.add(name)
+
+    def rewrite(rule_list: Any) -> Callable[[], bool]:
+        def apply() -> bool:  # again while it changes: a rule may need the op another just made
+            changed = False
+            for _ in range(ROUNDS):
+                ops = {n.op_type for n in _nodes(model)}
+                present = [r for r in rule_list if _needed_ops(r) <= ops]  # matching costs ~50 us a node a rule
+                if not present or RewriteRuleSet(present).apply_to_model(model) == 0:
+                    break
+                changed = True
+            return changed
+
+        return apply
+
+    def gated(f: Fusion, ops: set[str]) -> None:
+        if not ops & f.anchors:
+            return
+        missing = [f"{d or 'ai.onnx'}::{o}" for o, d in f.makes if not supports(o, d)]
+        if missing or model.opset_imports.get("", 0) < f.min_opset:
+            why = f"the first EP has no kernel for {missing}" if missing else f"it needs opset {f.min_opset}"
+            log(VERBOSE, "graph optimizer: %s skipped: %s", f.name, why)
+            return
+        if any(d == "com.microsoft" for _, d in f.makes):
+            model.opset_imports.setdefault("com.microsoft", 1)
+        step(f.name, rewrite(f.rules()), own=f.own)
+
+    gate = FoldGate(budget, log)
+    fold = GuardedFold(
+        shape_inference=False,  # the checked model carries inferred shapes; per-node inference costs ~0.2 ms
+        input_size_limit=folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
+        output_size_limit=folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
+        should_fold=gate,
+    )
+    from ep_core.optimizer.own_rules import conv_add_mul_rules
+
+    for _ in range(ROUNDS):
+        before = len(changed)
+        step("constant folding", lambda: fold(model).modified)
+        step("redundant node elimination", rewrite(BASIC_RULES))
+        step("Conv+Add/Mul folding", rewrite(conv_add_mul_rules()), own=True)
+        ops = {n.op_type for n in _nodes(model)}
+        for f in BASIC_GATED:
+            gated(f, ops)
+        step("dead node removal", lambda: RemoveUnusedNodesPass()(model).modified)
+        if len(changed) == before:
+            break
+    if level >= ENABLE_EXTENDED:
+        if config.get("session.disable_quant_qdq", "0") != "1":
+            gated(QDQ[config.get("session.qdqisint8allowed", "0") == "1"], {n.op_type for n in _nodes(model)})
+        for f in EXTENDED:
+            gated(f, {n.op_type for n in _nodes(model)})
+        step("dead node removal", lambda: RemoveUnusedNodesPass()(model).modified)
+    if not changed:
+        return proto
+
+    def finish() -> bool:
+        _lift_new_constants(model, names)
+        _name_nodes(model, names)
+        return False  # bookkeeping of the changes above, none of its own
+
+    step("constants to initializers and names", finish, own=True)
+    try:
+        out = ir.serde.serialize_model(model)
+    except Exception as exc:
+        raise LibraryFailure(f"onnx-ir cannot write the optimized model: {type(exc).__name__}: {exc}") from exc
+    try:
+        onnx.checker.check_model(_with_shape_fields(out), full_check=False)
+        out = onnx.shape_inference.infer_shapes(out, check_type=False, strict_mode=False, data_prop=False)
+    except Exception as exc:
+        why = f"the model made by the passes {sorted(set(changed))} is invalid: {' '.join(str(exc).split())}"
+        if not own_changed:  # onnxscript's passes alone made it: its limit, as when a pass raises
+            raise LibraryFailure(why) from exc
+        raise Fail(
+            f"graph optimizer: {why}. Set SessionOptions.graph_optimization_level to ORT_DISABLE_ALL (or "
+            "ORT_ENABLE_BASIC when only fusions changed it) to run the model"
+        ) from exc
+    log(VERBOSE, "graph optimizer: passes that changed the model: %s", ", ".join(dict.fromkeys(changed)))
+    return out
+
+
+def _needed_ops(rule: Any) -> frozenset[str]:
+    """Op types every match of ``rule`` contains (its pattern's nodes outside alternatives)."""
+    found = _NEEDED.get(rule)
+    if found is None:
+        target = getattr(rule, "_target_pattern", None)  # alternatives (OrValue) left out: not needed
+        nodes = _pattern_ir._nodes_in_pattern(target.outputs) if target is not None else ()
+        found = _NEEDED[rule] = frozenset(i[1] for n in nodes if (i := n.op_identifier()) is not None)
+    return found
+
+
+_NEEDED: weakref.WeakKeyDictionary[Any, frozenset[str]] = weakref.WeakKeyDictionary()
+
+
+def _name_nodes(model: ir.Model, names: dict[ir.Node, str]) -> None:
+    """Original nodes get their names back (onnxscript renames unnamed ones); a node a rewrite made
+    is named after the earliest node it replaced (a suffix keeps names unique), unnamed if that was."""
+    nodes = _nodes(model)
+    used = {names[n] for n in nodes if n in names}
+    for node in nodes:
+        source = node.metadata_props.pop(SOURCE, ":").split(":", 1)[1]
+        if node in names:
+            node.name = names[node]
+            continue
+        name, i = source, 1  # unnamed like the nodes it replaced when they were: named as ep-core names those
+        while name and name in used:
+            i += 1
+            name = f"{source}_{node.op_type}" + (f"_{i}" if i > 2 else "")
+        node.name = name
+        used.add(name)
+
+
+def _lift_new_constants(model: ir.Model, originals: dict[ir.Node, str]) -> None:
+    """Constant nodes a rewrite made (new Reshape shapes, Unsqueeze axes, folded Shapes) become
+    initializers, as onnxruntime keeps constants (one making a graph output stays a node, its value
+    a tensor attribute); the model's own Constant nodes stay as they were."""
+    for node in _nodes(model):
+        if node in originals or node.op_type != "Constant" or node.domain not in ("", "ai.onnx"):
+            continue
+        out, graph, tensor = node.outputs[0], node.graph, _constant_tensor(node)
+        if graph is None or tensor is None:
+            continue
+        if out.is_graph_output():  # stays a node, its value in the attribute every opset has
+            node.attributes.clear()
+            node.attributes["value"] = ir.AttrTensor("value", tensor)
+            continue
+        value = ir.Value(name=out.name, type=ir.TensorType(tensor.dtype), shape=tensor.shape, const_value=tensor)
+        out.replace_all_uses_with(value)
+        graph.remove(node, safe=True)
+        graph.register_initializer(value)
+
+
+def _constant_tensor(node: ir.Node) -> Any:
+    """The tensor of a Constant node, from whichever attribute holds it (onnxscript writes
+    value_ints even where the model's opset predates it)."""
+    import numpy as np
+
+    for name, attr in node.attributes.items():
+        if name == "value" and attr.type == ir.AttributeType.TENSOR:
+            return attr.as_tensor()
+        dtype = {"value_int": np.int64, "value_ints": np.int64, "value_float": np.float32}.get(name)
+        dtype = np.float32 if name == "value_floats" else dtype
+        if dtype is not None:
+            return ir.tensor(np.array(attr.value, dtype=dtype))
+    return None
+
+
+def _with_shape_fields(proto: Any) -> Any:
+    """A copy for onnx's checker in which graph inputs and outputs of unknown rank carry a shape
+    field (as ``load`` checks the model: onnx insists on it, onnxruntime does not)."""
+    values = list(proto.graph.input) + list(proto.graph.output)
+    if all(v.type.WhichOneof("value") != "tensor_type" or v.type.tensor_type.HasField("shape") for v in values):
+        return proto
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for v in list(copy.graph.input) + list(copy.graph.output):
+        if v.type.WhichOneof("value") == "tensor_type" and not v.type.tensor_type.HasField("shape"):
+            v.type.tensor_type.shape.dim.add()
+    return copy
