@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 MS = "com.microsoft"
+INTERNAL = "ai.onnxruntime._fusion"  # onnxscript's intermediate ops (SDPA, RotaryEmbedding): no EP serves them
+GQA_CONFIG = "session.enable_gqa_fusion"  # session config entry: "1" opts into the GQA fusion
 
 
 @dataclass(frozen=True)
@@ -25,6 +27,8 @@ class Fusion:
     rules: Callable[[], Sequence[Any]]  # the rewrite rules, imported on first use
     own: bool = False  # written in ep_core.optimizer.own_rules (onnxscript has no such rule)
     min_opset: int = 0  # the ai.onnx opset the ops it makes need
+    sequential: bool = False  # its rules applied one after the other (each builds on the ops the last made)
+    opt_in: str = ""  # a session config entry that must be "1" (a rewrite that assumes an input contract)
 
 
 def _anchors(text: str) -> frozenset[str]:
@@ -64,6 +68,50 @@ def _own(name: str) -> Callable[[], Sequence[Any]]:
         from ep_core.optimizer import own_rules
 
         return list(getattr(own_rules, name)())
+
+    return load
+
+
+def _attention(*parts: str) -> Callable[[], Sequence[Any]]:
+    """Loader of the attention-family rules (``ort_fusions``), in the order they build on each other.
+    "sdpa" is onnxscript's SDPA rule refusing a match whose head count is not a known integer:
+    such an SDPA could be neither fused further nor turned into MultiHeadAttention, and its
+    matched nodes are gone (``passes.resolve_internal`` turns every other leftover SDPA into
+    MultiHeadAttention)."""
+
+    @functools.cache
+    def load() -> Sequence[Any]:
+        import importlib
+
+        names = (
+            "attention cos_sin_cache gqa gqa_packed_qkv mha mha_bias mha_scale rotary_embedding sdpa shape_optimization"
+        )
+        m = {n: importlib.import_module(f"onnxscript.rewriter.ort_fusions.{n}") for n in names.split()}
+        sdpa = m["sdpa"]
+
+        class KnownHeadsSDPA(sdpa.SDPA):  # type: ignore[name-defined]
+            def check(
+                self, context: Any, query: Any, key: Any, value: Any, mask: Any, key_format: str, **kw: Any
+            ) -> Any:
+                shape = getattr(query, "shape", None)
+                if shape is None or shape.rank() != 4 or not isinstance(shape[1], int):
+                    return sdpa.pattern.MatchResult().fail("the query's head count is not a known integer", query)
+                return super().check(context, query, key, value, mask, key_format, **kw)
+
+        sets: dict[str, Any] = {
+            "shape": m["shape_optimization"].rules,
+            "rotary": m["rotary_embedding"].rotary_embedding_rules,
+            "cos_sin": m["cos_sin_cache"].cos_sin_cache_rules,
+            "partial_rotary": m["rotary_embedding"].partial_embedding_rules,
+            "sdpa": [KnownHeadsSDPA.rule()],
+            "gqa": m["gqa"].gqa_rules,
+            "gqa_packed": [m["gqa_packed_qkv"].packed_qkv_for_gqa_rule],
+            "mha": [*m["mha"].mha_rules_with_past.rules, *m["mha"].mha_rules_no_past.rules],
+            "mha_scale": m["mha_scale"]._mha_scale_rules,
+            "mha_bias": m["mha_bias"].mha_bias_rules,
+            "attention": m["attention"].attention_rules,
+        }
+        return [r for p in parts for r in getattr(sets[p], "rules", sets[p])]
 
     return load
 
@@ -138,6 +186,32 @@ EXTENDED = (
         _anchors("SimplifiedLayerNormalization Reciprocal"),
         _ort("ort_fusions.skip_normalization", "skip_rms_normalization_ruleset"),
     ),
+    # the attention family (onnxscript's fuse_xformers order): the ops it makes in onnxscript's internal
+    # domain are consumed by the next rules; what is left of them is resolved by ``passes.resolve_internal``
+    Fusion("shape optimization", (), _anchors("Softmax"), _attention("shape")),
+    Fusion(
+        "RotaryEmbedding fusion",
+        (("RotaryEmbedding", INTERNAL), ("RotaryEmbedding", MS)),
+        _anchors("Neg"),
+        _attention("rotary", "cos_sin", "partial_rotary"),
+        sequential=True,
+    ),
+    Fusion(
+        "GroupQueryAttention fusion",
+        (("SDPA", INTERNAL), ("GroupQueryAttention", MS), ("MultiHeadAttention", MS)),
+        _anchors("RotaryEmbedding"),
+        _attention("sdpa", "gqa", "gqa_packed"),
+        sequential=True,
+        opt_in=GQA_CONFIG,
+    ),
+    Fusion(
+        "MultiHeadAttention fusion",
+        (("SDPA", INTERNAL), ("MultiHeadAttention", MS)),
+        _anchors("Softmax SDPA"),  # or the SDPA the GroupQueryAttention fusion made and left
+        _attention("sdpa", "mha", "mha_scale", "mha_bias"),
+        sequential=True,
+    ),
+    Fusion("Attention fusion", (("Attention", MS),), _anchors("MultiHeadAttention"), _attention("attention")),
     Fusion(
         "FusedMatMul fusion",
         (("FusedMatMul", MS),),

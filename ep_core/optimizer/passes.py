@@ -4,8 +4,10 @@ BASIC, repeated until nothing changes (at most ``ROUNDS`` times): onnxscript's c
 (subgraphs included, so outer-scope constants fold inside If/Loop/Scan bodies; bounded by the
 session's budget through ``FoldGate``), onnxscript's rewrite rules that remove or merge nodes
 (``BASIC_RULES``), ep-core's Conv+Add/Mul folding, the gated rules of ``fusions.BASIC_GATED``,
-then onnx-ir's dead-node removal. EXTENDED adds ``fusions.EXTENDED``, each gated on the first EP.
-Nodes keep their names; a node a rewrite made is named after the first node it replaced."""
+then onnx-ir's dead-node removal. EXTENDED adds ``fusions.EXTENDED``, each gated on the first EP,
+the attention family among them; ``resolve_internal`` then leaves none of onnxscript's intermediate
+ops (``fusions.INTERNAL``). Nodes keep their names; a node a rewrite made is named after the first
+node it replaced."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from onnxscript.rewriter import RewriteRuleSet, _pattern_ir, _rewrite_rule
 from onnxscript.rewriter.rules import common as rules
 
 from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
-from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, QDQ, Fusion
+from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, INTERNAL, QDQ, Fusion
 from ep_core.sdk.errors import Fail
 
 ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
@@ -122,6 +124,8 @@ def run_passes(
     def step(name: str, apply: Callable[[], bool], own: bool = False) -> None:
         try:
             modified = apply()
+        except LibraryFailure:
+            raise
         except Exception as exc:
             if own:
                 raise Fail(
@@ -134,13 +138,18 @@ def run_passes(
             if own:
                 own_changed.add(name)
 
-    def rewrite(rule_list: Any) -> Callable[[], bool]:
+    def rewrite(rule_list: Any, sequential: bool = False) -> Callable[[], bool]:
+        groups = [[r] for r in rule_list] if sequential else [list(rule_list)]
+
         def apply() -> bool:  # again while it changes: a rule may need the op another just made
             changed = False
             for _ in range(ROUNDS):
-                ops = {n.op_type for n in _nodes(model)}
-                present = [r for r in rule_list if _needed_ops(r) <= ops]  # matching costs ~50 us a node a rule
-                if not present or RewriteRuleSet(present).apply_to_model(model) == 0:
+                count = 0
+                for group in groups:  # sequential: each rule sees what the one before made
+                    ops = {n.op_type for n in _nodes(model)}
+                    present = [r for r in group if _needed_ops(r) <= ops]  # matching costs ~50 us a node a rule
+                    count += RewriteRuleSet(present).apply_to_model(model) if present else 0
+                if count == 0:
                     break
                 changed = True
             return changed
@@ -148,16 +157,17 @@ def run_passes(
         return apply
 
     def gated(f: Fusion, ops: set[str]) -> None:
-        if not ops & f.anchors:
+        if not ops & f.anchors or f.opt_in and config.get(f.opt_in, "0") != "1":
             return
-        missing = [f"{d or 'ai.onnx'}::{o}" for o, d in f.makes if not supports(o, d)]
+        # onnxscript's intermediate ops are never kept (resolve_internal): the real ops they lead to are gated
+        missing = [f"{d or 'ai.onnx'}::{o}" for o, d in f.makes if d != INTERNAL and not supports(o, d)]
         if missing or model.opset_imports.get("", 0) < f.min_opset:
             why = f"the first EP has no kernel for {missing}" if missing else f"it needs opset {f.min_opset}"
             log(VERBOSE, "graph optimizer: %s skipped: %s", f.name, why)
             return
         if any(d == "com.microsoft" for _, d in f.makes):
             model.opset_imports.setdefault("com.microsoft", 1)
-        step(f.name, rewrite(f.rules()), own=f.own)
+        step(f.name, rewrite(f.rules(), f.sequential), own=f.own)
 
     gate = FoldGate(budget, log)
     fold = GuardedFold(
@@ -184,6 +194,7 @@ def run_passes(
             gated(QDQ[config.get("session.qdqisint8allowed", "0") == "1"], {n.op_type for n in _nodes(model)})
         for f in EXTENDED:
             gated(f, {n.op_type for n in _nodes(model)})
+        step("intermediate attention ops", lambda: resolve_internal(model))
         step("dead node removal", lambda: RemoveUnusedNodesPass()(model).modified)
     if not changed:
         return proto
@@ -211,6 +222,36 @@ def run_passes(
         ) from exc
     log(VERBOSE, "graph optimizer: passes that changed the model: %s", ", ".join(dict.fromkeys(changed)))
     return out
+
+
+def resolve_internal(model: ir.Model) -> bool:
+    """Leaves none of onnxscript's intermediate ops (domain ``fusions.INTERNAL``), as its own pipeline
+    ends: an SDPA no rule fused further becomes MultiHeadAttention (``sdpa_via_mha``), a RotaryEmbedding
+    function no rule used is inlined back into the nodes it replaced, and the domain's functions and
+    opset import go. Any intermediate op still left raises ``LibraryFailure``: no EP serves them."""
+    from onnx_ir.passes.common import InlinePass
+    from onnxscript.rewriter.ort_fusions import sdpa_via_mha
+
+    def internal_nodes() -> list[ir.Node]:
+        graphs = [model.graph, *(f.graph for f in model.functions.values() if f.domain != INTERNAL)]
+        return [n for g in graphs for n in ir.traversal.RecursiveGraphIterator(g) if n.domain == INTERNAL]
+
+    modified = False
+    if any(n.op_type == "SDPA" for n in internal_nodes()):
+        modified |= sdpa_via_mha._rules.apply_to_model(model) > 0
+    if any(f.domain == INTERNAL for f in model.functions.values()):
+        modified |= InlinePass(criteria=lambda f: f.domain == INTERNAL)(model).modified
+    left = sorted({f"{n.domain}::{n.op_type}" for n in internal_nodes()})
+    if left:
+        raise LibraryFailure(
+            f"onnxscript's fusions left intermediate attention ops resolved by no rule: {left}, which no EP serves"
+        )
+    for key in [k for k, f in model.functions.items() if f.domain == INTERNAL]:
+        del model.functions[key]
+        modified = True
+    for imports in (model.opset_imports, *(f.opset_imports for f in model.functions.values())):
+        modified |= imports.pop(INTERNAL, None) is not None
+    return modified
 
 
 def _needed_ops(rule: Any) -> frozenset[str]:

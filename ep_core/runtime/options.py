@@ -52,6 +52,7 @@ SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "session.disable_cpu_ep_fallback": (_BOOL, "1 stops the CPU fallback EP being appended"),
     "session.fail_on_suboptimal_compiled_model": (_BOOL, "1 fails on SUPPORTED_PREFER_RECOMPILATION"),
     "session.disable_compile": (_BOOL, "1 refuses to compile: only precompiled EPContext nodes may be fused"),
+    "session.enable_gqa_fusion": (_BOOL, "1 fuses GroupQueryAttention (assumes no padding, consecutive position_ids)"),
 }
 
 

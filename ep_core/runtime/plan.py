@@ -6,6 +6,7 @@ output expectations (``contract.py``)."""
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
@@ -24,6 +25,7 @@ NON_FOLDABLE_OPS = frozenset(
     "SequenceMap EPContext".split()
 )
 FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's default cap on what folding one node may produce
+CONSUMED: tuple[Any, ...] = ("folded, and read only by folded nodes: freed",)  # a ``folded_outputs`` entry
 
 
 @dataclass
@@ -122,10 +124,20 @@ def build_plan(
 
     folded: list[str] = []
     budget, fold = _fold_budget(graph), session.options.graph_optimization_level > 0
+    # a folded value whose every reader folds too is freed and its bytes go back to the budget (int8
+    # weights dequantized by Cast -> Mul become float weights once, without keeping the Cast's copy)
+    uses, made_by, graph_outs = (
+        Counter(n for u in order for n in u.inputs if n),
+        dict[str, str](),
+        {v.name for v in graph.outputs},
+    )
     for u in order:
         ep = eps[u.ep_index]
         mem = ep.memory_info
         outputs = folded_outputs.get(u.name) if fold and _foldable(u, mem, constants) else ()
+        if outputs is CONSUMED:
+            folded.append(u.name)
+            continue
         if outputs is None:
             values = [template[slots[n]] if n else None for n in u.inputs]
             size = _output_bytes(graph, u, values)
@@ -144,6 +156,13 @@ def build_plan(
                     template[slot(name)] = value
                     loc[name] = HOST_MEMORY
                     constants.add(name)
+            for name in u.inputs:
+                uses[name] -= 1
+                if name in made_by and uses[name] == 0 and name not in graph_outs:
+                    budget[0] += getattr(template[slots[name]], "nbytes", 0)
+                    template[slots[name]], folded_outputs[made_by.pop(name)] = None, CONSUMED
+            if len(u.outputs) == 1:
+                made_by[u.outputs[0]] = u.name
             folded.append(u.name)
             continue
         size = getattr(template[slots[u.inputs[0]]], "size", 1) if u.op_type == "If" and u.inputs[0] in constants else 1

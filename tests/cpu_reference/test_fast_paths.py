@@ -485,3 +485,72 @@ def test_if_output_computed_from_constants_is_writable() -> None:
         (y,) = s.run(None, {"c": np.array(True)})
         np.testing.assert_array_equal(y, w[1:3])
         y[...] = 0  # the caller owns it; the next run is unaffected
+
+
+@pytest.mark.parametrize(
+    "shape,wshape,attrs",
+    [
+        ((1, 16, 70, 60), (24, 16, 3, 3), {"pads": [1, 1, 1, 1]}),  # dense: row blocks, a short last block
+        ((2, 8, 101, 50), (12, 8, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2]}),  # batch 2, strided
+        ((1, 12, 64, 64), (12, 4, 3, 3), {"pads": [1, 1, 1, 1], "group": 3}),  # grouped: row blocks per group
+        ((1, 8, 9000), (6, 8, 5), {"pads": [2, 2]}),  # 1-D: blocks along the only axis
+        ((1, 32, 120, 120), (32, 1, 3, 3), {"pads": [1, 1, 1, 1], "strides": [2, 2], "group": 32}),  # depthwise, s2
+        ((2, 8, 40, 30), (16, 1, 3, 3), {"pads": [2, 1, 2, 1], "dilations": [2, 1], "group": 8}),  # whole rows
+        ((1, 4, 200, 190), (4, 1, 5, 5), {"pads": [2, 2, 2, 2], "group": 4}),  # whole rows, in row blocks
+        ((1, 96, 7, 9), (96, 1, 5, 5), {"pads": [2, 1, 2, 3], "group": 96}),  # whole rows, uneven pads
+    ],
+)
+def test_conv_blocked_and_whole_row_paths(shape, wshape, attrs) -> None:
+    """Large im2col matrices made in cache-sized blocks, and stride-1 depthwise convs over whole
+    padded rows, match onnxruntime (bias added per block, the spare columns dropped). Weights
+    scaled by 1/sqrt(fan-in): outputs of order 1, where float32 rounding stays under 1e-5."""
+    x = RNG.standard_normal(shape).astype(np.float32)
+    w = (RNG.standard_normal(wshape) / np.sqrt(np.prod(wshape[1:]))).astype(np.float32)
+    b = RNG.standard_normal(wshape[0]).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w", "b"], ["y"], **attrs)
+    _vs_onnxruntime(node, {"x": x}, {"w": w, "b": b})
+
+
+def _int_conv_reference(x, xzp, w, wzp, b, group, pad):
+    """conv(x - x_zp, w - w_zp) + b in int64, from a sliding-window view (stride 1, 2-D)."""
+    xi = np.pad(x.astype(np.int64) - xzp, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    wi = w.astype(np.int64) - wzp.astype(np.int64).reshape(-1, 1, 1, 1)
+    win = np.lib.stride_tricks.sliding_window_view(xi, wi.shape[2:], axis=(2, 3))  # (N, C, H, W, kh, kw)
+    n, c, h, wd = win.shape[:4]
+    cg, mg = c // group, wi.shape[0] // group
+    win = win.reshape(n, group, cg, h, wd, *wi.shape[2:])
+    wg = wi.reshape(group, mg, cg, *wi.shape[2:])
+    y = np.einsum("ngchwij,gmcij->ngmhw", win, wg).reshape(n, group * mg, h, wd)
+    return y + b.astype(np.int64).reshape(1, -1, 1, 1)
+
+
+@pytest.mark.parametrize(
+    "c,m,group,wmax,dtype,halves",
+    [
+        (16, 8, 1, 40, np.float32, False),  # small sums: one float32 GEMM
+        (64, 8, 1, 127, np.float64, True),  # 64*9*127*255 > 2^24, each half under it: two float32 halves
+        (256, 8, 1, 127, np.float64, False),  # even the halves could reach 2^24: float64
+        (256, 256, 256, 127, np.float32, False),  # depthwise: 9 taps stay small
+    ],
+)
+def test_qlinear_conv_integer_sum_is_exact(c, m, group, wmax, dtype, halves) -> None:
+    """QLinearConv's integer sum is exact on every path (float32, float32 halves, float64)."""
+    from ep_cpu_reference.kernels.nn_conv import _ConvGeom, _IntConv
+
+    x = RNG.integers(0, 256, (1, c, 6, 5)).astype(np.uint8)
+    w = RNG.integers(-wmax, wmax + 1, (m, c // group, 3, 3)).astype(np.int8)
+    w[...] = np.where(RNG.random(w.shape) < 0.9, wmax, w)  # near the bound: sums this large
+    wzp = RNG.integers(-3, 3, m).astype(np.int8) if wmax < 127 else np.zeros(m, np.int8)
+    b = RNG.integers(-5000, 5000, m).astype(np.int32)
+    node = helper.make_node("QLinearConv", list("abcdefghi"), ["y"], group=group, pads=[1, 1, 1, 1])
+
+    class _Node:  # the attributes _ConvGeom reads
+        def attr(self, name, default=None):
+            return {a.name: helper.get_attribute_value(a) for a in node.attribute}.get(name, default)
+
+    conv = _IntConv(_ConvGeom(_Node(), None), True)
+    for _ in range(2):  # the second run reuses the cached weights and plans
+        acc, _ = conv(x, np.uint8(7), w, wzp, b)
+        assert acc.dtype == dtype
+        np.testing.assert_array_equal(acc.astype(np.int64), _int_conv_reference(x, 7, w, wzp, b, group, 1))
+    assert ((x.shape, "half", 0) in conv.plans) == halves  # the halves were run

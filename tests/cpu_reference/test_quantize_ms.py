@@ -119,6 +119,27 @@ def test_qlinear_lookup_ops_bit_identical_over_every_input_value(op: str, attrs:
     _exact(_model(op, ins, [dt], {"xs", "xz", "ys", "yz"}, **attrs))
 
 
+def test_mlas_logistic_is_onnxruntimes_sigmoid_bit_for_bit() -> None:
+    """quantize_ms.mlas_logistic (behind QLinearSigmoid's table) against onnxruntime's own
+    Sigmoid node: every float32 in 17.5 <= |x| <= 18 (where MLAS's FMA3 kernel, clamped below
+    only, returns 1.0000001), random values across the range, and the special values. (Every
+    third float32 in [-18, 18], 7.3e8 values, was checked once the same way: all identical.)"""
+    from ep_cpu_reference.kernels.quantize_ms import mlas_logistic
+
+    edge = np.arange(0x418C0000, 0x41900001, dtype=np.uint32).view(np.float32)
+    # +-0.0042869034: the one x whose x*x makes a float64-emulated FMA step round twice
+    special = [np.nan, np.inf, -np.inf, 0.0, -0.0, 1e-40, -1e-40, 3.4e38, -3.4e38, 0.0042869034, -0.0042869034]
+    x = np.concatenate([edge, -edge, _R.uniform(-20, 20, 200_000), special]).astype(np.float32)
+    node = helper.make_node("Sigmoid", ["x"], ["y"])
+    value = [helper.make_tensor_value_info(n, TensorProto.FLOAT, [x.size]) for n in "xy"]
+    graph = helper.make_graph([node], "sigmoid", value[:1], value[1:])
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
+    np.testing.assert_array_equal(mlas_logistic(x).view(np.uint32), sess.run(None, {"x": x})[0].view(np.uint32))
+
+
 @pytest.mark.parametrize("dt", INT8)
 @pytest.mark.parametrize("opset,axis", [(12, 1), (12, 2), (13, 1), (13, -1)])
 def test_qlinear_softmax_bit_identical(opset: int, axis: int, dt: Any) -> None:
@@ -252,6 +273,36 @@ def test_ai_onnx_integer_ops_bit_identical(adt: Any, bdt: Any) -> None:
             _exact(_model("QLinearConv", [("x", x)] + rest, [adt], consts, domain=domain, **geometry))
         nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         _exact(_model("QLinearConv", [("x", nhwc)] + rest, [adt], consts, channels_last=1, **geometry))
+
+
+def _half_scales(xs: np.float32, ys: np.float32, ks: tuple[float, ...]) -> np.ndarray:
+    """Weight scales whose float32 output scale xs * ws / ys is exactly k (so odd integer
+    sums land on exact halves, which MLAS rounds to even) while the float64 product is not."""
+    ws = np.array([np.float32(ys * np.float32(k) / xs) for k in ks], np.float32)
+    assert np.array_equal((xs * ws) / ys, np.array(ks, np.float32))
+    assert np.all(np.float64(xs) * ws.astype(np.float64) / np.float64(ys) != np.array(ks))
+    return ws
+
+
+@pytest.mark.parametrize("adt,bdt", [(np.uint8, np.int8), (np.int8, np.int8)])
+def test_integer_requantization_rounds_float32_halves_like_onnxruntime(adt: Any, bdt: Any) -> None:
+    """QLinearConv (per-channel, with bias) and QLinearMatMul requantize by a float32 scale
+    (MlasRequantizeOutput): a float64 scale turns exact float32 halves into near-halves that
+    round the other way (orinet_qdq's one-step difference)."""
+    xs, ys = np.float32(0.03), np.float32(0.11)
+    ws = _half_scales(xs, ys, (0.5, 0.25, 0.5, 0.25))
+    yz = np.array(128 if adt == np.uint8 else 0, adt)
+    xz = np.array(128 if adt == np.uint8 else 0, adt)
+    x = (xz.astype(np.int32) + _R.integers(-6, 7, (1, 2, 12, 12))).astype(adt)
+    w = _R.integers(-3, 4, (4, 2, 3, 3)).astype(bdt)
+    rest = [("xs", xs), ("xz", xz), ("w", w), ("ws", ws), ("wz", np.zeros(4, bdt)), ("ys", ys), ("yz", yz)]
+    rest += [("B", _R.integers(-20, 21, 4).astype(np.int32))]
+    consts = {"w", "xs", "xz", "ws", "wz", "ys", "yz", "B"}
+    _exact(_model("QLinearConv", [("x", x)] + rest, [adt], consts, domain="", pads=[1, 1, 1, 1]))
+    a = (xz.astype(np.int32) + _R.integers(-30, 31, (64, 1))).astype(adt)
+    ins = [("a", a), ("as", xs), ("az", xz), ("b", np.ones((1, 3), bdt)), ("bs", ws[:3]), ("bz", np.zeros(3, bdt))]
+    ins += [("ys", ys), ("yz", yz)]
+    _exact(_model("QLinearMatMul", ins, [adt], {"b", "as", "az", "bs", "bz", "ys", "yz"}, domain=""))
 
 
 def _pack(q: np.ndarray, bits: int) -> np.ndarray:

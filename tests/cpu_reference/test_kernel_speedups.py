@@ -1,0 +1,162 @@
+"""The speed paths of the reference EP's kernels against the real onnxruntime (or, for a helper,
+the function it replaces): Softmax without the row-max shift where the tensor's range allows it,
+SkipLayerNormalization computed in place, If reading its condition directly, the recurrent input
+projection's small-batch copy, and DynamicQuantizeLSTM's per-step quantization parameters."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+import ep_core
+from ep_cpu_reference.kernels import _rnn_fast as fast
+from ep_cpu_reference.kernels.quantize import dynamic_params
+
+ort = pytest.importorskip("onnxruntime")
+_R = np.random.default_rng(11)
+
+
+def _model(nodes: list, feeds: dict[str, np.ndarray], outs: list[str], consts: dict | None = None, ms: bool = False):
+    consts = consts or {}
+    inputs = [
+        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
+        for n, a in feeds.items()
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        inputs,
+        [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs],
+        [numpy_helper.from_array(a, n) for n, a in consts.items()],
+    )
+    opsets = [helper.make_opsetid("", 21)] + ([helper.make_opsetid("com.microsoft", 1)] if ms else [])
+    return helper.make_model(graph, ir_version=10, opset_imports=opsets).SerializeToString()
+
+
+def _both(model: bytes, feed: dict[str, np.ndarray]) -> tuple[list[Any], list[Any]]:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feed)
+    return got, want
+
+
+@pytest.mark.parametrize(
+    "scale,extra",
+    [(3.0, None), (59.0, None), (200.0, None), (1.0, -np.inf), (1.0, 1e4), (1.0, np.nan)],
+    ids=["small", "near-bound", "beyond-bound", "masked", "large", "nan"],
+)
+@pytest.mark.parametrize("axis", [-1, 1])
+def test_softmax_shift_skipped_only_where_safe(scale: float, extra: Any, axis: int) -> None:
+    """In range, the unshifted exp gives onnxruntime's result to a few ulps; a value beyond it
+    (a mask of -inf, a large logit, a NaN) takes the shifted form, as onnxruntime computes."""
+    x = (_R.standard_normal((2, 3, 16, 16)) * scale).astype(np.float32)
+    if scale == 59.0:  # the whole tensor just inside the bound: exp up to e^59.9, unshifted
+        x = _R.uniform(-59.9, 59.9, x.shape).astype(np.float32)
+    if extra is not None:
+        x[0, 1, 2, :5] = extra
+    model = _model([helper.make_node("Softmax", ["x"], ["y"], axis=axis)], {"x": x}, ["y"])
+    (got,), (want,) = _both(model, {"x": x})
+    np.testing.assert_allclose(got, want, rtol=2e-6, atol=1e-7, equal_nan=True)
+    assert np.array_equal(np.isnan(got), np.isnan(want))
+
+
+@pytest.mark.parametrize("with_bias,with_beta", [(True, True), (False, True), (True, False)])
+@pytest.mark.parametrize("n_out", [1, 4])
+def test_skip_layer_norm_outputs_match_onnxruntime(with_bias: bool, with_beta: bool, n_out: int) -> None:
+    """Output and input_skip_bias_sum against onnxruntime (its CPU kernel leaves mean and
+    inv_std_var empty), whichever buffers the in-place kernel reuses."""
+    hid = 32
+    feed = {
+        "x": _R.standard_normal((2, 5, hid)).astype(np.float32),
+        "s": _R.standard_normal((2, 5, hid)).astype(np.float32),
+    }
+    consts = {"g": _R.standard_normal(hid).astype(np.float32)}
+    names = ["x", "s", "g", "", ""]
+    if with_beta:
+        consts["be"], names[3] = _R.standard_normal(hid).astype(np.float32), "be"
+    if with_bias:
+        consts["bi"], names[4] = _R.standard_normal(hid).astype(np.float32), "bi"
+    while not names[-1]:
+        names.pop()
+    outs = ["y", "mean", "inv", "sum"][:n_out]
+    node = helper.make_node("SkipLayerNormalization", names, outs, domain="com.microsoft", epsilon=1e-5)
+    got, want = _both(_model([node], feed, outs, consts, ms=True), feed)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-5, atol=2e-6)
+    if n_out == 4:
+        np.testing.assert_array_equal(got[3], want[3])
+        s = feed["x"] + feed["s"] + (consts["bi"] if with_bias else 0)
+        np.testing.assert_allclose(got[1][..., 0], s.mean(-1), rtol=1e-5, atol=1e-6)
+        np.testing.assert_allclose(got[2][..., 0], 1 / np.sqrt(s.var(-1) + 1e-5), rtol=1e-4)
+
+
+@pytest.mark.parametrize("cond", [np.array(True), np.array([False]), np.array([[1]], np.int64)], ids=str)
+def test_if_condition_of_one_element_any_shape(cond: np.ndarray) -> None:
+    """If reads a one-element condition of any shape and type; the branch sees outer values."""
+    then_g = helper.make_graph(
+        [helper.make_node("Add", ["a", "a"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, None)],
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["a"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, None)],
+    )
+    a = _R.standard_normal(4).astype(np.float32)
+    feed = {"c": cond.astype(bool) if cond.dtype != bool else cond, "a": a}
+    node = helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g)
+    (got,), (want,) = _both(_model([node], feed, ["y"]), feed)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(got, a + a if bool(cond.reshape(-1)[0]) else -a)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+@pytest.mark.parametrize("batch", [2, 12])
+def test_recurrent_projection_small_and_large_batch_paths(op: str, batch: int) -> None:
+    """The input projection is copied per batch row up to 8 rows, as one transpose beyond."""
+    g, t, i, h = {"LSTM": 4, "GRU": 3}[op], 5, 6, 7
+    consts = {
+        "w": (_R.standard_normal((2, g * h, i)) * 0.5).astype(np.float32),
+        "r": (_R.standard_normal((2, g * h, h)) * 0.5).astype(np.float32),
+        "b": _R.standard_normal((2, 2 * g * h)).astype(np.float32),
+    }
+    feed = {"x": _R.standard_normal((t, batch, i)).astype(np.float32)}
+    node = helper.make_node(op, ["x", "w", "r", "b"], ["y", "yh"], direction="bidirectional", hidden_size=h)
+    got, want = _both(_model([node], feed, ["y", "yh"], consts), feed)
+    for a, b in zip(got, want, strict=True):
+        np.testing.assert_allclose(a, b, atol=2e-6, rtol=1e-5)
+
+
+def test_project_paths_agree_bit_for_bit() -> None:
+    x = _R.standard_normal((4, 9, 5)).astype(np.float32)
+    wt = _R.standard_normal((2, 5, 3 * 6)).astype(np.float32)
+    bias = _R.standard_normal((2, 3 * 6)).astype(np.float32)
+    big = fast.project(x, wt, bias, (False, True), 6)  # 9 rows: one transpose
+    small = np.concatenate([fast.project(x[:, k : k + 1], wt, bias, (False, True), 6) for k in range(9)], axis=-1)
+    np.testing.assert_array_equal(big, small)
+
+
+@pytest.mark.parametrize(
+    "h",
+    [
+        np.zeros(6, np.float32),
+        np.linspace(0.1, 2.0, 6, dtype=np.float32),
+        -np.linspace(0.1, 2.0, 6, dtype=np.float32),
+        np.array([3.5], np.float32),
+        _R.standard_normal(768).astype(np.float32),
+    ],
+    ids=["zeros", "positive", "negative", "one", "normal"],
+)
+def test_step_quantization_params_are_dynamic_params(h: np.ndarray) -> None:
+    sc, zp = fast._dynamic_params(h)
+    want_sc, want_zp = dynamic_params(h)
+    assert sc.dtype == np.float32 and sc == want_sc and zp == want_zp and type(zp) is int
