@@ -176,8 +176,17 @@ def run_passes(
         output_size_limit=folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
         should_fold=gate,
     )
+    # Constant nodes become initializers first, as onnxruntime's loader makes them: rules such as
+    # BatchNormalization-into-Conv match initializer weights only (opset 11-13 exports keep weights
+    # in Constant nodes)
+    from onnx_ir.passes.common import LiftConstantsToInitializersPass
+
     from ep_core.optimizer.own_rules import conv_add_mul_rules
 
+    step(
+        "Constant nodes to initializers",
+        lambda: LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model).modified,
+    )
     for _ in range(ROUNDS):
         before = len(changed)
         step("constant folding", lambda: fold(model).modified)

@@ -17,8 +17,6 @@ from typing import Any
 
 import numpy as np
 
-from ep_cpu_reference.kernels.quantize import dynamic_params
-
 
 def gate_signs(n_gates: int, n_sigmoid: int, hs: int, dtype: Any) -> np.ndarray:
     """(G*H,) of -1 over the first ``n_sigmoid`` gates' columns (the sigmoid gates: LSTM's i, o,
@@ -43,35 +41,25 @@ def reversed_dirs(direction: str) -> tuple[bool, ...]:
 
 
 class Recurrent:
-    """One matmul's recurrent weights in the transposed layout: gates (G', D, H, B) = R @ h with
-    h as (D, H, B). With two directions of small H, R is block-diagonal (G'DH, DH): one BLAS call
-    for both, and every gate's rows for both directions contiguous (a strided view costs a
-    ufunc about three times a contiguous one here); otherwise one call per direction."""
+    """One matmul's recurrent weights as (D, G', H, H) blocks: gates (G', D, H, B) = R @ h with h
+    as (D, H, B), written by one stacked matmul straight into the gate-major buffer, so every
+    gate's rows for all directions are contiguous (a strided view costs a ufunc about three times
+    a contiguous one here). Each (H, H) @ (H, B) block keeps OpenBLAS on its small-matrix kernel:
+    2x faster than one block-diagonal product over both directions at H=128, 4x at H=256."""
 
     def __init__(self, r: np.ndarray, n_gates: int) -> None:
-        n_dir, gh, hs = r.shape  # r: (D, G'H, H), sigmoid-gate rows already negated
+        n_dir, _, hs = r.shape  # r: (D, G'H, H), sigmoid-gate rows already negated
         self.hs = hs
-        self.block = n_dir == 2 and hs <= 256
-        self.shape = (n_gates, n_dir, hs) if self.block else (n_dir, n_gates, hs)
-        if self.block:
-            m = np.zeros((n_gates, n_dir, hs, n_dir, hs), r.dtype)
-            for d in range(n_dir):
-                m[:, d, :, d, :] = r[d].reshape(n_gates, hs, hs)
-            self.mat = m.reshape(gh * n_dir, n_dir * hs)
-        else:
-            self.mat = np.ascontiguousarray(r)
+        self.shape = (n_gates, n_dir, hs)
+        self.mat = np.ascontiguousarray(r.reshape(n_dir, n_gates, hs, hs))
 
     def buffer(self, batch: int) -> tuple[np.ndarray, np.ndarray]:
-        """(storage, its gate view (G', D, H, B))."""
+        """(storage, its gate view (G', D, H, B)): the same array."""
         buf = np.empty(self.shape + (batch,), self.mat.dtype)
-        return buf, (buf if self.block else buf.transpose(1, 0, 2, 3))
+        return buf, buf
 
     def __call__(self, h: np.ndarray, buf: np.ndarray) -> None:
-        if self.block:
-            np.matmul(self.mat, h.reshape(-1, h.shape[-1]), out=buf.reshape(-1, h.shape[-1]))
-        else:
-            for d in range(h.shape[0]):
-                np.matmul(self.mat[d], h[d], out=buf[d].reshape(-1, h.shape[-1]))
+        np.matmul(self.mat, h[:, None], out=buf.transpose(1, 0, 2, 3))
 
 
 def project(x: np.ndarray, wt: np.ndarray, bias: np.ndarray | None, rev: tuple[bool, ...], hs: int) -> np.ndarray:
@@ -85,8 +73,13 @@ def project(x: np.ndarray, wt: np.ndarray, bias: np.ndarray | None, rev: tuple[b
         p = x2 @ wt[d]
         if bias is not None:
             p += bias[d]
-        p = p.reshape(seq, batch, n_gates, hs).transpose(0, 2, 3, 1)
-        xw[:, :, d] = p[::-1] if back else p
+        p = p.reshape(seq, batch, n_gates, hs)
+        p = p[::-1] if back else p
+        if batch <= 8:  # a copy per batch row runs along H; the whole transpose would run along B
+            for b in range(batch):
+                xw[:, :, d, :, b] = p[:, b]
+        else:
+            xw[:, :, d] = p.transpose(0, 2, 3, 1)
     return xw
 
 
@@ -182,26 +175,35 @@ def dq_lstm_loop(
     gates IOFC with i/o/f negated; ``rq`` (4, H, H): R - R_zp per gate (signs applied) in a
     dtype whose BLAS product is exact; ``rs`` (4, 1, H): R's scales. Each step quantizes h as
     onnxruntime does (uint8 over [min(h, 0), max(h, 0)]), scales the exact integer product by
-    h_scale * r_scale in float32, then adds xw[t] and the bias (onnxruntime's order). Directions
-    run one after the other and R is multiplied per gate: a (H, H) block keeps OpenBLAS on its
-    unpacked small-matrix kernel, and one direction's R stays in cache across steps."""
+    h_scale * r_scale in float32, then adds xw[t] and the bias (onnxruntime's order).
+
+    The step is bound by reading R (4 H^2 floats: 2.4 MB at H=384, more than a core's 2 MB L2),
+    so R is multiplied per gate, a (H, H) block keeping OpenBLAS on its small-matrix kernel, in
+    zigzag order (gates 0..3, then 3..0): a step starts on the gates the last one read, still
+    in L2, instead of evicting each just before it is needed (~1.7x faster at H=384). Every
+    gate's product is exact, so the order changes no result."""
     ys = np.empty((xw.shape[0],) + h.shape, np.float32)
     g = np.empty(xw.shape[1:], np.float32)
     acc = g if rq.dtype == np.float32 else np.empty(g.shape, rq.dtype)
     q = np.empty(h.shape, np.float32)
+    qa = q if acc is g else np.empty(h.shape, acc.dtype)
+    scale = np.empty(rs.shape, np.float32)
     sig, i, o, f, cand = g[:3], g[0], g[1], g[2], g[3]
+    orders = (tuple(range(rq.shape[0])), tuple(reversed(range(rq.shape[0]))))
     for t in range(xw.shape[0]):
-        sc, zp = dynamic_params(h)
+        sc, zp = _dynamic_params(h.reshape(-1))
         np.divide(h, sc, out=q)  # as MlasQuantizeLinear: float32 division, rounded half to even
         np.rint(q, out=q)
         np.maximum(q, -zp, out=q)  # q - zp, saturated to uint8's range
         np.minimum(q, 255 - zp, out=q)
-        qa = q if acc is g else q.astype(acc.dtype)
-        for j in range(4):
+        if qa is not q:
+            np.copyto(qa, q, casting="unsafe")
+        for j in orders[t & 1]:
             np.matmul(qa, rq[j], out=acc[j])
         if acc is not g:
             np.copyto(g, acc, casting="same_kind")
-        g *= sc * rs
+        np.multiply(rs, sc, out=scale)  # sc * rs, in float32
+        g *= scale
         g += xw[t]
         if bias is not None:
             g += bias
@@ -214,3 +216,17 @@ def dq_lstm_loop(
         np.tanh(c, out=h)
         h *= o
     return ys, c
+
+
+_F0, _F1, _F255 = np.float32(0), np.float32(1), np.float32(255)
+_MIN, _MAX = np.minimum.reduce, np.maximum.reduce
+
+
+def _dynamic_params(flat: np.ndarray) -> tuple[np.float32, int]:
+    """``quantize.dynamic_params`` for a non-empty 1-D float32 array, in the same float32
+    arithmetic, with the per-call overhead (half of it) of the ndarray methods cut: it runs once
+    per time step."""
+    mn = min(_MIN(flat), _F0)
+    mx = max(_MAX(flat), _F0)
+    scale = _F1 if mx == mn else (mx - mn) / _F255
+    return scale, int(np.rint(min(max(_F0 - mn / scale, _F0), _F255)))

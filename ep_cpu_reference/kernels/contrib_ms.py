@@ -119,23 +119,28 @@ def _skip_norm(simplified: bool) -> Any:
                     f"input {list(x.shape)}, skip {list(skip.shape)} and gamma {list(gamma.shape)} "
                     "must share the hidden (last) size",
                 )
-            s = as_compute(x) + as_compute(skip)
+            s = np.add(as_compute(x), as_compute(skip))
             if bias is not None:
-                s = s + as_compute(bias)
-            s32 = s.astype(np.float32) if s.dtype != np.float64 else s
+                s += as_compute(bias)
+            s32 = s.astype(np.float32, copy=False) if s.dtype != np.float64 else s
+            keep = n_out > 3  # input_skip_bias_sum wanted: s stays; else its buffer is reused
             if simplified:
                 mean = np.zeros(s.shape[:-1] + (1,), dtype=s32.dtype)
-                inv = 1.0 / np.sqrt(np.mean(s32 * s32, axis=-1, keepdims=True) + eps)
-                y = s32 * inv * as_compute(gamma)
+                d = s32
             else:
                 mean = s32.mean(axis=-1, keepdims=True)
-                d = s32 - mean
-                inv = 1.0 / np.sqrt(np.mean(d * d, axis=-1, keepdims=True) + eps)
-                y = d * inv * as_compute(gamma)
-                if beta is not None:
-                    y = y + as_compute(beta)
-            outs = [y.astype(odt), mean.astype(np.float32), inv.astype(np.float32), s.astype(odt)]
-            return tuple(outs[:n_out])
+                d = np.subtract(s32, mean, out=None if keep or s32 is not s else s32)
+            sq = np.multiply(d, d)
+            inv = np.mean(sq, axis=-1, keepdims=True)
+            inv += eps
+            np.sqrt(inv, out=inv)
+            np.divide(1.0, inv, out=inv)
+            y = np.multiply(d, inv, out=sq)  # d * inv * gamma (+ beta), in that order
+            y *= as_compute(gamma)
+            if beta is not None and not simplified:
+                y += as_compute(beta)
+            outs = (y, mean, inv, s)[:n_out]
+            return tuple(v.astype(odt if i in (0, 3) else np.float32, copy=False) for i, v in enumerate(outs))
 
         return compute
 
@@ -194,7 +199,7 @@ def build_fused_matmul(node: NodeView, ctx: KernelContext) -> Any:
             bc = bc.T if bc.ndim == 1 else np.swapaxes(bc, -1, -2)
         y = np.matmul(ac, bc)
         if alpha != 1.0:
-            y = y * y.dtype.type(alpha)
+            y *= y.dtype.type(alpha)
         return (y.astype(odt, copy=False),)
 
     return compute

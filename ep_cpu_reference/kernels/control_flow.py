@@ -63,10 +63,13 @@ def build_if(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
         if len(branch.output_names) != n_out:
             raise ValueError(f"{node.describe()}: {label} has {len(branch.output_names)} outputs, the node has {n_out}")
 
-    def compute(*args: Any) -> tuple[Any, ...]:
-        explicit, outer = _split_args(node, args)
-        branch = then_b if _truthy(explicit[0], node) else else_b
-        return _owned(branch.run([], outer))
+    names = tuple(node.implicit_inputs)  # If's one explicit input is the condition
+
+    def compute(cond: Any, *implicit: Any) -> tuple[Any, ...]:
+        # per call (small models run If every inference): no list/slice copies, a one-element
+        # array condition read directly
+        take = bool(cond.reshape(-1)[0]) if type(cond) is np.ndarray and cond.size == 1 else _truthy(cond, node)
+        return _owned((then_b if take else else_b).run([], dict(zip(names, implicit, strict=False))))
 
     return compute
 

@@ -123,9 +123,28 @@ def _register_schemas() -> None:
 _register_schemas()
 
 
+# in-place forms (the same float operations in the same order) for the convolution's own output
+_CONV_INPLACE: dict[str, Callable[..., None]] = {
+    "Relu": lambda y: np.maximum(y, 0, out=y),
+    "Clip": lambda y, lo, hi: np.minimum(np.maximum(y, lo, out=y), hi, out=y),
+    "HardSigmoid": lambda y, a, b: np.clip(np.add(np.multiply(y, a, out=y), b, out=y), 0, 1, out=y),
+    "LeakyRelu": lambda y, a: np.multiply(y, a, out=y, where=y < 0),
+}
+
+
+def _conv_inplace(node: NodeView) -> Callable[[np.ndarray], None] | None:
+    name = str(node.attr("activation", "") or "")
+    fn = _CONV_INPLACE.get(name)
+    if fn is None:
+        return None
+    params = [float(p) for p in (node.attr("activation_params") or [])]
+    return lambda y: fn(y, *[y.dtype.type(p) for p in params])
+
+
 @REGISTRY.register("FusedConv", domain=MS, types={"T": FLOAT_TYPES[:3]})
 def build_fused_conv(node: NodeView, ctx: KernelContext) -> Any:
-    act, conv = _conv_activation(node), build_conv(node, ctx)
+    """The Conv kernel, then Z and the activation applied in place on its fresh float32/64 output."""
+    act, conv, inplace = _conv_activation(node), build_conv(node, ctx), _conv_inplace(node)
 
     def compute(x: np.ndarray, w: np.ndarray, b: Any = None, z: Any = None) -> tuple[np.ndarray]:
         (y,) = conv(x, w, b)
@@ -133,6 +152,9 @@ def build_fused_conv(node: NodeView, ctx: KernelContext) -> Any:
             if z.shape != y.shape:
                 raise fail(node, f"Z has shape {list(z.shape)}, the convolution {list(y.shape)}: they must match")
             y = y + z
+        if inplace is not None and (y.dtype == np.float32 or y.dtype == np.float64):
+            inplace(y)  # the conv's (or y + z's) own array: nobody else holds it
+            return (y,)
         return _finish(act, y)
 
     return compute

@@ -68,18 +68,23 @@ def build_matmul_integer(node: NodeView, ctx: KernelContext) -> Any:
 
 @REGISTRY.register("QLinearMatMul", since=first_since("QLinearMatMul"))
 def build_qlinear_matmul(node: NodeView, ctx: KernelContext) -> Any:
-    """QLinearMatMul: exact integer product, rescaled, rounded half-to-even, saturated."""
+    """QLinearMatMul: exact integer product, requantized as onnxruntime does
+    (MlasRequantizeOutput): float32(acc) * float32(a_scale * b_scale[n] / y_scale), rounded
+    half to even, + y_zero_point, saturated. A float64 scale rounds some exact float32 halves
+    the other way."""
+    f32 = np.float32
 
     def compute(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):  # type: ignore[no-untyped-def]
         acc = np.matmul(_zp(a, a_zp, 2), _zp(b, b_zp, 1))
-        a_scale = np.asarray(a_s, dtype=np.float64)
-        b_scale = np.asarray(b_s, dtype=np.float64)
+        a_scale = np.asarray(a_s, dtype=f32)
+        b_scale = np.asarray(b_s, dtype=f32)
         a_scale = a_scale.reshape(-1, 1) if a_scale.size > 1 else a_scale.reshape(())
         b_scale = b_scale.reshape(-1) if b_scale.size > 1 else b_scale.reshape(())
-        y = acc * a_scale * b_scale / np.asarray(y_s, dtype=np.float64).reshape(-1)[0]
+        scale = a_scale * b_scale / f32(np.asarray(y_s, dtype=f32).reshape(-1)[0])
+        y = acc.astype(f32) * scale
         zp = np.asarray(y_zp)
         info = np.iinfo(zp.dtype)
-        y = np.clip(np.rint(y) + float(zp.reshape(-1)[0]), info.min, info.max)
+        y = np.clip(np.rint(y) + f32(zp.reshape(-1)[0]), info.min, info.max)
         return (y.astype(zp.dtype),)
 
     return compute

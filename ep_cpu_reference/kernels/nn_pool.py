@@ -80,6 +80,21 @@ def _lowest(dt: np.dtype) -> Any:
     return -np.inf if dt.kind == "f" else np.iinfo(dt).min
 
 
+def _separable_max(xp: np.ndarray, geom: _PoolGeom, out: Sequence[int]) -> np.ndarray:
+    """The window maximum one axis at a time (the max over a box is the max over each axis in
+    turn): sum(k) running maxima instead of prod(k), 26 instead of 169 for the 13x13 pools of
+    YOLO's SPP blocks. Exact, NaN included (np.maximum propagates it either way)."""
+    cur = xp
+    for d in reversed(range(geom.nd)):
+        k, s, dl, q = geom.kernel[d], geom.strides[d], geom.dil[d], out[d]
+        lead = (slice(None),) * (2 + d)
+        y = np.array(cur[lead + (slice(0, (q - 1) * s + 1, s),)], copy=True)
+        for t in range(1, k):
+            np.maximum(y, cur[lead + (slice(t * dl, t * dl + (q - 1) * s + 1, s),)], out=y)
+        cur = y
+    return cur
+
+
 @REGISTRY.register("MaxPool", since=first_since("MaxPool"))
 def build_max_pool(node: NodeView, ctx: KernelContext) -> Any:
     """MaxPool: running maximum over taps; Indices track the first maximal tap per window and
@@ -93,11 +108,9 @@ def build_max_pool(node: NodeView, ctx: KernelContext) -> Any:
         insp, pb, pe, pe_all, out, taps = geom.resolve(x.shape)
         low = _lowest(x.dtype)
         xp = _pad(x, pb, pe_all, low)
-        y = np.array(xp[taps[0][1]], copy=True)
         if not want_idx:
-            for _, sl in taps[1:]:
-                np.maximum(y, xp[sl], out=y)
-            return (y, *skipped)
+            return (_separable_max(xp, geom, out), *skipped)
+        y = np.array(xp[taps[0][1]], copy=True)
         best = np.zeros(y.shape, dtype=np.int64)
         for t, (_, sl) in enumerate(taps[1:], start=1):
             v = xp[sl]

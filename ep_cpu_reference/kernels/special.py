@@ -30,6 +30,7 @@ def _blocked(fn: Callable[[np.ndarray], np.ndarray], x: np.ndarray) -> np.ndarra
 # --- float32: MLAS / Juffa erff (|x| <= 0.921875: x + x*P(x^2); else 1 - exp(-(a + a*Q(a))))
 _SPLIT32 = np.float32(0.921875)
 _UPPER32 = np.float32(3.925)  # erf rounds to 1.0f beyond
+_SIGN32 = np.int32(-(2**31))
 _SMALL32 = [np.float32(c) for c in (-5.99104969e-4, 4.99339588e-3, -2.67667342e-2, 1.12818025e-1, -3.76124859e-1)]
 _SMALL32_LAST = np.float32(1.28379151e-1)
 _BIG32 = [np.float32(c) for c in (1.72948930e-5, -3.83208680e-4, 3.88393435e-3, -2.42545605e-2, 1.06777847e-1)]
@@ -58,8 +59,17 @@ def _erf32(x: np.ndarray) -> np.ndarray:
     np.negative(big, out=big)
     np.exp(big, out=big)
     np.subtract(np.float32(1.0), big, out=big)
-    out = np.where(a > _SPLIT32, big, small)
-    return np.copysign(out, x, out=out)
+    # select and copysign as bit operations: np.where on a random mask and np.copysign cost
+    # ~5x these SIMD integer passes. mask: -1 where a > split (the sign bit of split - a)
+    mask = np.subtract(_SPLIT32, a, out=a).view(np.int32)
+    np.right_shift(mask, 31, out=mask)
+    out, low = big.view(np.int32), small.view(np.int32)
+    np.bitwise_xor(out, low, out=out)
+    out &= mask
+    out ^= low  # big where the mask is set, else small (both >= 0, or NaN)
+    sign = np.bitwise_and(x.view(np.int32), _SIGN32, out=low)
+    out |= sign
+    return out.view(np.float32)
 
 
 # --- float64: fdlibm s_erf.c (Sun Microsystems, 1993; freely distributable), < 1 ulp.

@@ -31,10 +31,10 @@ def _model():
 def test_constant_subgraphs_fold_once_and_outputs_stay_private() -> None:
     sess = ep_core.InferenceSession(_model())
     plan = sess.program.plan()
-    # square_const (all inputs constant) is folded by the graph optimizer (ep_core.optimizer) into an
-    # initializer before planning; the plan folds what is left: the Constant and the Identity to an output
-    assert sorted(plan.folded) == ["const", "const_out"]
-    assert "square_const" not in {n.name for n in sess._built.model.graph.node}
+    # the Constant node becomes an initializer and square_const (all inputs constant) is folded by the
+    # graph optimizer (ep_core.optimizer) before planning; the plan folds what is left: the Identity to an output
+    assert sorted(plan.folded) == ["const_out"]
+    assert not {"const", "square_const"} & {n.name for n in sess._built.model.graph.node}
     assert [line.split()[2] for line in sess.get_plan()] == ["add_input", "random"]
     y, r, k = sess.run(None, {"x": np.zeros(2, np.float32)})
     np.testing.assert_array_equal(y, [1.0, 4.0])
@@ -42,7 +42,7 @@ def test_constant_subgraphs_fold_once_and_outputs_stay_private() -> None:
     k[:] = 99  # a folded output handed out must be a copy
     assert sess.run(None, {"x": np.zeros(2, np.float32)})[2].tolist() == [1.0, 4.0]
     # every node still shows where it runs
-    assert set(sess.get_node_assignment()) == {"const", "add_input", "random", "const_out"}
+    assert set(sess.get_node_assignment()) == {"add_input", "random", "const_out"}
 
 
 def test_trace_includes_nodes_inside_if_branches(tmp_path) -> None:

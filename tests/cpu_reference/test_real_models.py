@@ -22,8 +22,8 @@ MODELS = list(zoo.MODELS)
 PENDING = {
     "ddddocr_int8": "the float Sigmoid (1/(1+exp(-x))) differs by 1 ulp from onnxruntime's MLAS logistic on ~2/3 of "
     "float32 inputs, and 21 DynamicQuantizeLinear nodes amplify that: error 0.157 of scale 17.2, every label "
-    "identical. With quantize_ms.mlas_logistic (bit-identical) the model matches exactly, but that costs ~7x (12 vs 1.5 ns an element) the "
-    "fast Sigmoid, too slow for the SiLU-heavy detectors",
+    "identical. With quantize_ms.mlas_logistic (bit-identical) the model matches exactly, but that costs ~7x "
+    "the fast Sigmoid (12 vs 1.5 ns an element), too slow for the SiLU-heavy detectors",
 }
 
 # output index holding class scores, whose argmax must match exactly
