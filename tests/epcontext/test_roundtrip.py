@@ -39,7 +39,8 @@ def test_numba_outputs_match_onnxruntime(compiled, name):
 
 
 def test_fused_groups_are_substantial(compiled):
-    for name, min_nodes in (("magika", 40), ("ppocr_det", 500)):
+    # ppocr_det: ~310 nodes once the graph optimizer folds its BatchNormalizations into the Convs
+    for name, min_nodes in (("magika", 40), ("ppocr_det", 300)):
         c = compiled(name, 1)
         sess = InferenceSession(str(c.source), providers=[NUMBA])
         fused = [n for n, a in sess.get_node_assignment().items() if a["fused_node"]]
