@@ -120,7 +120,7 @@ _SKLEARN_STACK = (
 )
 _ORT = ("onnxruntime", "1.31.1", "5752bd508126ae7c49894d3b9d2e83f0c3d487319246d04c444b393308d7ad7f")
 # images given 0..255 (no scaling), as captcha-whisperer and ddddocr's detector feed theirs
-_RAW_PIXELS = {"mean": 0.0, "std": 1 / 255}
+_RAW_PIXELS: dict[str, Any] = {"mean": 0.0, "std": 1 / 255}
 _BATCH32 = Conventions(dims=(("X:0", 32),))
 
 

@@ -68,7 +68,7 @@ def build_ms_range(node: NodeView, ctx: KernelContext) -> Any:
     def compute(start: Any, limit: Any, delta: Any = None) -> tuple[Any]:
         if delta is None:
             delta = np.ones((), dtype=np.asarray(start).dtype)
-        return inner(start, limit, delta)
+        return tuple(inner(start, limit, delta))  # type: ignore[return-value]
 
     return compute
 
@@ -86,7 +86,7 @@ def build_ms_pad(node: NodeView, ctx: KernelContext) -> Any:
         p = np.asarray(pads)
         if not (p.ndim == 1 or (p.ndim == 2 and p.shape[0] == 1)) or p.size != 2 * x.ndim:
             raise fail(node, f"pads of shape {list(p.shape)}; it must hold 2 * rank = {2 * x.ndim} values")
-        return inner(x, p.reshape(-1), value)
+        return tuple(inner(x, p.reshape(-1), value))  # type: ignore[return-value]
 
     return compute
 
@@ -134,7 +134,7 @@ def build_conv_transpose_dynamic_pads(node: NodeView, ctx: KernelContext) -> Any
                 kernels.clear()
             view = _Overrides(node, {"pads": list(key)})
             kernel = kernels[key] = build_conv_transpose(view, ctx)  # type: ignore[arg-type]
-        return kernel(x, w, b)
+        return tuple(kernel(x, w, b))  # type: ignore[return-value]
 
     return compute
 
@@ -468,8 +468,8 @@ def build_dynamic_time_warping(node: NodeView, ctx: KernelContext) -> Any:
     def compute(x: np.ndarray) -> tuple[np.ndarray]:
         if not (x.ndim == 2 or (x.ndim == 3 and x.shape[0] == 1)):
             raise fail(node, f"input shape {list(x.shape)}; DynamicTimeWarping takes (rows, cols) or (1, rows, cols)")
-        m = x.reshape(x.shape[-2:]).astype(np.float32)
-        rows, cols = m.shape
+        rows, cols = int(x.shape[-2]), int(x.shape[-1])
+        m = x.reshape(rows, cols).astype(np.float32)
         cost = np.full((rows + 1, cols + 1), np.inf, dtype=np.float32)
         cost[0, 0] = 0
         trace = np.full((rows + 1, cols + 1), -1, dtype=np.int8)
@@ -482,11 +482,11 @@ def build_dynamic_time_warping(node: NodeView, ctx: KernelContext) -> Any:
             cost[i, j] = np.where(diag, c0, np.where(up, c1, c2)) + m[i - 1, j - 1]
             trace[i, j] = np.where(diag, 0, np.where(up, 1, 2))
         path = []
-        i, j = rows, cols
-        while i > 0 and j > 0:  # the back-trace is sequential by nature: one step per path cell
-            path.append((i - 1, j - 1))
-            t = trace[i, j]
-            i, j = (i - 1, j - 1) if t == 0 else (i - 1, j) if t == 1 else (i, j - 1)
+        r, c = rows, cols
+        while r > 0 and c > 0:  # the back-trace is sequential by nature: one step per path cell
+            path.append((r - 1, c - 1))
+            t = trace[r, c]
+            r, c = (r - 1, c - 1) if t == 0 else (r - 1, c) if t == 1 else (r, c - 1)
         return (np.asarray(path[::-1], dtype=np.int32).reshape(-1, 2).T.copy(),)
 
     return compute
