@@ -31,12 +31,9 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for name, make in MODELS.items():
             out = session(_model_path(name)).run(None, make(np.random.default_rng(0)))
             shapes[name] = [o.shape for o in out]
-        # one case per op keeps the suite fast; every op's kernels still get type-checked
-        seen_ops: set[str] = set()
+        # every registered (op, opset, type) case: ~1,000 dry runs in ~4 s; ~200 distinct launches in all
         for case in build_cases(registry().kernel_defs()):
-            op = case.id.split("-")[0] if isinstance(case, Case) else ""
-            if op and op not in seen_ops:
-                seen_ops.add(op)
+            if isinstance(case, Case):
                 session(case.model).run(None, case.feeds)
     assert shapes == EXPECTED
     return path
@@ -55,17 +52,24 @@ def _without_simulator(args: list[str]) -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     proc = subprocess.run([sys.executable, *args], capture_output=True, text=True, env=env, timeout=900)
     text = proc.stdout + proc.stderr
-    if (
-        proc.returncode == 2
-        and "NVVM unavailable" in text
-        or proc.returncode != 0
-        and "DynamicLibNotFoundError" in text
-    ):
+    nvvm_missing = proc.returncode == 2 and "NVVM unavailable" in text
+    if (nvvm_missing or proc.returncode != 0 and "DynamicLibNotFoundError" in text) and not _nvvm_wheels():
+        # with the wheels installed (`ep-core[cuda]`, so `make test`) a missing NVVM is a failure
         pytest.skip(
-            "libNVVM/NVRTC are not installed (pip install nvidia-cuda-nvcc-cu12 nvidia-cuda-nvrtc-cu12 "
-            "and put their lib folders on LD_LIBRARY_PATH); the PTX check needs them, not a GPU"
+            "libNVVM/NVRTC are not installed (pip install 'ep-core[cuda]', which pins nvidia-nvvm and "
+            "nvidia-cuda-nvrtc; numba-cuda finds them in site-packages); the PTX check needs them, not a GPU"
         )
     return proc
+
+
+def _nvvm_wheels() -> bool:
+    """Whether the pip wheels carrying libNVVM and NVRTC (the `cuda` extra) are installed."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return bool(version("nvidia-nvvm") and version("nvidia-cuda-nvrtc"))
+    except PackageNotFoundError:
+        return False
 
 
 @skip_unless_cudasim("on a GPU every launch compiles for real")
@@ -94,7 +98,7 @@ m = onnx.shape_inference.infer_shapes(chain_model())
 g = GraphView(m.graph, opset_map(m))
 ins, outs = fused_inputs_outputs(g, tuple(g.all_nodes), False)
 fused = FusedNode("group", ins, outs, tuple(n.name for n in g.all_nodes))
-ep = SimpleNamespace(options=SimpleNamespace(max_threads_per_block=256), simulated=False)
+ep = SimpleNamespace(name="NumbaCudaExecutionProvider", options=SimpleNamespace(max_threads_per_block=256), simulated=False)
 ptx = compile_group(g.subset(range(len(g.all_nodes))), fused, ep).compile_ptx((8, 0))
 assert ".entry" in ptx, ptx[:500]
 print("PTX OK", len(ptx))
