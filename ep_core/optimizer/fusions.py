@@ -63,11 +63,11 @@ def _ort(module: str, *names: str) -> Callable[[], Sequence[Any]]:
     return _rules(module, *names)
 
 
-def _own(name: str) -> Callable[[], Sequence[Any]]:
+def _own(name: str, module: str = "own_rules") -> Callable[[], Sequence[Any]]:
     def load() -> Sequence[Any]:
-        from ep_core.optimizer import own_rules
+        import importlib
 
-        return list(getattr(own_rules, name)())
+        return list(getattr(importlib.import_module(f"ep_core.optimizer.{module}"), name)())
 
     return load
 
@@ -219,6 +219,13 @@ EXTENDED = (
         _ort("ort_fusions.fused_matmul_rule_sets", "fused_matmul_rule_sets"),
     ),
     Fusion("FusedConv fusion", (("FusedConv", MS),), _anchors("Conv"), _own("conv_activation_rules"), own=True),
+    Fusion(
+        "Gemm stacking",  # independent Gemms sharing a constant B: one Gemm (gemm_stacking.py), before FusedGemm
+        (("Concat", ""), ("Gemm", ""), ("Split", "")),
+        _anchors("Gemm"),
+        _own("gemm_stacking_passes", "gemm_stacking"),
+        own=True,
+    ),
     Fusion("FusedGemm fusion", (("FusedGemm", MS),), _anchors("Gemm"), _own("gemm_activation_rules"), own=True),
 )
 

@@ -146,6 +146,9 @@ def run_passes(
             for _ in range(ROUNDS):
                 count = 0
                 for group in groups:  # sequential: each rule sees what the one before made
+                    if isinstance(group[0], ir.passes.PassBase):  # an own graph pass (gemm_stacking), not a rule
+                        count += sum(p(model).modified for p in group)
+                        continue
                     ops = {n.op_type for n in _nodes(model)}
                     present = [r for r in group if _needed_ops(r) <= ops]  # matching costs ~50 us a node a rule
                     count += RewriteRuleSet(present).apply_to_model(model) if present else 0
