@@ -14,8 +14,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from ep_cpu_reference.kernels._ms_schema import register
-from ep_cpu_reference.kernels._quantize_ms_schemas import _attribute, _formals
+from ep_cpu_reference.kernels._ms_schema import register_table
+
+ALL_TYPES = (
+    "uint8 uint16 uint32 uint64 int8 int16 int32 int64 float16 float double string bool complex64 complex128".split()
+)
 
 _MS: dict[str, Any] = {
     "BifurcationDetector": (
@@ -55,25 +58,7 @@ _MS: dict[str, Any] = {
         "X:T axis:tensor(int32)",
         "Y:T",
         [],
-        {
-            "T": [
-                "uint8",
-                "uint16",
-                "uint32",
-                "uint64",
-                "int8",
-                "int16",
-                "int32",
-                "int64",
-                "float16",
-                "float",
-                "double",
-                "string",
-                "bool",
-                "complex64",
-                "complex128",
-            ]
-        },
+        {"T": ALL_TYPES},
     ),
     "GatedAdd": ("X:T Y:T gate:T", "output:T", [], {"T": ["float", "float16", "bfloat16"]}),
     "GatedRMSNorm": (
@@ -87,23 +72,7 @@ _MS: dict[str, Any] = {
         "output:T",
         [],
         {
-            "T": [
-                "uint8",
-                "uint16",
-                "uint32",
-                "uint64",
-                "int8",
-                "int16",
-                "int32",
-                "int64",
-                "float16",
-                "float",
-                "double",
-                "string",
-                "bool",
-                "complex64",
-                "complex128",
-            ],
+            "T": ALL_TYPES,
             "Tind": ["int32", "int64"],
         },
     ),
@@ -112,23 +81,7 @@ _MS: dict[str, Any] = {
         "Y:T2",
         [("align_corners", "INT", 0), ("mode", "STRING", "bilinear"), ("padding_mode", "STRING", "zeros")],
         {
-            "T1": [
-                "uint8",
-                "uint16",
-                "uint32",
-                "uint64",
-                "int8",
-                "int16",
-                "int32",
-                "int64",
-                "float16",
-                "float",
-                "double",
-                "string",
-                "bool",
-                "complex64",
-                "complex128",
-            ],
+            "T1": ALL_TYPES,
             "T2": ["float16", "float", "double"],
         },
     ),
@@ -253,25 +206,7 @@ _MS: dict[str, Any] = {
         "x:T",
         "y:T idx:tensor(int64) counts:tensor(int64)",
         [],
-        {
-            "T": [
-                "uint8",
-                "uint16",
-                "uint32",
-                "uint64",
-                "int8",
-                "int16",
-                "int32",
-                "int64",
-                "float16",
-                "float",
-                "double",
-                "string",
-                "bool",
-                "complex64",
-                "complex128",
-            ]
-        },
+        {"T": ALL_TYPES},
     ),
     "WordConvEmbedding": (
         "Sequence:T W:T1 B:T1 C:T1",
@@ -293,23 +228,7 @@ _ONNX: dict[str, Any] = {
         "output:T",
         [],
         {
-            "T": [
-                "uint8",
-                "uint16",
-                "uint32",
-                "uint64",
-                "int8",
-                "int16",
-                "int32",
-                "int64",
-                "float16",
-                "float",
-                "double",
-                "string",
-                "bool",
-                "complex64",
-                "complex128",
-            ],
+            "T": ALL_TYPES,
             "Tind": ["int32", "int64"],
         },
     ),
@@ -345,33 +264,8 @@ _ONNX: dict[str, Any] = {
 }
 
 
-def _constraints(spec: dict[str, list[str]]) -> list[tuple[str, list[str], str]]:
-    return [(k, [f"tensor({t})" for t in v], k) for k, v in spec.items()]
-
-
-def _register_onnx(name: str, spec: Any) -> None:
-    """An ai.onnx schema (opset 1, as onnxruntime has it) unless onnx has one already."""
-    from onnx import defs
-
-    if defs.has(name):
-        return
-    ins, outs, attrs, constraints = spec
-    schema = defs.OpSchema(
-        name,
-        "",
-        1,
-        doc=f"{name} as onnxruntime 1.31.1 declares it (experimental in onnx; onnx dropped the schema)",
-        inputs=_formals(ins),
-        outputs=_formals(outs),
-        type_constraints=_constraints(constraints),
-        attributes=[_attribute(*a) for a in attrs],
-    )
-    defs.register_schema(schema)
-
-
 def register_schemas() -> None:
-    """Register every schema above (once; existing ones are kept)."""
-    for name, (ins, outs, attrs, constraints) in _MS.items():
-        register(name, _formals(ins), _formals(outs), [_attribute(*a) for a in attrs], name, _constraints(constraints))
-    for name, spec in _ONNX.items():
-        _register_onnx(name, spec)
+    """Register every schema above (once; existing ones are kept); the ai.onnx ones at opset 1, as
+    onnxruntime has them (experimental in onnx, which dropped their schemas)."""
+    register_table(_MS)
+    register_table(_ONNX, domain="", doc="as onnxruntime 1.31.1 declares it (onnx dropped the schema)")

@@ -7,8 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ep_cpu_reference.kernels._ms_schema import register
-from ep_cpu_reference.kernels._quantize_ms_schemas import _attribute, _formals
+from ep_cpu_reference.kernels._ms_schema import register_table
 
 _FLOATS = ["float", "float16", "bfloat16"]
 _MOE_ATTRS = [
@@ -119,15 +118,6 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
-def _known(type_name: str) -> bool:
-    """onnx versions without float8e8m0 / float4e2m1 cannot name those types in a schema."""
-    from onnx import TensorProto
-
-    return hasattr(TensorProto, type_name.upper())
-
-
 def register_schemas() -> None:
     """Register every schema above (once; existing ones are kept)."""
-    for name, (ins, outs, attrs, constraints) in _SCHEMAS.items():
-        tcs = [(k, [f"tensor({t})" for t in v if _known(t)], k) for k, v in constraints.items()]
-        register(name, _formals(ins), _formals(outs), [_attribute(*a) for a in attrs], name, tcs)
+    register_table(_SCHEMAS)

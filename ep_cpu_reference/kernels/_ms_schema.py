@@ -49,18 +49,19 @@ def register(
     doc: str,
     constraints: Sequence[tuple[str, list[str], str]] = DEFAULT_CONSTRAINTS,
     since: int = 1,
+    domain: str = MS,
 ) -> None:
-    """Register ``com.microsoft::name`` unless a schema for it exists already."""
+    """Register ``domain::name`` (com.microsoft unless said) unless a schema for it exists already."""
     from onnx import defs
 
     try:
-        if defs.has(name, MS):
+        if defs.has(name, domain):
             return
     except Exception:  # noqa: BLE001 - older onnx: has() without a domain overload
         pass
     schema = defs.OpSchema(
         name,
-        MS,
+        domain,
         since,
         doc=doc,
         inputs=list(inputs),
@@ -69,3 +70,45 @@ def register(
         attributes=list(attrs),
     )
     defs.register_schema(schema)
+
+
+# Compact schema tables (the ``_*_schemas.py`` files, transcribed from onnxruntime 1.31.1's
+# ``get_all_operator_schema()``): name -> (inputs, outputs, attributes, type constraints), where
+# inputs/outputs are "name:type" words ("name?" optional, "name*" variadic), attributes are
+# (name, AttrType name, default; "REQ" required, None optional without default) and constraints map
+# a type parameter to element type names.
+SchemaSpec = tuple[str, str, list[tuple[str, str, Any]], dict[str, list[str]]]
+
+
+def formals(spec: str) -> list[Any]:
+    """The formal parameters of a "name:type ..." spec."""
+    out = []
+    for item in spec.split():
+        name, type_str = item.split(":", 1)
+        flag = name[-1] if name[-1] in "?*" else ""
+        out.append(inp(name.rstrip("?*"), flag == "?", type_str, flag == "*"))
+    return out
+
+
+def attribute(name: str, kind: str, default: Any) -> Any:
+    """An attribute of AttrType ``kind``: required ("REQ"), optional (None) or with a default."""
+    from onnx import defs
+
+    if default in ("REQ", None):
+        return defs.OpSchema.Attribute(name, getattr(defs.OpSchema.AttrType, kind), "", required=default == "REQ")
+    return attr(name, default)
+
+
+def _known(type_name: str) -> bool:
+    """onnx versions without float8e8m0 / float4e2m1 cannot name those types in a schema."""
+    from onnx import TensorProto
+
+    return hasattr(TensorProto, type_name.upper())
+
+
+def register_table(table: dict[str, SchemaSpec], domain: str = MS, doc: str = "") -> None:
+    """Register every schema of a compact table (once; existing ones are kept)."""
+    for name, (ins, outs, attrs, spec) in table.items():
+        constraints = [(k, [f"tensor({t})" for t in v if _known(t)], k) for k, v in spec.items()]
+        attributes = [attribute(*a) for a in attrs]
+        register(name, formals(ins), formals(outs), attributes, doc or name, constraints, domain=domain)

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ep_cpu_reference.kernels._ms_schema import inp, register
+from ep_cpu_reference.kernels._ms_schema import register_table
 
 _SCHEMAS: dict[str, Any] = {
     "DynamicQuantizeMatMul": (
@@ -180,27 +180,6 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
-def _formals(spec: str) -> list[Any]:
-    out = []
-    for item in spec.split():
-        name, type_str = item.split(":", 1)
-        flag = name[-1] if name[-1] in "?*" else ""
-        out.append(inp(name.rstrip("?*"), flag == "?", type_str, flag == "*"))
-    return out
-
-
-def _attribute(name: str, kind: str, default: Any) -> Any:
-    from onnx import defs, helper
-
-    if default == "REQ":
-        return defs.OpSchema.Attribute(name, getattr(defs.OpSchema.AttrType, kind), "", required=True)
-    if default is None:
-        return defs.OpSchema.Attribute(name, getattr(defs.OpSchema.AttrType, kind), "", required=False)
-    return defs.OpSchema.Attribute(name, helper.make_attribute(name, default), "")
-
-
 def register_schemas() -> None:
     """Register every schema above (once; existing ones are kept)."""
-    for name, (ins, outs, attrs, constraints) in _SCHEMAS.items():
-        tcs = [(k, [f"tensor({t})" for t in v], k) for k, v in constraints.items()]
-        register(name, _formals(ins), _formals(outs), [_attribute(*a) for a in attrs], name, tcs)
+    register_table(_SCHEMAS)
