@@ -459,6 +459,30 @@ def _positions(node: NodeView, pos: Array, batch: int, s: int, max_pos: int) -> 
 
 
 # ------------------------------------------------------------------------------------ GroupQueryAttention
+def split_qkv(
+    node: NodeView, q: Array, key: Array | None, value: Array | None, heads: int, kv_heads: int
+) -> tuple[Array, Array, Array, int]:
+    """Query, key and value as [B, heads, S, head] (key/value with ``kv_heads``) and the head size,
+    from packed QKV (no key: [B, S, (heads + 2 * kv_heads) * head]) or separate [B, S, hidden] inputs;
+    GroupQueryAttention's and SparseAttention's layouts."""
+    qc = _ct(q)
+    if key is None:
+        if value is not None:
+            raise fail(node, "packed QKV (no key) takes no value")
+        head = q.shape[2] // (heads + 2 * kv_heads)
+        if q.ndim != 3 or head * (heads + 2 * kv_heads) != q.shape[2]:
+            raise fail(node, f"packed QKV {list(q.shape)} must be [B, S, (num_heads + 2*kv_num_heads) * head_size]")
+        qq = _heads(node, qc[..., : heads * head], heads)
+        kk = _heads(node, qc[..., heads * head : (heads + kv_heads) * head], kv_heads)
+        return qq, kk, _heads(node, qc[..., (heads + kv_heads) * head :], kv_heads), head
+    if value is None:
+        raise fail(node, "key needs value")
+    head = q.shape[2] // heads
+    if key.shape[-1] != kv_heads * head or value.shape[-1] != kv_heads * head:
+        raise fail(node, f"key/value must be [B, S, kv_num_heads * {head}], got {list(key.shape)}, {list(value.shape)}")
+    return _heads(node, qc, heads), _heads(node, _ct(key), kv_heads), _heads(node, _ct(value), kv_heads), head
+
+
 @REGISTRY.register("GroupQueryAttention", domain=MS)
 def build_gqa(node: NodeView, ctx: KernelContext) -> Any:
     """query [B, S, N*H] (or packed [B, S, (N+2*Nkv)*H]), key/value [B, S, Nkv*H]; past_key/value
@@ -512,26 +536,8 @@ def build_gqa(node: NodeView, ctx: KernelContext) -> Any:
         if (past_key is None) != (past_value is None):
             raise fail(node, "past_key and past_value must be given together")
         odt = q.dtype
-        qc = _ct(q)
         batch, s = q.shape[0], q.shape[1]
-        if key is None:  # packed QKV
-            if value is not None:
-                raise fail(node, "packed QKV (no key) takes no value")
-            head = q.shape[2] // (heads + 2 * kv_heads)
-            if q.ndim != 3 or head * (heads + 2 * kv_heads) != q.shape[2]:
-                raise fail(node, f"packed QKV {list(q.shape)} must be [B, S, (num_heads + 2*kv_num_heads) * head_size]")
-            qq = _heads(node, qc[..., : heads * head], heads)
-            kk = _heads(node, qc[..., heads * head : (heads + kv_heads) * head], kv_heads)
-            vv = _heads(node, qc[..., (heads + kv_heads) * head :], kv_heads)
-        else:
-            if value is None:
-                raise fail(node, "key needs value")
-            head = q.shape[2] // heads
-            if key.shape[-1] != kv_heads * head or value.shape[-1] != kv_heads * head:
-                raise fail(
-                    node, f"key/value must be [B, S, kv_num_heads * {head}], got {list(key.shape)}, {list(value.shape)}"
-                )
-            qq, kk, vv = _heads(node, qc, heads), _heads(node, _ct(key), kv_heads), _heads(node, _ct(value), kv_heads)
+        qq, kk, vv, head = split_qkv(node, q, key, value, heads, kv_heads)
         total = int(np.asarray(total_len).reshape(-1)[0])
         lens = np.asarray(seqlens_k, dtype=np.int64).reshape(-1) + 1  # total valid length per batch
         if lens.shape[0] != batch:

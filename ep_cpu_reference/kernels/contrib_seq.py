@@ -21,7 +21,7 @@ from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._contrib_seq_schemas import register_schemas
 from ep_cpu_reference.kernels._ms_schema import MS
-from ep_cpu_reference.kernels.contrib_attention import _ct, _heads, _merge, _rotate, _scale, _softmax
+from ep_cpu_reference.kernels.contrib_attention import _ct, _heads, _merge, _rotate, _scale, _softmax, split_qkv
 from ep_cpu_reference.kernels.nn_common import fail
 from ep_cpu_reference.registry import REGISTRY
 
@@ -189,23 +189,9 @@ def build_sparse_attention(node: NodeView, ctx: KernelContext) -> Any:
         if q.ndim != 3:
             raise fail(node, f"query must be [batch, sequence, hidden], got {list(q.shape)}")
         batch, s = q.shape[:2]
-        qc = _ct(q)
-        if key is None:
-            if value is not None:
-                raise fail(node, "packed QKV (no key) takes no value")
-            head = q.shape[2] // (heads + 2 * kv_heads)
-            if head * (heads + 2 * kv_heads) != q.shape[2]:
-                raise fail(node, f"packed QKV {list(q.shape)} must be [B, S, (num_heads + 2*kv_num_heads) * head]")
-            qq = _heads(node, qc[..., : heads * head], heads)
-            kk = _heads(node, qc[..., heads * head : (heads + kv_heads) * head], kv_heads)
-            vv = _heads(node, qc[..., (heads + kv_heads) * head :], kv_heads)
-        else:
-            if value is None:
-                raise fail(node, "key needs value")
-            head = q.shape[2] // heads
-            if key.shape != (batch, s, kv_heads * head) or value.shape != key.shape:
-                raise fail(node, f"key/value must be [{batch}, {s}, {kv_heads * head}], got {list(key.shape)}")
-            qq, kk, vv = _heads(node, qc, heads), _heads(node, _ct(key), kv_heads), _heads(node, _ct(value), kv_heads)
+        if key is not None and (key.shape[:2] != (batch, s) or value is None or value.shape != key.shape):
+            raise fail(node, f"key/value must be [{batch}, {s}, kv_num_heads * head], got {list(key.shape)}")
+        qq, kk, vv, head = split_qkv(node, q, key, value, heads, kv_heads)
         cap = past_key.shape[2]
         if past_key.shape != (batch, kv_heads, cap, head) or past_value.shape != past_key.shape:
             raise fail(
