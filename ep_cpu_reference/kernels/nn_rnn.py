@@ -106,6 +106,16 @@ class _RnnSpec:
         return np.clip(x, -self.clip, self.clip)
 
 
+def _unreverse(yd: np.ndarray, ridx: np.ndarray, mask: np.ndarray | None) -> np.ndarray:
+    """A reverse direction's per-step outputs put back in time order (``ridx`` from ``_reverse_index``),
+    zero past each row's length."""
+    back = np.empty_like(yd)
+    back[ridx, np.arange(yd.shape[1])[None, :]] = yd
+    if mask is not None:
+        back[~mask] = 0
+    return back
+
+
 def _reverse_index(seq: int, batch: int, lens: np.ndarray | None) -> np.ndarray:
     """(T, B) time index reading each batch entry's sequence backwards within its length."""
     t = np.arange(seq)[:, None]
@@ -181,11 +191,7 @@ def _run(
                 h, states = h_new, states_new
                 yd[t] = h_new
         if reverse:
-            back = np.empty_like(yd)
-            back[ridx, np.arange(batch)[None, :]] = yd
-            yd = back
-            if mask is not None:
-                yd[~mask] = 0
+            yd = _unreverse(yd, ridx, mask)
         y[:, d] = yd
         y_h[d] = h
         for f, s in zip(finals, states, strict=False):

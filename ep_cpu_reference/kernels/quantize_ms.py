@@ -25,7 +25,7 @@ from ep_cpu_reference.kernels._quantize_ms_schemas import register_schemas
 from ep_cpu_reference.kernels.nn_common import fail
 from ep_cpu_reference.kernels.nn_conv import build_qlinear_conv
 from ep_cpu_reference.kernels.nn_pool import build_average_pool
-from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec
+from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec, _unreverse
 from ep_cpu_reference.kernels.quantize import _dequantize_builder, _quantize_builder, dynamic_params
 from ep_cpu_reference.registry import REGISTRY
 
@@ -626,11 +626,7 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext) -> Any:
                     h, c = h_new, c_new
                     yd[t] = h_new
             if reverse:
-                back = np.empty_like(yd)
-                back[ridx, np.arange(batch)[None, :]] = yd
-                yd = back
-                if mask is not None:
-                    yd[~mask] = 0
+                yd = _unreverse(yd, ridx, mask)
             y[:, d], y_h[d], y_c[d] = yd, h, c
         outs = (y, y_h, y_c)
         return outs[:n_out]
