@@ -20,6 +20,7 @@ from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._contrib_moe_schemas import register_schemas
 from ep_cpu_reference.kernels._ms_schema import MS
 from ep_cpu_reference.kernels.nn_common import fail
+from ep_cpu_reference.kernels.nn_rnn import _sigmoid
 from ep_cpu_reference.kernels.quantize_ms import _int8_blocks, _unpack
 from ep_cpu_reference.registry import REGISTRY
 
@@ -31,10 +32,6 @@ _ACTS = ("relu", "gelu", "silu", "identity", "swiglu")
 
 
 # ----------------------------------------------------------------------- shared MoE core
-def _sigmoid(x: Array) -> Array:
-    return F32(1) / (F32(1) + np.exp(-x))
-
-
 class _MoeSpec:
     """The attributes MoE and QMoE share, validated as onnxruntime's MoEBaseCPU does."""
 

@@ -6,11 +6,11 @@ onnxscript's ort_fusions run end to end."""
 
 from __future__ import annotations
 
-import warnings
 from typing import Any
 
 import numpy as np
 import pytest
+from _support.oracle import ours, theirs
 from onnx import TensorProto, helper
 
 ort = pytest.importorskip("onnxruntime")
@@ -47,20 +47,10 @@ def _feeds(inputs: list[Any]) -> dict[str, np.ndarray]:
     return {f"in{i}": v for i, v in enumerate(inputs) if v is not None}
 
 
-def _ours(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    import ep_core
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sess = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
-    return sess.run(None, feeds)
+_ours = ours
 
 
-def _theirs(model: bytes, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = 1
-    opts.log_severity_level = 3
-    return ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"]).run(None, feeds)
+_theirs = theirs
 
 
 def _check(

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _support.oracle import one_node_model, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
@@ -28,40 +29,10 @@ def _f32(*shape: int, scale: float = 1.0) -> np.ndarray:
 
 
 def _model(op: str, ins: list[tuple[str, Any]], outs: list[Any], consts: set[str], **attrs: Any) -> tuple[bytes, dict]:
-    """A one-node com.microsoft model: ``ins`` as (name, array or None for an absent optional
-    input), those in ``consts`` as initializers; ``outs`` are the output element types."""
-    names = [n if a is not None else "" for n, a in ins]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, [f"y{i}" for i in range(len(outs))], domain=MS, **attrs)
-    graph_in = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
-        for n, a in ins
-        if a is not None and n not in consts
-    ]
-    inits = [numpy_helper.from_array(a, n) for n, a in ins if a is not None and n in consts]
-    graph_out = [
-        helper.make_tensor_value_info(f"y{i}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
-        for i, t in enumerate(outs)
-    ]
-    graph = helper.make_graph([node], op, graph_in, graph_out, inits)
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
-    model = helper.make_model(graph, ir_version=10, opset_imports=opsets)
-    return model.SerializeToString(), {n: a for n, a in ins if a is not None and n not in consts}
+    return one_node_model(op, ins, outs, consts, MS, **attrs)
 
 
-def _run_both(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[list[Any], list[Any]]:
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feeds)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape
-        assert g.dtype == w.dtype
-    return got, want
+_run_both = run_both
 
 
 def _exact(mf: tuple[bytes, dict]) -> None:

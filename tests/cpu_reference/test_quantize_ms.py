@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _support.oracle import one_node_model, run_both
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
@@ -36,44 +37,7 @@ def _ints(dt: Any, shape: tuple[int, ...]) -> np.ndarray:
     return _R.integers(info.min, info.max + 1, shape, dtype=dt)
 
 
-def _model(op: str, ins: list[tuple[str, Any]], outs: list[Any], consts: set[str], domain: str = MS, **attrs: Any):
-    """A one-node model: ``ins`` as (name, array or None for an absent optional input),
-    those in ``consts`` as initializers; ``outs`` are the output element types."""
-    names = [n if a is not None else "" for n, a in ins]
-    while names and not names[-1]:
-        names.pop()
-    node = helper.make_node(op, names, [f"y{i}" for i in range(len(outs))], domain=domain, **attrs)
-    graph_in = [
-        helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype), list(a.shape))
-        for n, a in ins
-        if a is not None and n not in consts
-    ]
-    inits = [numpy_helper.from_array(a, n) for n, a in ins if a is not None and n in consts]
-    graph_out = [
-        helper.make_tensor_value_info(f"y{i}", helper.np_dtype_to_tensor_dtype(np.dtype(t)), None)
-        for i, t in enumerate(outs)
-    ]
-    graph = helper.make_graph([node], op, graph_in, graph_out, inits)
-    opsets = [helper.make_opsetid("", 21), helper.make_opsetid(MS, 1)]
-    model = helper.make_model(graph, ir_version=10, opset_imports=opsets)
-    return model.SerializeToString(), {n: a for n, a in ins if a is not None and n not in consts}
-
-
-def _run_both(model: bytes, feeds: dict[str, np.ndarray]) -> tuple[list[Any], list[Any]]:
-    """onnxruntime at one thread: its DynamicQuantizeLSTM quantizes the state per batch chunk of
-    each thread, so its results depend on the thread count; one thread is its plain semantics."""
-    so = ort.SessionOptions()
-    so.log_severity_level = 3
-    so.intra_op_num_threads = 1
-    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feeds)
-    for g, w in zip(got, want, strict=True):
-        assert g.shape == w.shape
-        # onnxruntime hands float8 back as raw bytes (uint8)
-        assert g.dtype == w.dtype or (w.dtype == np.uint8 and g.dtype.itemsize == 1)
-    return got, want
+_model, _run_both = one_node_model, run_both
 
 
 def _exact(model_feeds: tuple[bytes, dict]) -> None:
