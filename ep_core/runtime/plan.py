@@ -125,7 +125,8 @@ def build_plan(
     folded: list[str] = []
     budget, fold = _fold_budget(graph), session.options.graph_optimization_level > 0
     # a folded value whose every reader folds too is freed and its bytes go back to the budget (int8
-    # weights dequantized by Cast -> Mul become float weights once, without keeping the Cast's copy)
+    # weights dequantized by Cast -> Mul become float weights once, without keeping the Cast's copy);
+    # only in a plan of the whole graph: a plan for some fetches does not see every reader
     uses, made_by, graph_outs = (
         Counter(n for u in order for n in u.inputs if n),
         dict[str, str](),
@@ -158,7 +159,7 @@ def build_plan(
                     constants.add(name)
             for name in u.inputs:
                 uses[name] -= 1
-                if name in made_by and uses[name] == 0 and name not in graph_outs:
+                if not fetches and name in made_by and uses[name] == 0 and name not in graph_outs:
                     budget[0] += getattr(template[slots[name]], "nbytes", 0)
                     template[slots[name]], folded_outputs[made_by.pop(name)] = None, CONSUMED
             if len(u.outputs) == 1:

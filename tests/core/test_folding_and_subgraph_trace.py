@@ -9,6 +9,7 @@ from _support.models import make_model
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
+from ep_core.runtime.plan import CONSUMED
 
 
 def _model():
@@ -70,3 +71,32 @@ def test_trace_includes_nodes_inside_if_branches(tmp_path) -> None:
     names = [e["name"] for e in json.load(open(sess.end_profiling())) if e.get("cat") == "Node"]
     assert names.count("if_kernel_time") == 2
     assert "if/then_branch/then_neg_kernel_time" in names and "if/else_branch/else_abs_kernel_time" in names
+
+
+def test_a_folded_value_is_freed_only_when_every_reader_of_the_whole_graph_folds() -> None:
+    """Cast(W) feeds a folded Mul and an Add of the input. A plan for the fetch that needs only the
+    Mul must not free the Cast's value: the Add's plan reads it later. A value whose readers all fold
+    is freed and its bytes go back to the folding budget."""
+    w = numpy_helper.from_array((np.arange(10000) % 100).astype(np.int8).reshape(100, 100), "W")
+    s = numpy_helper.from_array(np.array(0.5, np.float32), "s")
+    nodes = [
+        helper.make_node("Cast", ["W"], ["c"], to=TensorProto.FLOAT, name="cast"),
+        helper.make_node("Mul", ["c", "s"], ["m"], name="mul"),
+        helper.make_node("Add", ["x", "m"], ["out1"], name="add1"),
+        helper.make_node("Add", ["x", "c"], ["out2"], name="add2"),
+    ]
+    f, shape = TensorProto.FLOAT, [100, 100]
+    model = make_model(nodes, [("x", f, shape)], [("out1", f, shape), ("out2", f, shape)], initializers=[w, s])
+    sess = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+    x = np.ones((100, 100), np.float32)
+    c = (np.arange(10000) % 100).astype(np.float32).reshape(100, 100)
+    ro = ep_core.RunOptions(only_execute_path_to_fetches=True)
+    np.testing.assert_array_equal(sess.run(["out1"], {"x": x}, ro)[0], x + c * 0.5)
+    np.testing.assert_array_equal(sess.run(["out2"], {"x": x}, ro)[0], x + c)
+
+    freed = make_model(nodes[:3], [("x", f, shape)], [("out1", f, shape)], initializers=[w, s])
+    sess = ep_core.InferenceSession(freed.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+    plan = sess.program.plan()
+    assert set(plan.folded) == {"cast", "mul"}
+    assert sess.program._folded["cast"] is CONSUMED  # the float copy of W is not kept
+    np.testing.assert_array_equal(sess.run(None, {"x": x})[0], x + c * 0.5)
