@@ -5,13 +5,16 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 STAMP := $(VENV)/.installed
 CONTRIB := $(wildcard plugins_contrib/*/pyproject.toml)
+# The Numba-CUDA EP is its own distribution (ep_cuda_numba/pyproject.toml), installed editable.
+CUDA_EP := ep_cuda_numba/pyproject.toml
 
 .PHONY: run test install bench parity lint clean
 
-$(STAMP): pyproject.toml $(CONTRIB)
+$(STAMP): pyproject.toml $(CUDA_EP) $(CONTRIB)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -e '.[dev,cuda,ray]'
+	$(PIP) install -q -e '.[dev,ray]'
+	$(PIP) install -q -e ./ep_cuda_numba
 	for p in $(dir $(CONTRIB)); do $(PIP) install -q "./$$p" || exit 1; done
 	touch $(STAMP)
 
@@ -35,11 +38,11 @@ parity: $(STAMP)
 	NUMBA_ENABLE_CUDASIM=1 $(PY) -m ep_core.tools.parity.regenerate docs/parity
 
 # Every check runs even when an earlier one fails; the target fails if any did. Import contracts
-# read the contrib EP from its source (PYTHONPATH), not from its non-editable install.
+# read the EP distributions from their source (PYTHONPATH), not from their installs.
 LINT_DIRS := ep_core ep_cpu_reference ep_cuda_numba plugins_contrib tests benchmarks .ci
 lint: $(STAMP)
 	@failed=""; \
-	PYTHONPATH=plugins_contrib/ep_numba_cpu $(VENV)/bin/lint-imports --no-cache --no-logo || failed="$$failed lint-imports"; \
+	PYTHONPATH=plugins_contrib/ep_numba_cpu:ep_cuda_numba $(VENV)/bin/lint-imports --no-cache --no-logo || failed="$$failed lint-imports"; \
 	$(VENV)/bin/ruff check $(LINT_DIRS) || failed="$$failed ruff-check"; \
 	$(VENV)/bin/ruff format --check $(LINT_DIRS) || failed="$$failed ruff-format"; \
 	$(PY) .ci/count_lines.py || failed="$$failed line-count"; \

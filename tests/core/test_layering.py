@@ -25,7 +25,8 @@ from ep_core.sdk import ENTRY_POINT_GROUP
 ROOT = Path(__file__).resolve().parents[2]
 LINT_IMPORTS = Path(sys.executable).with_name("lint-imports")
 CONTRIB = "plugins_contrib/ep_numba_cpu"  # the contrib EP's source root: read it, not its installed copy
-PACKAGES = ("ep_core", "ep_cpu_reference", "ep_cuda_numba", f"{CONTRIB}/ep_numba_cpu")
+CUDA = "ep_cuda_numba"  # the Numba-CUDA EP's distribution root (its package is ep_cuda_numba/ep_cuda_numba)
+PACKAGES = ("ep_core", "ep_cpu_reference", f"{CUDA}/ep_cuda_numba", f"{CONTRIB}/ep_numba_cpu")
 
 
 def lint_imports(root: Path, *contracts: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +36,7 @@ def lint_imports(root: Path, *contracts: str) -> subprocess.CompletedProcess[str
     args = [str(LINT_IMPORTS), "--no-cache", "--no-logo"]
     for c in contracts:
         args += ["--contract", c]
-    env = {**os.environ, "PYTHONPATH": CONTRIB}
+    env = {**os.environ, "PYTHONPATH": f"{CONTRIB}:{CUDA}"}
     return subprocess.run(args, cwd=root, env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -67,7 +68,7 @@ PLANTED = [
     ("sdk", {"ep_core/sdk/_planted.py": "from ep_core.optimizer import optimize_model\n"}),
     ("eps", {"ep_cpu_reference/_planted.py": "from ep_core.host import threads\n"}),
     ("eps", {f"{CONTRIB}/ep_numba_cpu/_planted.py": "from ep_core.runtime.session import InferenceSession\n"}),
-    ("eps", {"ep_cuda_numba/_planted.py": TYPE_ONLY}),  # TYPE_CHECKING imports count (see pyproject.toml)
+    ("eps", {f"{CUDA}/ep_cuda_numba/_planted.py": TYPE_ONLY}),  # TYPE_CHECKING imports count (see pyproject.toml)
     ("eps-root", {"ep_cpu_reference/kernels/_planted.py": "import ep_core\n"}),
     ("eps-root", {f"{CONTRIB}/ep_numba_cpu/_planted.py": "from ep_core import Tensor\n"}),
     (

@@ -5,5 +5,5 @@ only when a session or ``get_ep_devices`` asks for them. Under ``NUMBA_ENABLE_CU
 EP offers one *simulated* device so the whole suite runs on machines without a GPU."""
 
 EP_NAME = "NumbaCudaExecutionProvider"
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 NVIDIA_VENDOR_ID = 0x10DE
