@@ -27,6 +27,7 @@ from ep_cpu_reference.kernels.nn_conv import build_qlinear_conv
 from ep_cpu_reference.kernels.nn_pool import build_average_pool
 from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec, _unreverse
 from ep_cpu_reference.kernels.quantize import _dequantize_builder, _quantize_builder, dynamic_params
+from ep_cpu_reference.kernels.special import mlas_logistic
 from ep_cpu_reference.registry import REGISTRY
 
 register_schemas()
@@ -187,46 +188,6 @@ def build_qlinear_mul(node: NodeView, ctx: KernelContext) -> Any:
         return (quantize_div(prod.astype(F32) * mult, 1.0, _zp(c_zp), dt),)
 
     return compute
-
-
-# Eigen's logistic coefficients as MLAS stores them (float32): p's alpha_9..alpha_1, q's beta_10..beta_0
-_LOGISTIC_P = tuple(np.float64(F32(c)) for c in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05))
-_LOGISTIC_P += tuple(np.float64(F32(c)) for c in (8.51377133304701e-03, 2.48287947061529e-01))
-_LOGISTIC_Q = tuple(np.float64(F32(c)) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06))
-_LOGISTIC_Q += tuple(np.float64(F32(c)) for c in (1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01))
-_BLOCK = 1 << 14  # elements per pass: the float64 temporaries stay in cache
-
-
-def _fma_horner(v2: np.ndarray, coefs: tuple[np.float64, ...], tmp: np.ndarray, out: np.ndarray) -> np.ndarray:
-    """MLAS's FMA Horner steps p = fma(p, v2, c) as float32(float64(p) * v2 + c): the float64
-    product of two float32 is exact, so only a float64 sum landing on a float32 midpoint can
-    round twice. Checked over every float32 v2 in [0, 324]: four v2 do, one of them is x*x
-    for a float32 x (+-0.0042869034), and its logistic still comes out exact."""
-    np.multiply(v2, coefs[0], out=tmp)
-    np.add(tmp, coefs[1], out=out, casting="unsafe")
-    for c in coefs[2:]:
-        np.multiply(out, v2, out=tmp)
-        np.add(tmp, c, out=out, casting="unsafe")
-    return out
-
-
-def mlas_logistic(x: np.ndarray) -> np.ndarray:
-    """MlasComputeLogistic as onnxruntime's x86-64 FMA3 kernel computes it, bit for bit: x
-    clamped to [-18, 18], Eigen's rational p(x)/q(x) in FMA steps, + 0.5, clamped below at 0
-    only (it returns 1.0000001 near x = 18)."""
-    x = np.asarray(x, F32)
-    flat = x.reshape(-1)
-    y = np.empty_like(flat)
-    for s in range(0, flat.size, _BLOCK):
-        v = np.clip(flat[s : s + _BLOCK], F32(-18.0), F32(18.0))
-        v2 = (v * v).astype(np.float64)
-        tmp = np.empty_like(v2)
-        p = _fma_horner(v2, _LOGISTIC_P, tmp, np.empty_like(v))
-        p *= v
-        p /= _fma_horner(v2, _LOGISTIC_Q, tmp, np.empty_like(v))
-        p += F32(0.5)
-        np.maximum(p, F32(0.0), out=y[s : s + _BLOCK])
-    return y.reshape(x.shape)
 
 
 def _lookup_builder(transform: Any) -> Any:

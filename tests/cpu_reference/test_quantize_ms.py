@@ -84,11 +84,11 @@ def test_qlinear_lookup_ops_bit_identical_over_every_input_value(op: str, attrs:
 
 
 def test_mlas_logistic_is_onnxruntimes_sigmoid_bit_for_bit() -> None:
-    """quantize_ms.mlas_logistic (behind QLinearSigmoid's table) against onnxruntime's own
+    """special.mlas_logistic (behind QLinearSigmoid's table) against onnxruntime's own
     Sigmoid node: every float32 in 17.5 <= |x| <= 18 (where MLAS's FMA3 kernel, clamped below
     only, returns 1.0000001), random values across the range, and the special values. (Every
     third float32 in [-18, 18], 7.3e8 values, was checked once the same way: all identical.)"""
-    from ep_cpu_reference.kernels.quantize_ms import mlas_logistic
+    from ep_cpu_reference.kernels.special import mlas_logistic
 
     edge = np.arange(0x418C0000, 0x41900001, dtype=np.uint32).view(np.float32)
     # +-0.0042869034: the one x whose x*x makes a float64-emulated FMA step round twice
@@ -102,6 +102,31 @@ def test_mlas_logistic_is_onnxruntimes_sigmoid_bit_for_bit() -> None:
     so.log_severity_level = 3
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     np.testing.assert_array_equal(mlas_logistic(x).view(np.uint32), sess.run(None, {"x": x})[0].view(np.uint32))
+
+
+def _silu_quantized_model(quantized: bool) -> bytes:
+    """x -> Sigmoid -> Mul(x) (SiLU), then DynamicQuantizeLinear when ``quantized``."""
+    nodes = [helper.make_node("Sigmoid", ["x"], ["s"]), helper.make_node("Mul", ["x", "s"], ["m"])]
+    outs = [helper.make_tensor_value_info("s", TensorProto.FLOAT, None)]
+    if quantized:
+        nodes.append(helper.make_node("DynamicQuantizeLinear", ["m"], ["q", "qs", "qz"]))
+        outs.append(helper.make_tensor_value_info("q", TensorProto.UINT8, None))
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [4096])
+    graph = helper.make_graph(nodes, "silu", [x], outs)
+    return helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+
+
+def test_a_sigmoid_before_a_quantizer_is_onnxruntimes_bit_for_bit() -> None:
+    """A Sigmoid whose output (or its SiLU product) is quantized computes MLAS's logistic exactly,
+    so the quanta match onnxruntime's; a Sigmoid that is not stays the fast 1/(1+exp(-x)), which
+    differs from onnxruntime by up to ~1e-7 on a third of inputs (the reason the exact form is needed)."""
+    x = _R.uniform(-8, 8, 4096).astype(np.float32)
+    got, want = run_both(_silu_quantized_model(True), {"x": x})
+    np.testing.assert_array_equal(got[0].view(np.uint32), want[0].view(np.uint32))
+    np.testing.assert_array_equal(got[1], want[1])
+    got, want = run_both(_silu_quantized_model(False), {"x": x})
+    assert 0 < np.count_nonzero(got[0] != want[0])  # the fast form: not bit-identical
+    np.testing.assert_allclose(got[0], want[0], rtol=0, atol=2e-7)
 
 
 @pytest.mark.parametrize("dt", INT8)

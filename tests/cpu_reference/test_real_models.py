@@ -20,10 +20,6 @@ MODELS = list(zoo.MODELS)
 # Models whose parity waits on kernels other issue-14 work adds: strict, so each entry fails the
 # suite as soon as the model matches and must then be removed.
 PENDING = {
-    "ddddocr_int8": "the float Sigmoid (1/(1+exp(-x))) differs by 1 ulp from onnxruntime's MLAS logistic on ~2/3 of "
-    "float32 inputs, and 21 DynamicQuantizeLinear nodes amplify that: error 0.157 of scale 17.2, every label "
-    "identical. With quantize_ms.mlas_logistic (bit-identical) the model matches exactly, but that costs ~7x "
-    "the fast Sigmoid (12 vs 1.5 ns an element), too slow for the SiLU-heavy detectors",
 }
 
 # output index holding class scores, whose argmax must match exactly
