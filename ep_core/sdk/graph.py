@@ -59,9 +59,9 @@ def _value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
     if which == "tensor_type" or which == "sparse_tensor_type":
         tt = getattr(tp, which)
         shape: tuple[int | str | None, ...] | None = None
-        if tt.HasField("shape"):
+        if tt.HasField("shape"):  # a negative dim_value (some exporters write -1) is an unknown dim
             shape = tuple(
-                int(d.dim_value) if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None
+                int(d.dim_value) if d.HasField("dim_value") and d.dim_value >= 0 else d.dim_param or None
                 for d in tt.shape.dim
             )
         return ValueInfo(name, int(tt.elem_type), shape, "tensor")

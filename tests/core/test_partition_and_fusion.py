@@ -113,3 +113,16 @@ def test_disable_cpu_fallback_leaves_unclaimed_nodes_unimplemented(fusing):
     assert sess.get_node_assignment()["relu"]["ep"] == "CpuReferenceExecutionProvider"
     x = np.array([-3.0, 1.0], np.float32)
     np.testing.assert_allclose(sess.run(None, {"x": x, "y": x})[0], np.maximum(2 * x, 0))
+
+
+def test_a_negative_declared_dim_is_an_unknown_dim_to_eps():
+    """Some exporters (PaddlePaddle's) declare unknown dims as dim_value -1: EPs see None there, as
+    for a missing dim, never a negative size (the Numba CPU EP refused PP-OCR's classifier on it)."""
+    from ep_core.sdk.graph import GraphView
+
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [-1, 3, "w"])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [-1, 3, None])
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g", [x], [y])
+    view = GraphView(graph, {"": 17})
+    assert view.value_info("x").shape == (None, 3, "w")
+    assert view.value_info("y").shape == (None, 3, None)
