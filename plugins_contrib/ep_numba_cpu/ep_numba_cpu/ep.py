@@ -89,7 +89,8 @@ class NumbaCpuEp:
             plan, sources = generate.expand(record["plan"], gp.weights)
             compiled = {k: codegen.compile_kernel(ks.source, ks.signature, ks.parallel) for k, ks in sources.items()}
             self.kernels.update(compiled)
-            self.graphs[fused.name] = {"record": record, "kernels": sorted(compiled)}
+            if view.parent is None:  # EPContext nodes replace main-graph groups only; a subgraph's recompile
+                self.graphs[fused.name] = {"record": record, "kernels": sorted(compiled)}
             runner = GraphRunner(plan, {k: c.dispatcher for k, c in compiled.items()}, gp.weights)
             infos.append(NodeComputeInfo(compute=_compute(runner), metadata={"kernels": len(compiled)}))
         return infos
