@@ -57,9 +57,9 @@ def child(mode: str, model: str, out: str | None, warm: bool) -> None:
     """One fresh-process sample: create a session and print its creation time."""
     import numba  # noqa: F401  (imported before timing on both sides)
     import numpy  # noqa: F401
-    from ep_numba_cpu.ep import NumbaCpuEp
 
     from ep_core import InferenceSession, SessionOptions
+    from ep_numba_cpu.ep import NumbaCpuEp
 
     ep_time = [0.0]
     compile_orig, build_orig = NumbaCpuEp.ep_compile, NumbaCpuEp._build_context_kernel

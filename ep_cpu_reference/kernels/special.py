@@ -178,10 +178,16 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 # Eigen's logistic coefficients as MLAS stores them (float32): p's alpha_9..alpha_1, q's beta_10..beta_0
-_LOGISTIC_P = tuple(np.float64(np.float32(c)) for c in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05))
+_LOGISTIC_P = tuple(
+    np.float64(np.float32(c)) for c in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05)
+)
 _LOGISTIC_P += tuple(np.float64(np.float32(c)) for c in (8.51377133304701e-03, 2.48287947061529e-01))
-_LOGISTIC_Q = tuple(np.float64(np.float32(c)) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06))
-_LOGISTIC_Q += tuple(np.float64(np.float32(c)) for c in (1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01))
+_LOGISTIC_Q = tuple(
+    np.float64(np.float32(c)) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06)
+)
+_LOGISTIC_Q += tuple(
+    np.float64(np.float32(c)) for c in (1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)
+)
 _LOGISTIC_BLOCK = 1 << 14  # elements per pass: the float64 temporaries stay in cache
 
 

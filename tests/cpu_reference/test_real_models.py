@@ -19,8 +19,7 @@ MODELS = list(zoo.MODELS)
 
 # Models whose parity waits on kernels other issue-14 work adds: strict, so each entry fails the
 # suite as soon as the model matches and must then be removed.
-PENDING = {
-}
+PENDING = {}
 
 # output index holding class scores, whose argmax must match exactly
 CLASS_SCORES = {

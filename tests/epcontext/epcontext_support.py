@@ -105,6 +105,7 @@ class CompileCounter:
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         import numba.core.compiler as nbc
+
         from ep_numba_cpu.ep import NumbaCpuEp
 
         self.numba = 0

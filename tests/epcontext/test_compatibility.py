@@ -6,11 +6,11 @@ import warnings
 
 import onnx
 import pytest
-from ep_numba_cpu.compat import current_info, parse_info, verdict
 from epcontext_support import NUMBA, options
 
 from ep_core import InferenceSession
 from ep_core.sdk.errors import InvalidGraph
+from ep_numba_cpu.compat import current_info, parse_info, verdict
 
 KEY = f"ep_compatibility_info.{NUMBA}"
 
