@@ -88,6 +88,14 @@ class SessionLog:
             self._logger = logging.getLogger(self.name)
         return self._logger
 
+    def ep_logger(self, ep_name: str) -> logging.Logger:
+        """What ``ep_factory_create_ep`` gets as ``logger`` (``CreateEp``'s ``OrtLogger``): the
+        session's logger's child named after the EP, at the session's severity if it sets one (else
+        the default logger's, through its parent)."""
+        logger = logging.getLogger(f"{self.name}.{ep_name}")
+        logger.setLevel(self.level if self.level is not None else logging.NOTSET)
+        return logger
+
     def enabled(self, severity: int, run_options: Any = None, verbosity: int = 0) -> bool:
         """Whether a record of this severity (and verbosity, for verbose ones) passes for the
         session, or for the run of ``run_options`` (whose own severity, if set, decides)."""

@@ -13,6 +13,7 @@ as cat ``Copy``, and the events of the EPs' own profilers under their EP's name.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import threading
@@ -35,6 +36,7 @@ class Profiler:
         self._events: list[dict[str, Any]] = []
         self._lock = threading.Lock()
         self._ep_profilers: list[tuple[str, Any]] = []
+        self._spans: list[tuple[int, int, int, str, str]] = []  # steps' (t0, t1, thread, node, op) for correlation
 
     def add_ep_profiler(self, ep_name: str, profiler: Any) -> None:
         profiler.start(self.epoch_ns)
@@ -47,9 +49,11 @@ class Profiler:
 
     def phase(self, name: str, t0_ns: int, **args: Any) -> None:
         """A session-creation phase that started at ``t0_ns`` and ends now."""
-        event = self._event(name, "Session", t0_ns, time.perf_counter_ns(), args, threading.get_native_id())
+        t1_ns, tid = time.perf_counter_ns(), threading.get_native_id()
+        event = self._event(name, "Session", t0_ns, t1_ns, args, tid)
         with self._lock:
             self._events.append(event)
+            self._spans.append((t0_ns, t1_ns, tid, name, ""))
 
     def add_run(self, t0_ns: int, t1_ns: int, steps: list[dict[str, Any]], run_tag: str) -> None:
         """A run: its steps (``step_event``s), the executor's span around them and ``model_run``."""
@@ -62,6 +66,7 @@ class Profiler:
         with self._lock:
             if self.active:
                 self._events.extend(out)
+                self._spans.extend((e["t0"], e["t1"], tid, e["name"], e["args"].get("op_name", "")) for e in steps)
 
     def end(self) -> str:
         """Write the trace and return its path; '' once profiling has ended (as onnxruntime)."""
@@ -69,10 +74,11 @@ class Profiler:
             if not self.active:
                 return ""
             self.active = False
-            events = list(self._events)
+            events, spans = list(self._events), sorted(self._spans)
+        starts = [sp[0] for sp in spans]
         for ep_name, prof in self._ep_profilers:
             for e in prof.stop() or ():
-                e = dict(e)
+                e = _correlate(dict(e), spans, starts)
                 e.setdefault("ph", "X")
                 e.setdefault("pid", self.pid)
                 e.setdefault("tid", 0)
@@ -90,6 +96,23 @@ class Profiler:
             fh.write("[\n" + ",\n".join(json.dumps(e) for e in events) + "\n]\n")
         os.replace(tmp, path)
         return path
+
+
+def _correlate(e: dict[str, Any], spans: list[tuple[int, int, int, str, str]], starts: list[int]) -> dict[str, Any]:
+    """An EP event whose args carry ``enqueue_ns``/``enqueue_tid`` (the host time and thread that
+    queued device work) gets the innermost step running then on that thread: ``node``, ``op_name``
+    and ``parent_name`` (onnxruntime's arg naming a GPU kernel event's node event)."""
+    args = e.get("args")
+    if not isinstance(args, dict) or "enqueue_ns" not in args:
+        return e
+    at, tid = args["enqueue_ns"], args.get("enqueue_tid")
+    for k in range(bisect.bisect_right(starts, at) - 1, max(-1, bisect.bisect_right(starts, at) - 257), -1):
+        t0, t1, thread, name, op = spans[k]
+        if thread == tid and t0 <= at <= t1:  # a step names its node; a creation phase only itself
+            node = {"node": name[: -len("_kernel_time")], "op_name": op} if name.endswith("_kernel_time") else {}
+            e["args"] = {**args, **node, "parent_name": name}
+            break
+    return e
 
 
 def step_event(plan: Any, k: int, t0_ns: int, t1_ns: int, inputs: Any, outputs: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from ep_core.host.graphs import GraphCapture
 from ep_core.host.session import SessionHost
 from ep_core.host.trace import Profiler
 from ep_core.optimizer import optimize_model
@@ -89,7 +90,7 @@ def build(request: BuildRequest) -> Built:
     built = Built(options, request.registry, [], model_path, host)
     try:
         for sel in selected:
-            built.eps.append(EpInstance(sel, options, request.registry))
+            built.eps.append(EpInstance(sel, options, request.registry, host.log))
         _register_custom_domains(built.eps)
         built.model, built.declared = check_and_infer(proto), type(proto.graph)(output=proto.graph.output)
         kernels, budget = built.eps[0].kernel_registry if built.eps else None, materialise_budget(built.model.graph)
@@ -117,6 +118,7 @@ def build(request: BuildRequest) -> Built:
             built.context_model_path = context_write.generate_context_model(built, request.compile)
             _trace(profiler, "ep_context_generation", t0)
         built.run_hooks = [ep for ep in built.eps if ep.has_run_start or ep.has_run_end]
+        built.capture = GraphCapture.check(built)
         _trace(profiler, "session_initialization", t_start)
         host.created(built, t_start)
     except BaseException:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from ep_core.sdk.errors import EpCoreError
 
 if TYPE_CHECKING:
+    from ep_core.host.graphs import GraphCapture
     from ep_core.host.session import SessionHost
     from ep_core.runtime.discover import PluginRegistry
     from ep_core.runtime.eps import EpInstance
@@ -37,6 +38,7 @@ class Built:
     notes: list[str] = field(default_factory=list)  # session-level diagnostics (layout decisions)
     context_model_path: str | None = None
     run_hooks: "list[EpInstance]" = field(default_factory=list)
+    capture: "GraphCapture | None" = None  # the EP capturing runs as graphs, and its graphs
 
     def programs(self) -> "list[GraphProgram]":
         """The main graph's program and every subgraph program below it."""
@@ -54,7 +56,7 @@ class Built:
             errors.extend(self.program.release())
         for ep in reversed(self.eps):
             errors.extend(ep.close())
-        self.eps, self.run_hooks, self.program, self.context = [], [], None, None
+        self.eps, self.run_hooks, self.program, self.context, self.capture = [], [], None, None, None
         if len(errors) == 1:
             raise errors[0]
         if errors:

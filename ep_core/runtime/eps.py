@@ -10,6 +10,7 @@ import warnings
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
+from ep_core.host.logs import SessionLog
 from ep_core.runtime.discover import hook_error
 from ep_core.sdk.errors import EpCoreError, EpFail
 from ep_core.sdk.hookspecs import HOOK_API_VERSIONS
@@ -24,19 +25,20 @@ if TYPE_CHECKING:
 
 
 class EpInstance:
-    def __init__(self, selected: "SelectedEp", options: "SessionOptions", registry: "PluginRegistry") -> None:
-        self.selected = selected
-        self.handle = selected.handle
-        self.name = selected.name
-        self.registry = registry
+    def __init__(
+        self, selected: SelectedEp, options: SessionOptions, registry: PluginRegistry, log: SessionLog | None = None
+    ) -> None:
+        self.selected, self.handle, self.name, self.registry = selected, selected.handle, selected.name, registry
         self.api_version: int = self.handle.api_version
         self.devices = selected.devices
         self.memory_info: MemoryInfo = self.devices[0].memory_info if self.devices else HOST_MEMORY
+        log = log or SessionLog(options.logid, options.log_severity_level, options.log_verbosity_level)
         ep = self.handle.call(
             "ep_factory_create_ep",
             devices=list(self.devices),
-            ep_options=dict(selected.options),
+            ep_options={**{k: v for d in self.devices for k, v in d.ep_options.items()}, **selected.options},
             session_options=options,
+            logger=log.ep_logger(self.name),
         )
         if ep is None:
             raise EpFail(f"{self.name}: ep_factory_create_ep returned None")
@@ -44,20 +46,19 @@ class EpInstance:
         self.ep = ep
         self._warn_newer_hooks()
         self.kernel_registry: KernelRegistry | None = self.call("ep_get_kernel_registry")
-        self.allocator = None
-        self.stream = None
+        self.allocator = self.stream = None
         self.data_transfer = self.handle.call("ep_factory_create_data_transfer", default=None)
         if not self.memory_info.is_host:
+            arena = {k: v for k, v in selected.options.items() if k.startswith("arena.")}  # OrtArenaCfg's keys
             self.allocator = self.handle.call(
-                "ep_factory_create_allocator", memory_info=self.memory_info, allocator_options={}
+                "ep_factory_create_allocator", memory_info=self.memory_info, allocator_options=arena
             )
             if self.handle.call("ep_factory_is_stream_aware", default=False):
                 self.stream = self.handle.call(
                     "ep_factory_create_sync_stream_for_device", memory_info=self.memory_info, stream_options={}
                 )
-        self.has_run_start = registry.implements(ep, "ep_on_run_start")
-        self.has_run_end = registry.implements(ep, "ep_on_run_end")
-        self.has_sync = registry.implements(ep, "ep_sync")
+        hooks = ("ep_on_run_start", "ep_on_run_end", "ep_sync")
+        self.has_run_start, self.has_run_end, self.has_sync = (registry.implements(ep, h) for h in hooks)
         self._sources = {self.name, *self._context_sources()}
 
     def call(self, hook: str, **kwargs: Any) -> Any:
@@ -86,14 +87,12 @@ class EpInstance:
             )
 
     def _context_sources(self) -> tuple[str, ...]:
-        aliases = self.call("ep_get_context_sources")
-        if aliases is None:
+        if (aliases := self.call("ep_get_context_sources")) is None:
             return ()
         if isinstance(aliases, str) or not isinstance(aliases, Iterable):
             raise EpFail(f"{self.name}.ep_get_context_sources returned {aliases!r}; return a sequence of names")
         names = tuple(aliases)
-        bad = [a for a in names if not isinstance(a, str)]
-        if bad:
+        if bad := [a for a in names if not isinstance(a, str)]:
             raise EpFail(f"{self.name}.ep_get_context_sources returned non-string names {bad!r}")
         return names
 
@@ -101,9 +100,7 @@ class EpInstance:
         return source in self._sources
 
     def decline_reason(self, node: "NodeView") -> str:
-        if self.kernel_registry is None:
-            return "no kernel registry"
-        return self.kernel_registry.lookup(node).reason
+        return "no kernel registry" if self.kernel_registry is None else self.kernel_registry.lookup(node).reason
 
     # -- issue 12, contract diagnostics: InferenceSession.get_partition_diagnostics() includes these
     def diagnostics(self) -> list[str]:

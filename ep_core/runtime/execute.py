@@ -102,9 +102,7 @@ def _step_error(plan: Plan, k: int, exc: Exception) -> EpCoreError:
     info = plan.infos[k]
     where = f"{info.kind} {info.name!r} (op {info.op_type}) on {info.ep}"
     if isinstance(exc, EpCoreError):
-        if exc.message.startswith(where):
-            return exc
-        return type(exc)(f"{where}: {exc.message}")
+        return exc if exc.message.startswith(where) else type(exc)(f"{where}: {exc.message}")
     return Fail(f"{where} failed: {type(exc).__name__}: {exc}")
 
 

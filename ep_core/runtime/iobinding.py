@@ -33,11 +33,14 @@ class IOBinding:
         kind, _, idx = device.lower().partition(":")
         if kind == "cpu":
             return HOST_MEMORY
+        kind, pinned = kind.removesuffix("_pinned"), kind.endswith("_pinned")  # cuda_pinned: pinned host memory
         kind = {"cuda": "gpu"}.get(kind, kind)
         for ep in self._built.eps:
             m = ep.memory_info
             if m.device_type.value.lower() == kind and m.device_id == int(idx or 0):
-                return m
+                found = ep.devices[0].host_accessible_memory_info if pinned else m
+                if found is not None:
+                    return found
         have = sorted(
             {"cpu"} | {f"{e.memory_info.device_type.value.lower()}:{e.memory_info.device_id}" for e in self._built.eps}
         )

@@ -100,6 +100,7 @@ def build_plan(
     # (compute, input slots, output slots, output specs): made into ``Step``s once frees are known
     steps: list[tuple[Any, tuple[int, ...], tuple[int, ...], tuple[OutputSpec | None, ...]]] = []
     infos: list[StepInfo] = []
+    made_on: dict[int, Any] = {}  # slot -> the sync stream its value was made on
 
     def moved(name: str, need: MemoryInfo) -> int:
         have = loc.get(name, HOST_MEMORY)
@@ -117,9 +118,10 @@ def build_plan(
             template[dst] = cached
             constants.add(key)
         else:
-            steps.append((_copy_fn(dt, have, need, stream), (slot(name),), (dst,), (None,)))
+            fn = _waiting(_copy_fn(dt, have, need, stream), [slot(name)], stream, made_on)
+            steps.append((fn, (slot(name),), (dst,), (None,)))
             infos.append(StepInfo("copy", key, "MemcpyTransfer", "core", f"{have} -> {need}", (key,)))
-        loc[key] = need
+        loc[key], made_on[dst] = need, stream
         return dst
 
     folded: list[str] = []
@@ -186,8 +188,8 @@ def build_plan(
                 outs.append(SINK_SLOT)
                 continue
             outs.append(slot(name))
-            loc[name] = HOST_MEMORY if (mem.is_host or j in u.host_outputs) else mem
-        steps.append((u.compute, tuple(ins), tuple(outs), expect(graph, u.outputs)))
+            loc[name], made_on[outs[-1]] = HOST_MEMORY if (mem.is_host or j in u.host_outputs) else mem, ep.stream
+        steps.append((_waiting(u.compute, ins, ep.stream, made_on), tuple(ins), tuple(outs), expect(graph, u.outputs)))
         infos.append(StepInfo("fused" if u.fused_nodes else "node", u.name, u.op_type, ep.name, "", u.outputs))
 
     output_slots: list[int] = []
@@ -295,6 +297,19 @@ def _copy_fn(dt: Any, src: MemoryInfo, dst: MemoryInfo, stream: Any) -> Callable
         return (copy(value, src, dst, stream),)
 
     return run
+
+
+def _waiting(fn: Any, ins: Sequence[int], stream: Any, made_on: dict[int, Any]) -> Any:
+    """``fn`` on ``stream`` (None: the host), after a notification from each other stream its inputs came from."""
+    others = {id(p): p for i in ins if (p := made_on.get(i)) is not None and p is not stream}.values()
+
+    def run(*args: Any) -> Any:
+        for p in others:
+            (note := p.create_notification()).activate()
+            note.wait_on_device(stream) if stream is not None else note.wait_on_host()
+        return fn(*args)
+
+    return run if others else fn
 
 
 def _unit_error(u: Unit, ep_name: str, exc: Exception) -> EpCoreError:

@@ -50,9 +50,7 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
                     f"{len(info.shape)} (shape {_shape_str(info.shape)})"
                 )
             for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
-                if (
-                    isinstance(want_dim, int) and want_dim >= 0 and want_dim != got
-                ):  # -1: exporters mark dynamic dims so
+                if isinstance(want_dim, int) and want_dim >= 0 and want_dim != got:  # -1: a dynamic dim
                     raise InvalidArgument(
                         f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
                         f"expected {want_dim} (shape {_shape_str(info.shape)})"
@@ -68,14 +66,24 @@ def run(
     fetches: Sequence[str] | None = None,
 ) -> list[Any]:
     """Run the main graph's plan for this placement of inputs; returns every graph output (None
-    for those not in ``fetches`` when ``run_options.only_execute_path_to_fetches`` is set)."""
-    program = built.program
+    for those not in ``fetches`` when ``run_options.only_execute_path_to_fetches`` is set). Under
+    graph capture (``host.graphs``) a captured graph replays, or runs repeat until it is captured."""
+    program, cap = built.program, built.capture
     if program is None:
         raise InvalidArgument("the session is closed")
     path = fetches if fetches and run_options is not None and run_options.only_execute_path_to_fetches else ()
     plan = program.plan(input_memory, outputs_to_host, tuple(sorted(set(path))))  # unknown names: select_outputs
-    vals = plan.template.copy()
-    slots = plan.input_slots
+    gid = cap.graph_id(run_options, feed, input_memory) if cap is not None else None
+    if cap is not None and gid is not None and cap.captured(gid):
+        return cap.replay(gid, feed)
+    outputs, n = _execute(built, plan, feed, run_options), 1
+    while cap is not None and gid is not None and cap.again(gid, feed, outputs, n):
+        outputs, n = _execute(built, plan, feed, run_options), n + 1
+    return outputs
+
+
+def _execute(built: "Built", plan: Any, feed: Mapping[str, Any], run_options: "RunOptions | None") -> list[Any]:
+    vals, slots = plan.template.copy(), plan.input_slots
     for name, value in feed.items():
         vals[slots[name]] = value
     record = built.host.run_start(run_options)  # thread pools sized; a record when logged or traced
@@ -88,7 +96,7 @@ def run(
             ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
     if record is not None:
         built.host.run_end(record, run_options)
-    outputs = plan.outputs(vals)
+    outputs: list[Any] = plan.outputs(vals)
     warn_declared(built, outputs, run_options)  # onnxruntime's warning for an output's wrong declared shape
     return outputs
 
@@ -97,13 +105,10 @@ def select_outputs(graph: GraphView, output_names: Sequence[str] | None, values:
     names = [v.name for v in graph.outputs]
     if not output_names:
         return values
-    out = []
     for n in output_names:
-        try:
-            out.append(values[names.index(n)])
-        except ValueError:
-            raise InvalidArgument(f"unknown output {n!r}; the model's outputs are {names}") from None
-    return out
+        if n not in names:
+            raise InvalidArgument(f"unknown output {n!r}; the model's outputs are {names}")
+    return [values[names.index(n)] for n in output_names]
 
 
 def _shape_str(shape: Sequence[Any] | None) -> str:

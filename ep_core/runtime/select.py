@@ -35,9 +35,8 @@ def hardware_devices(registry: PluginRegistry | None = None) -> list[HardwareDev
     registry = registry or get_registry()
     found = [host_cpu_device()]
     for h in registry.handles():
-        if h.load() is None:
-            continue
-        found.extend(h.call("ep_factory_probe_hardware_devices", default=()) or ())
+        if h.load() is not None:
+            found.extend(h.call("ep_factory_probe_hardware_devices", default=()) or ())
     return dedupe_devices(found)
 
 
@@ -51,19 +50,12 @@ def get_ep_devices(registry: PluginRegistry | None = None) -> list[EpDevice]:
     """Every (EP, device) pair available, in discovery order (ORT's ``get_ep_devices``)."""
     registry = registry or get_registry()
     devices = hardware_devices(registry)
-    out: list[EpDevice] = []
-    for h in registry.handles():
-        out.extend(ep_devices_for(h, devices))
-    return out
+    return [d for h in registry.handles() for d in ep_devices_for(h, devices)]
 
 
 def incompatibility_reasons(handle: FactoryHandle, devices: Sequence[HardwareDevice]) -> list[str]:
-    reasons: list[str] = []
-    for d in devices:
-        r = handle.call("ep_factory_get_hardware_device_incompatibility_details", default=None, device=d)
-        for line in r or ():
-            reasons.append(f"{d.key}: {line}")
-    return reasons
+    hook = "ep_factory_get_hardware_device_incompatibility_details"
+    return [f"{d.key}: {line}" for d in devices for line in handle.call(hook, default=None, device=d) or ()]
 
 
 def _parse_provider(spec: ProviderSpec) -> tuple[str, dict[str, str]]:
@@ -75,18 +67,18 @@ def _parse_provider(spec: ProviderSpec) -> tuple[str, dict[str, str]]:
 
 
 def _opt_str(value: Any) -> str:
-    if isinstance(value, bool):
-        return "1" if value else "0"
-    return str(value)
+    return ("1" if value else "0") if isinstance(value, bool) else str(value)
 
 
-def _pick_device(handle: FactoryHandle, supported: list[EpDevice], device: str | None, where: str) -> list[EpDevice]:
+def _pick_device(
+    handle: FactoryHandle, supported: list[EpDevice], device: str | None, where: str, opts: Mapping[str, str]
+) -> list[EpDevice]:
     if not supported:
         reasons = incompatibility_reasons(handle, hardware_devices())
         why = "; ".join(reasons) if reasons else "it reports no supported device"
         raise ConfigError(f"{where}execution provider {handle.name!r} cannot run here: {why}")
-    if device is None:
-        return supported[:1]
+    if device is None:  # the first whose own ep_options (a device_id) the user's options agree with
+        return [d for d in supported if all(opts.get(k, v) == v for k, v in d.ep_options.items())][:1] or supported[:1]
     kind, _, idx = device.partition(":")
     matches = [
         d for d in supported if d.device.type.value.lower() == kind and (not idx or d.device.device_id == int(idx))
@@ -143,9 +135,8 @@ def select_providers(
         return ep_devices_for(handle, own) or ep_devices_for(handle, all_devices())
 
     def add(handle: FactoryHandle, eps: list[EpDevice], opts: Mapping[str, str]) -> None:
-        for c in chosen:
-            if c.name == handle.name:
-                raise ConfigError(f"execution provider {handle.name!r} is listed twice")
+        if any(c.name == handle.name for c in chosen):
+            raise ConfigError(f"execution provider {handle.name!r} is listed twice")
         chosen.append(SelectedEp(handle, eps, dict(opts)))
 
     if providers:
@@ -156,7 +147,7 @@ def select_providers(
                 raise UnknownProviderError(
                     f"execution provider {name!r} is installed but failed to load: {handle.load_error}"
                 )
-            add(handle, _pick_device(handle, devices_of(handle), opts.pop("device", None), ""), opts)
+            add(handle, _pick_device(handle, devices_of(handle), opts.pop("device", None), "", opts), opts)
     elif config is not None and config.providers:
         for entry in config.providers:
             where = f"{config.source}: providers[{entry.name}]: "
@@ -166,8 +157,8 @@ def select_providers(
                 raise UnknownProviderError(f"{config.source}: providers: {exc.message}") from None
             if handle.load() is None:
                 raise UnknownProviderError(f"{where}installed but failed to load: {handle.load_error}")
-            eps = _pick_device(handle, devices_of(handle), entry.device, where)
-            add(handle, eps, {k: _opt_str(v) for k, v in entry.options.items()})
+            opts = {k: _opt_str(v) for k, v in entry.options.items()}
+            add(handle, _pick_device(handle, devices_of(handle), entry.device, where, opts), opts)
     elif options.provider_devices:
         for devs, opts in options.provider_devices:
             add(registry.handle(devs[0].ep_name), list(devs), opts)

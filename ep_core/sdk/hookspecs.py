@@ -18,24 +18,11 @@ out; the documented default applies. ``API_VERSION`` grows when hooks are added;
 version that introduced it (``HOOK_API_VERSIONS``), and the core never calls a hook, factory or EP
 level, newer than the factory's ``ep_factory_api_version`` (default 1).
 
-Version 2 brought the last pieces of the contract that lived outside this module into it:
-
-* ``ep_get_context_sources`` (EP) replaces the ``context_sources`` attribute: the aliases under
-  which EPContext nodes' ``source`` names the EP.
-* ``ep_factory_get_fusable_ops`` (factory) replaces the ``fusable_ops()`` method the parity report
-  read: what a compiling EP can fuse.
-* ``ep_get_ep_context_nodes`` gets the ``output`` (``ContextOutput``) it writes context files
-  through as an argument, replacing the ``current_output()`` context variable.
-* ``session.disable_compile=1`` is enforced by the core for every EP: a group that would be
-  compiled (anything but EPContext nodes) fails the session with ``MODEL_REQUIRES_COMPILATION``.
-* Kernel builders get a fully typed ``KernelContext`` whose ``ep`` is the EP's own object.
-* EP-level hooks are version-gated like factory hooks.
-
-Version 3 adds ``ep_factory_get_provider_aliases``: other runtimes' EP names a user may select
-this EP by (the CPU fallback answers to onnxruntime's ``CPUExecutionProvider``).
-
-A version-1 factory keeps working unchanged: its EP's ``ep_get_ep_context_nodes`` may omit
-``output`` (pluggy passes an implementation only the arguments it names).
+Version 2 moved the last of the contract into this module (``ep_get_context_sources``,
+``ep_factory_get_fusable_ops``, the ``output`` of ``ep_get_ep_context_nodes``; a typed
+``KernelContext``; version-gated EP hooks; ``session.disable_compile`` enforced by the core).
+Version 3 adds ``ep_factory_get_provider_aliases``; version 4 onnxruntime's graph capture hooks
+(``OrtEp::IsGraphCaptureEnabled`` ...). A version-1 factory keeps working unchanged.
 """
 
 from __future__ import annotations
@@ -46,6 +33,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import pluggy
 
 if TYPE_CHECKING:
+    from logging import Logger
+
     from ep_core.sdk.capability import SupportInfo
     from ep_core.sdk.compute import FusedNode, NodeComputeInfo
     from ep_core.sdk.config import RunConfig, SessionConfig
@@ -64,7 +53,7 @@ if TYPE_CHECKING:
     )
 
 PROJECT = "ep_core"
-API_VERSION = 3
+API_VERSION = 4
 ENTRY_POINT_GROUP = "ep_core.execution_providers"
 
 hookspec = pluggy.HookspecMarker(PROJECT)
@@ -150,11 +139,12 @@ def ep_factory_create_ep(
     devices: "Sequence[EpDevice]",
     ep_options: Mapping[str, str],
     session_options: "SessionConfig",
+    logger: "Logger",
 ) -> "ExecutionProvider":
-    """A new EP object for one session on ``devices``. ``ep_options`` are this provider's options
-    (the ``ep.<name>.<key>`` session config entries, prefix removed); reject unknown keys or bad
-    values with ``ep_core.sdk.errors.ConfigError`` naming the allowed ones. The EP object implements
-    the ``ep_*`` hooks. Required (``CreateEp``)."""
+    """A new EP object for one session on ``devices``. ``ep_options``: the devices' ``EpDevice.ep_options``
+    under this provider's options and ``ep.<name>.<key>`` entries (the user's win); reject unknown keys or bad
+    values with ``ConfigError`` naming the allowed ones. ``logger``: the session's ``logging`` child for this EP
+    (its logid and severity; name it to get it, as ``OrtLogger``). Required (``CreateEp``)."""
 
 
 @_since(1)
@@ -310,3 +300,24 @@ def ep_get_compiled_model_compatibility_info(ep: "ExecutionProvider", graph: "Gr
 def ep_create_profiler(ep: "ExecutionProvider") -> "EpProfiler | None":
     """A profiler with ``start(epoch_ns)`` and ``stop() -> list[dict]`` (Chrome-trace events) that
     the session merges into its trace. Optional."""
+
+
+@_since(4)
+def ep_is_graph_capture_enabled(ep: "ExecutionProvider") -> bool:
+    """True if the EP captures runs as device graphs (the session then checks node placement and
+    runs warm-up and capture in one ``run``, as onnxruntime). Optional, default False."""
+
+
+@_since(4)
+def ep_get_graph_capture_node_assignment_policy(ep: "ExecutionProvider") -> str:
+    """``ALL_NODES_ON_EP`` (default) or ``ALLOW_CPU_FOR_SHAPES`` (host-EP nodes with no copies)."""
+
+
+@_since(4)
+def ep_is_graph_captured(ep: "ExecutionProvider", graph_annotation_id: int) -> bool:
+    """True once the graph of run config entry ``gpu_graph_id`` (default 0) is captured."""
+
+
+@_since(4)
+def ep_replay_graph(ep: "ExecutionProvider", graph_annotation_id: int) -> None:
+    """Launch the captured graph and wait for it; the core runs no node of the run."""

@@ -74,6 +74,8 @@ class SyncNotification(Protocol):
 
     def wait_on_device(self, stream: "SyncStream") -> None: ...
 
+    def wait_on_host(self) -> None: ...
+
 
 @runtime_checkable
 class SyncStream(Protocol):

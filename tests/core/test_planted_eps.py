@@ -8,6 +8,7 @@ session shows by default."""
 
 from __future__ import annotations
 
+import logging
 import sys
 import textwrap
 from collections.abc import Callable, Iterator
@@ -370,7 +371,9 @@ def test_since_14_kernel_on_opset_11_model_says_why(plant: Callable[..., PluginR
 # --------------------------------------------------------------------------- claims
 def _support_for(registry: PluginRegistry, name: str) -> tuple[Any, GraphView, SupportInfo]:
     handle = registry.handle(name)
-    ep = handle.call("ep_factory_create_ep", devices=[], ep_options={}, session_options=None)
+    ep = handle.call(
+        "ep_factory_create_ep", devices=[], ep_options={}, session_options=None, logger=logging.getLogger(name)
+    )
     model = _neg_model()
     view = GraphView(model.graph, opset_map(model))
     return ep, view, SupportInfo(name, view, ep.ep_get_kernel_registry())

@@ -61,7 +61,7 @@ class BadArgFactory(HostEpFactory):
     ep_name = "BadArgTestExecutionProvider"
     ep_vendor = "tests"
     ep_version = "1.0.0"
-    def ep_factory_create_ep(self, devices, ep_options, session_options, logger):
+    def ep_factory_create_ep(self, devices, ep_options, session_options, tracer):
         return None
 
 factory = BadArgFactory()
@@ -164,7 +164,7 @@ def test_cli_lists_good_and_reports_each_broken_plugin(site: Path) -> None:
 
     bad = rows["BadArgTestExecutionProvider"]
     assert bad["status"] == "load error"
-    assert "logger" in bad["reasons"][0] and "ep_factory_create_ep" in bad["reasons"][0]
+    assert "tracer" in bad["reasons"][0] and "ep_factory_create_ep" in bad["reasons"][0]
 
     table = _cli(site, "providers")
     assert table.returncode == 0

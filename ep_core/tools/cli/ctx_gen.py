@@ -1,15 +1,20 @@
 """``ep-core ctx-gen``: the weight-sharing workflow of the EP Context design in one command (like
 ORT's ep_weight_sharing_ctx_gen): every model compiles into one shared context binary named after
-the first model, the last session writes it; N models give N ``_ctx.onnx`` files plus one ``.bin``."""
+the first model, the last session writes it; N models give N ``_ctx.onnx`` files plus one ``.bin``.
+
+After the group, the files are checked: exactly one context binary was written and every context
+model's primary EPContext nodes name it. An EP that ignores ``ep.share_ep_contexts`` (one file per
+model, embedded contexts, or none) fails the command, and everything it wrote is removed."""
 
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from pathlib import Path
 from typing import Any
 
-from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.errors import EpFail, InvalidArgument
 from ep_core.tools.cli._common import print_json, snapshot, written_files
 
 
@@ -50,6 +55,8 @@ def generate_shared(
     ws = workspace(ep)
     if not ws.empty:
         raise InvalidArgument(f"a sharing group for {ep} is already open in this process; finish it first")
+    folder = output_dir if output_dir is not None else models[0].parent
+    before = snapshot(folder)
     try:
         for k, model in enumerate(models):
             opts = SessionOptions()
@@ -62,7 +69,6 @@ def generate_shared(
                 opts.add_session_config_entry("ep.context_overwrite", "1")
             if k == len(models) - 1:
                 opts.add_session_config_entry("ep.stop_share_ep_contexts", "1")
-            folder = output_dir if output_dir is not None else models[0].parent
             opts.add_session_config_entry("ep.context_file_path", str(folder / f"{stems[k]}_ctx.onnx"))
             sess = InferenceSession(str(model), opts, providers=[(ep, ep_options)])
             outs.append(str(sess.context_model_path))
@@ -72,7 +78,49 @@ def generate_shared(
         for done in outs:  # the group is incomplete: its context models refer to a binary never written
             Path(done).unlink(missing_ok=True)
         raise
+    try:
+        check_shared(ep, outs, folder, before)
+    except EpFail:
+        for name, stat in snapshot(folder).items():  # everything this group wrote
+            if before.get(name) != stat:
+                (folder / name).unlink(missing_ok=True)
+        raise
     return outs
+
+
+def check_shared(ep: str, outs: list[str], folder: Path, before: dict[str, tuple[int, int]]) -> None:
+    """``EpFail`` unless the group wrote exactly one context binary, in ``folder``, and every
+    context model's main_context=1 EPContext nodes name it (embed_mode=0)."""
+    import onnx
+
+    from ep_core.sdk.epcontext.payload import ContextNode, is_ep_context_node
+
+    referenced: set[str] = set()
+    problems: list[str] = []
+    for out in outs:
+        model = onnx.load(out, load_external_data=False)
+        nodes = [ContextNode.from_node(n) for n in model.graph.node if is_ep_context_node(n)]
+        mains = [n for n in nodes if n.main_context == 1]
+        if nodes and not mains:
+            problems.append(f"{Path(out).name} has no main_context=1 EPContext node")
+        for n in mains:
+            if n.embed_mode != 0 or not n.ep_cache_context:
+                problems.append(f"{Path(out).name}: node {n.name!r} embeds its context instead of naming a binary")
+            else:
+                referenced.add(os.path.realpath(Path(out).parent / n.relative_path))
+    written = {os.path.realpath(folder / n) for n, st in snapshot(folder).items() if before.get(n) != st}
+    written -= {os.path.realpath(o) for o in outs}
+    if not problems and len(referenced) == 1 and referenced == written:
+        return
+    what = "; ".join(problems) or (
+        f"its context models name {len(referenced)} context file(s) {sorted(Path(r).name for r in referenced)} and "
+        f"it wrote {sorted(Path(w).name for w in written)}"
+    )
+    raise EpFail(
+        f"ctx-gen: {ep} did not share one context binary between the {len(outs)} model(s) ({what}); the design "
+        f"asks for N context models plus ONE [model_name]_[ep].bin. {ep} does not implement ep.share_ep_contexts: "
+        "compile each model on its own with `ep-core compile`, or use an EP that shares contexts"
+    )
 
 
 def _ctx_gen(args: argparse.Namespace) -> int:
