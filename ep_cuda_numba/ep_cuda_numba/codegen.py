@@ -22,10 +22,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import ml_dtypes
 import numpy as np
-from numba import cuda
+from numba import cuda, float32, int32, uint16, uint32
 
 from ep_core.sdk.errors import EpFail
+from ep_cuda_numba.device import simulator_requested
 
 # ------------------------------------------------------------------------------ op table
 
@@ -143,6 +145,74 @@ def op_expression(
     return op.expr
 
 
+HALF = np.dtype(np.float16)
+BF16 = np.dtype(ml_dtypes.bfloat16)
+F32 = np.dtype(np.float32)
+
+
+def compute_dtype(op_type: str, dtype: np.dtype, out_dtype: np.dtype) -> np.dtype:
+    """The dtype an op's statement computes in: float16 math runs in float32 and is rounded once,
+    when the result is stored; Cast computes in its target (float64 -> float16 rounds once, not
+    twice through float32); Where only selects. bfloat16 values are float32 from their load on
+    (kernels see bfloat16 as uint16 bit patterns: ``bf16_load``/``bf16_store``)."""
+    dtype, out_dtype = np.dtype(dtype), np.dtype(out_dtype)
+    if op_type == "Cast":
+        return F32 if out_dtype == BF16 else out_dtype
+    if dtype == BF16 or (dtype == HALF and op_type != "Where"):
+        return F32
+    return dtype
+
+
+@cuda.jit(device=True)
+def bf16_round_bits(u):  # type: ignore[no-untyped-def]
+    """float32 bits -> bfloat16 bits, rounded to nearest even (as ml_dtypes); a NaN stays a quiet
+    NaN. Integer arithmetic only: the simulator runs this very code, only the bit casts differ."""
+    if (u & uint32(0x7FFFFFFF)) > uint32(0x7F800000):
+        return uint16((u >> uint32(16)) | uint32(0x40))
+    return uint16((u + uint32(0x7FFF) + ((u >> uint32(16)) & uint32(1))) >> uint32(16))
+
+
+if simulator_requested():
+
+    @cuda.jit(device=True)
+    def bf16_load(bits):  # type: ignore[no-untyped-def]
+        return np.uint32(np.uint32(bits) << np.uint32(16)).view(np.float32)
+
+    @cuda.jit(device=True)
+    def bf16_store(v):  # type: ignore[no-untyped-def]
+        return bf16_round_bits(np.float32(v).view(np.uint32))
+
+else:
+    from numba.cuda import libdevice
+
+    @cuda.jit(device=True)
+    def bf16_load(bits):  # type: ignore[no-untyped-def]
+        """bfloat16 bits -> float32: the bits are the float32's upper half."""
+        return libdevice.int_as_float(int32(uint32(bits) << uint32(16)))
+
+    @cuda.jit(device=True)
+    def bf16_store(v):  # type: ignore[no-untyped-def]
+        return bf16_round_bits(uint32(libdevice.float_as_int(float32(v))))
+
+
+def op_statement(
+    op_type: str,
+    args: Sequence[str],
+    arg_dtypes: Sequence[np.dtype],
+    dtype: np.dtype,
+    out_dtype: np.dtype,
+    node: Any = None,
+    params: Sequence[str] = (),
+) -> "Statement":
+    """The statement of one op over named arguments: float16 arguments of an op computing in
+    float32 are widened on use (``F(x)``), so no half-precision arithmetic is ever generated."""
+    compute = compute_dtype(op_type, dtype, out_dtype)
+    template = op_expression(op_type, len(args), np.dtype(dtype), node, np.dtype(out_dtype))
+    widen = compute == F32 and op_type not in ("Cast", "Where")
+    names = [f"F({a})" if widen and np.dtype(d) == HALF else a for a, d in zip(args, arg_dtypes, strict=True)]
+    return Statement(instantiate(template, names, params), compute.name)
+
+
 # ------------------------------------------------------------------------ programs
 
 
@@ -161,18 +231,27 @@ class Program:
     n_params: int
     statements: tuple[Statement, ...]
     outputs: tuple[int, ...]  # statement index written to each output
+    bf16_inputs: tuple[int, ...] = ()  # inputs and outputs held as bfloat16 bits (uint16)
+    bf16_outputs: tuple[int, ...] = ()
 
     def key(self) -> tuple[Any, ...]:
-        return (self.n_inputs, self.n_params, self.statements, self.outputs)
+        return (self.n_inputs, self.n_params, self.statements, self.outputs, self.bf16_inputs, self.bf16_outputs)
+
+
+def bf16_positions(dtypes: Sequence[np.dtype]) -> tuple[int, ...]:
+    return tuple(i for i, d in enumerate(dtypes) if np.dtype(d) == BF16)
 
 
 def instantiate(template: str, args: Sequence[str], params: Sequence[str]) -> str:
     return template.format(*args, **{f"p{i}": p for i, p in enumerate(params)})
 
 
-def single_op_program(expr_template: str, n_inputs: int, n_params: int, compute_dtype: np.dtype) -> Program:
-    expr = instantiate(expr_template, [f"x{i}" for i in range(n_inputs)], [f"p{i}" for i in range(n_params)])
-    return Program(n_inputs, n_params, (Statement(expr, np.dtype(compute_dtype).name),), (0,))
+def single_op_program(
+    op_type: str, arg_dtypes: Sequence[np.dtype], n_params: int, dtype: np.dtype, out_dtype: np.dtype, node: Any = None
+) -> Program:
+    names = [f"x{i}" for i in range(len(arg_dtypes))]
+    st = op_statement(op_type, names, arg_dtypes, dtype, out_dtype, node, [f"p{i}" for i in range(n_params)])
+    return Program(len(arg_dtypes), n_params, (st,), (0,), bf16_positions(arg_dtypes), bf16_positions([out_dtype]))
 
 
 _FUNCTIONS = frozenset(
@@ -227,7 +306,8 @@ def generate_source(program: Program, pattern: tuple[str, ...], n_outputs: int) 
             lines.append(f"            j{i} += c * s{i}[d]")
     for i, p in enumerate(pattern):
         idx = {"full": "i", "scalar": "0", "strided": f"j{i}"}[p]
-        lines.append(f"        v{i} = x{i}[{idx}]")
+        load = f"bf16_load(x{i}[{idx}])" if i in program.bf16_inputs else f"x{i}[{idx}]"
+        lines.append(f"        v{i} = {load}")
     for k, st in enumerate(program.statements):
         expr = st.expr
         for i in range(program.n_inputs - 1, -1, -1):
@@ -236,7 +316,7 @@ def generate_source(program: Program, pattern: tuple[str, ...], n_outputs: int) 
         check_expression(expr)
         lines.append(f"        t{k} = {expr}")
     for j, k in enumerate(program.outputs):
-        lines.append(f"        o{j}[i] = t{k}")
+        lines.append(f"        o{j}[i] = bf16_store(t{k})" if j in program.bf16_outputs else f"        o{j}[i] = t{k}")
     return "\n".join(lines) + "\n"
 
 
@@ -252,7 +332,7 @@ def compile_program(program: Program, pattern: tuple[str, ...], n_outputs: int) 
     if hit is not None:
         return hit
     src = generate_source(program, pattern, n_outputs)
-    ns: dict[str, Any] = {"cuda": cuda, "math": math}
+    ns: dict[str, Any] = {"cuda": cuda, "math": math, "bf16_load": bf16_load, "bf16_store": bf16_store}
     for k, st in enumerate(program.statements):
         dt = np.dtype(st.compute_dtype)
         if dt.kind not in "biuf" or dt.name != st.compute_dtype:
@@ -315,7 +395,7 @@ def run_program(
 
     args: list[Any] = [flat(o) for o in outs] + [flat(x) for x in inputs]
     ptype = np.dtype(program.statements[0].compute_dtype).type
-    args += [p if isinstance(p, np.generic) else ptype(p) for p in params]
+    args += [ptype(p) for p in params]  # a bound of dtype T is exact in T's compute dtype
     if "strided" in pattern:
         args.append(out_shape if out_shape else (1,))
         args += [s if s else (0,) for s, p in zip(strides, pattern, strict=False) if p == "strided"]

@@ -4,8 +4,10 @@ this module is free; the simulator is detected from the environment *before* num
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
+import threading
 from dataclasses import dataclass, field
 from functools import lru_cache
 from typing import Any
@@ -31,16 +33,63 @@ def simulator_requested() -> bool:
     return os.environ.get(SIM_ENV, "0") not in ("", "0")
 
 
-def device_context(device_id: int) -> Any:
-    """The CUDA context to run in for ``device_id``: numba's default (device 0) needs no push;
-    another device's primary context is pushed around each allocation and launch."""
-    import contextlib
+class _SimulatedDevice:
+    """The simulator has one device and no contexts: this keeps a per-thread stack of the device
+    ids entered, so the same control flow as on a GPU (enter the EP's device, restore the
+    caller's) runs and can be observed (``current_device_id``)."""
 
-    if device_id == 0 or simulator_requested():
-        return contextlib.nullcontext()
+    __slots__ = ("device_id",)
+
+    def __init__(self, device_id: int) -> None:
+        self.device_id = device_id
+
+    def __enter__(self) -> None:
+        _sim_stack().append(self.device_id)
+
+    def __exit__(self, *exc: object) -> None:
+        _sim_stack().pop()
+
+
+_SIM_THREAD = threading.local()
+
+
+def _sim_stack() -> list[int]:
+    stack: list[int] | None = getattr(_SIM_THREAD, "stack", None)
+    if stack is None:
+        stack = _SIM_THREAD.stack = []
+    return stack
+
+
+def device_context(device_id: int) -> Any:
+    """A reusable context manager that makes ``device_id`` current (numba pushes the device's
+    primary context, ``cudaSetDevice``'s driver-API form) and restores the caller's device on exit
+    (the pop). With a single GPU, device 0 is the only one a thread can be in: no push."""
+    if simulator_requested():
+        return _SimulatedDevice(device_id)
     from numba import cuda
 
+    if device_id == 0 and len(cuda.gpus) == 1:
+        return contextlib.nullcontext()
     return cuda.gpus[device_id]
+
+
+def current_device_id() -> int:
+    """The device this thread's CUDA work goes to now (under the simulator: the last entered)."""
+    if simulator_requested():
+        stack = _sim_stack()
+        return stack[-1] if stack else 0
+    from numba import cuda
+
+    return int(cuda.get_current_device().id)
+
+
+def synchronize_device(device_id: int) -> None:
+    """``CudaEp::Sync`` (design 5.1.1): enter ``device_id``, wait for all of its work
+    (``cudaDeviceSynchronize``, every stream), restore the caller's device."""
+    from numba import cuda
+
+    with device_context(device_id):
+        cuda.synchronize()
 
 
 def device_memory_info(device_id: int) -> MemoryInfo:

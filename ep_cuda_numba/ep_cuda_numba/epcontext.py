@@ -1,25 +1,42 @@
-"""The EP side of EPContext: one ``EPContext`` node per fused group, claiming our own nodes back,
-and the compatibility string recorded in compiled models.
+"""The EP side of EPContext, per the EP Context design: ONE context binary per model (or per
+sharing group), ``[model_name]_NumbaCudaExecutionProvider.bin`` beside the context model
+(``ep.context_embed_mode=0``) or embedded in the first node (``=1``).
 
-A context file is data. The payload (``ep_cache_context``, or ``<model>_<EP>_<group>.json`` with
-embed_mode=0) is JSON ``{"format", "graph", "spec", "signature"}``: the group's fusion spec (op
-names from a fixed table, wiring, scalar params, dtypes; ``spec_check``), no source and no native
-code. Loading validates the spec strictly, binds it to the node (same graph name, exactly the
-node's inputs and outputs, the dtypes the model declares) and regenerates the kernel with this
-package's generator. The signature (``ep_core.sdk.epcontext.signing``) covers the spec and the
-node's binding attributes: a context not signed by a trusted key still loads, with a warning that
-what runs is what the file says, or is refused under ``ep.context_require_signature=1``."""
+Writing: the first EPContext node is the primary (``main_context=1``, ``ep_cache_context`` = the
+binary or its relative path); every other node has ``main_context=0`` and no ``ep_cache_context``:
+it finds its graph in the model's primary by ``partition_name``. Every node carries every design
+attribute (``ep_sdk_version``, ``onnx_model_filename``, ``hardware_architecture``,
+``partition_name``, ``source``, ``notes`` with its signature; ``max_size`` = the binary's size on
+the primary where it is known). With ``ep.share_ep_contexts=1`` the sessions of a group add their
+graphs, constants (stored once by content hash) and PTX to one workspace and the last one
+(``ep.stop_share_ep_contexts=1``) writes the binary named after the first model.
+
+Loading: the binary is data (``context_binary``: safetensors + JSON, never pickle or code), read
+once per session, or once per sharing group (the first session parks the other models' graphs).
+Each graph's spec is validated (``spec_check``), bound to the node (inputs, outputs, declared
+dtypes, constants by hash) and the kernel regenerated from it; its stored PTX is used only when
+``context_ptx.decide`` allows. Every failed check is ``InvalidGraph`` naming the node and the file.
+A node not signed by a trusted key loads with a warning (what runs is what the file says) or is
+refused under ``ep.context_require_signature=1``."""
 
 from __future__ import annotations
 
 import json
+import threading
 import warnings
+import weakref
+from collections import Counter
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
+
 from ep_core.sdk.epcontext import signing
-from ep_core.sdk.errors import InvalidGraph
-from ep_cuda_numba import EP_NAME, __version__
+from ep_core.sdk.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
+from ep_core.sdk.errors import ConfigError, InvalidGraph
+from ep_cuda_numba import EP_NAME, __version__, context_binary, context_ptx
 from ep_cuda_numba.spec_check import SPEC_FORMAT, validate_spec
 
 if TYPE_CHECKING:
@@ -30,36 +47,25 @@ if TYPE_CHECKING:
     from ep_core.sdk.kernels import KernelContext
     from ep_cuda_numba.fusion import CompiledGroup
 
-PAYLOAD_FORMAT = "ep_cuda_numba.fused/2"
-OLD_FORMATS = ("ep_cuda_numba.fused/1",)  # stored kernel source and PTX beside the spec
-PAYLOAD_KEYS = frozenset({"format", "graph", "spec", "signature"})
-MAX_PAYLOAD_BYTES = 1 << 20  # a 256-node spec is ~100 KB
+SOURCES = (EP_NAME, "NumbaCuda")
 COMPAT_PREFIX = "ep_cuda_numba"
+READS: Counter[str] = Counter()  # context binary location -> times read and parsed (tests, profiling)
 
 
+# ------------------------------------------------------------------------- compatibility
 def _target(device_id: int = 0) -> str:
-    from ep_cuda_numba.device import simulator_requested
-
-    if simulator_requested():
-        return "sim"
-    from numba import cuda
-
-    cc = cuda.gpus[device_id].compute_capability
-    return f"sm_{cc[0]}{cc[1]}"
-
-
-def _numba_cuda_version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("numba-cuda")
-    except PackageNotFoundError:
-        return "unknown"
+    info = context_ptx.here(device_id)
+    return "sim" if info is None else f"sm_{info['cc'][0]}{info['cc'][1]}"
 
 
 def compatibility_info(device_id: int = 0) -> str:
-    """``ep_cuda_numba=<ver>;spec=<n>;numba_cuda=<ver>;target=<sm_XY|sim>``."""
-    return f"{COMPAT_PREFIX}={__version__};spec={SPEC_FORMAT};numba_cuda={_numba_cuda_version()};target={_target(device_id)}"
+    """``ep_cuda_numba=<ver>;spec=<n>;numba_cuda=<ver>;target=<sm_XY|sim>;driver=<x.y|none>``."""
+    info = context_ptx.here(device_id)
+    driver = "none" if info is None else info["driver"]
+    return (
+        f"{COMPAT_PREFIX}={__version__};spec={SPEC_FORMAT};numba_cuda={context_ptx.numba_cuda_version()};"
+        f"target={_target(device_id)};driver={driver}"
+    )
 
 
 def _parse(info: str) -> dict[str, str]:
@@ -84,153 +90,315 @@ def validate_compatibility(devices: Sequence["HardwareDevice"], info: str) -> st
     if rec.get("target") != here:
         return (
             f"SUPPORTED_PREFER_RECOMPILATION: compiled for {rec.get('target')}, running on {here}; kernels are "
-            "regenerated from the recorded specs (contexts carry no native code)"
+            "regenerated from the recorded specs (stored PTX is used only on the device it was built for)"
         )
     if rec.get(COMPAT_PREFIX) != __version__:
         return f"SUPPORTED_PREFER_RECOMPILATION: compiled by {EP_NAME} {rec.get(COMPAT_PREFIX)}, this is {__version__}"
+    driver = "none" if here == "sim" else context_ptx.driver_version()
+    if "driver" in rec and rec["driver"] != driver:
+        return (
+            f"SUPPORTED_PREFER_RECOMPILATION: compiled with CUDA driver {rec['driver']}, this is {driver}; the stored "
+            "PTX is not used, kernels are regenerated from the recorded specs"
+        )
     return "SUPPORTED_OPTIMAL"
 
 
-def canonical_spec(spec: Any) -> str:
-    """The spec as signed: one JSON text for one parsed value (sorted keys, no spaces)."""
-    return json.dumps(spec, sort_keys=True, separators=(",", ":"), allow_nan=True)
+# ------------------------------------------------------------------------------- writing
+@dataclass
+class _Generated:
+    """What one session contributes to a binary."""
+
+    records: dict[str, Any] = field(default_factory=dict)
+    weights: dict[str, np.ndarray] = field(default_factory=dict)
+    ptx: dict[str, bytes] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)  # graph -> what was stored of its PTX
 
 
-def signed_parts(
-    node: Mapping[str, Any], inputs: Sequence[str], outputs: Sequence[str], graph: str, spec: Any
-) -> dict[str, str]:
-    """Everything that decides what an EPContext node of this EP runs: the spec, the graph name
-    it answers to and the node's binding (name, inputs, outputs, source, partition_name,
-    main_context, embed_mode, context file)."""
-    parts = {
-        f"node.{k}": str(node.get(k, "")) for k in ("name", "source", "partition_name", "main_context", "embed_mode")
+def _generate(groups: Sequence["CompiledGroup"], device_id: int) -> _Generated:
+    gen = _Generated()
+    for g in groups:
+        consts = []
+        for i in sorted(g.constants):
+            arr = g.constants[i]
+            key = context_binary.weight_key(arr)
+            gen.weights.setdefault(key, arr)
+            consts.append({"input": i, "key": key, "dtype": str(arr.dtype), "shape": [int(d) for d in arr.shape]})
+        entry, ptx, note = context_ptx.generate(g, device_id)
+        if entry is not None:
+            gen.ptx[entry["sha256"]] = ptx
+        # the record exactly as a loader reads it back (JSON round trip)
+        rec = json.loads(json.dumps({"spec": g.spec, "constants": consts, "ptx": entry}, allow_nan=True))
+        gen.records[g.name] = rec
+        gen.notes[g.name] = note
+    return gen
+
+
+def _share(gen: _Generated, output: "ContextOutput", options: Any) -> str:
+    """Add this session's graphs to the sharing group's workspace; the last session writes the
+    binary. Returns the binary's path relative to the context model."""
+    ws = workspace(EP_NAME)
+    with ws.lock:
+        if ws.binary_path is None:
+            assert output.folder is not None
+            ws.binary_path = output.folder / output.binary_name(EP_NAME)
+        rel = output.relative(ws.binary_path)
+        for name, rec in gen.records.items():
+            old = ws.graphs.get(name)
+            if old is not None and old != rec:
+                raise ConfigError(
+                    f"{EP_NAME}: two models of the sharing group have a fused group named {name!r} with different "
+                    "content; give each model its own ep.context_node_name_prefix"
+                )
+            ws.graphs[name] = rec
+        for key, arr in gen.weights.items():
+            ws.add_weight(key, arr)
+        ws.extra.setdefault("ptx", {}).update(gen.ptx)
+        if is_last_sharing_session(options):
+            output.write_absolute(ws.binary_path, context_binary.pack(ws.graphs, ws.weights, ws.extra["ptx"]))
+            ws.clear_generation()
+    return rel
+
+
+def make_context_nodes(ep: Any, output: "ContextOutput") -> list[Any]:
+    """The EPContext nodes of every group this session compiled (first main_context=1)."""
+    groups = list(ep.compiled)
+    if not groups:
+        return []
+    gen = _generate(groups, ep.options.device_id)
+    embed = int(output.embed_mode)
+    if embed not in (0, 1):
+        raise ConfigError(f"ep.context_embed_mode={embed}: use 0 (a context binary beside the model) or 1 (embedded)")
+    shared = sharing_enabled(ep.session_options)
+    blob: bytes | None = None
+    if shared:
+        if embed == 1:
+            raise ConfigError(
+                f"{EP_NAME}: ep.share_ep_contexts=1 shares one context binary file between models: set "
+                "ep.context_embed_mode=0"
+            )
+        cache = _share(gen, output, ep.session_options).encode()
+    else:
+        blob = context_binary.pack(gen.records, gen.weights, gen.ptx)
+        if embed == 1:
+            cache = blob
+        else:
+            rel = output.binary_name(EP_NAME)
+            output.write_file(rel, blob)
+            cache = rel.encode()
+    nodes = []
+    for k, g in enumerate(groups):
+        main = 1 if k == 0 else 0
+        nodes.append(_node(ep, g, gen, output, main, embed, cache if main else b"", blob if main else None))
+    return nodes
+
+
+def _binding(name: str, cn_like: Mapping[str, Any], inputs: Sequence[str], outputs: Sequence[str]) -> dict[str, Any]:
+    """What a signature binds a node by: everything that decides which graph it runs, and where
+    the binary is (for the primary of an external binary)."""
+    return {
+        "name": name,
+        "source": cn_like["source"],
+        "partition_name": cn_like["partition_name"],
+        "main_context": int(cn_like["main_context"]),
+        "embed_mode": int(cn_like["embed_mode"]),
+        "context_file": cn_like["context_file"],
+        "inputs": list(inputs),
+        "outputs": list(outputs),
     }
-    parts["node.context_file"] = str(node.get("context_file", ""))
-    parts["node.inputs"] = json.dumps(list(inputs))
-    parts["node.outputs"] = json.dumps(list(outputs))
-    parts["payload.format"] = PAYLOAD_FORMAT
-    parts["payload.graph"] = graph
-    parts["payload.spec"] = canonical_spec(spec)
-    return parts
 
 
-def make_context_node(group: "CompiledGroup", output: "ContextOutput") -> Any:
-    """The EPContext node of one fused group; with ``ep.context_embed_mode=0`` the payload goes to
-    ``<model>_<EP>_<group>.json`` beside the context model (staged through ``output``)."""
+def _node(
+    ep: Any,
+    g: "CompiledGroup",
+    gen: _Generated,
+    output: "ContextOutput",
+    main: int,
+    embed: int,
+    cache: bytes,
+    blob: bytes | None,
+) -> Any:
     from onnx import helper
 
-    embed = int(output.embed_mode)
-    rel = f"{output.model_name}_{EP_NAME}_{group.name}.json" if embed == 0 else ""
-    binding = {
-        "name": group.name,
-        "source": EP_NAME,
-        "partition_name": group.name,
-        "main_context": 1,
+    rec = gen.records[g.name]
+    n_in = len(rec["spec"]["inputs"]) - len(rec["constants"])
+    inputs, outputs = rec["spec"]["inputs"][:n_in], rec["spec"]["outputs"]
+    attrs: dict[str, Any] = {
+        "main_context": main,
         "embed_mode": embed,
-        "context_file": rel,
+        "ep_sdk_version": f"{EP_NAME} {__version__}; numba-cuda {context_ptx.numba_cuda_version()}",
+        "hardware_architecture": _target(ep.options.device_id),
+        "partition_name": g.name,
+        "source": EP_NAME,
     }
-    spec = group.spec
-    parts = signed_parts(binding, spec["inputs"], spec["outputs"], group.name, spec)
-    payload = {"format": PAYLOAD_FORMAT, "graph": group.name, "spec": spec, "signature": signing.sign(parts)}
-    data = json.dumps(payload, allow_nan=True).encode("utf-8")
-    cache: Any = data
-    if embed == 0:
-        output.write_file(rel, data)
-        cache = rel
-    return helper.make_node(
-        "EPContext",
-        inputs=list(spec["inputs"]),
-        outputs=list(spec["outputs"]),
-        name=group.name,
-        domain="com.microsoft",
-        main_context=1,
-        embed_mode=embed,
-        ep_cache_context=cache,
-        ep_sdk_version=f"numba-cuda {_numba_cuda_version()}",
-        hardware_architecture=_target(group.ep.options.device_id) if group.ep is not None else "",
-        partition_name=group.name,
-        source=EP_NAME,
-        notes="fusion spec only (no source, no native code): the kernel is regenerated from it on load",
+    context_file = cache.decode() if main and embed == 0 else ""
+    parts = context_binary.signed_parts(
+        _binding(g.name, {**attrs, "context_file": context_file}, inputs, outputs),
+        context_binary.graph_digest(rec),
     )
+    notes: dict[str, Any] = {"signature": signing.sign(parts), "ptx": gen.notes[g.name]}
+    if blob is not None:
+        notes["binary_sha256"] = context_binary.sha256(blob)
+        attrs["max_size"] = len(blob)
+    attrs["notes"] = json.dumps(notes, sort_keys=True)
+    if main:
+        attrs["ep_cache_context"] = cache
+    if output.source_model_filename:
+        attrs["onnx_model_filename"] = output.source_model_filename
+    return helper.make_node("EPContext", inputs, outputs, name=g.name, domain="com.microsoft", **attrs)
 
 
-def load_context_node(node: "NodeView", ctx: "KernelContext") -> dict[str, Any]:
-    """The validated fusion spec of one of our EPContext nodes (embedded, or a file beside the
-    model), bound to the node. Every failed check is ``InvalidGraph`` naming the node and file."""
-    from ep_core.sdk.epcontext.payload import (
-        ContextNode,
-        context_base_dir,
-        payload_location,
-        read_context_payload,
-        resolve_context_file,
-    )
+# ------------------------------------------------------------------------------- loading
+_LOADED: "weakref.WeakKeyDictionary[Any, dict[str, LoadedBinary]]" = weakref.WeakKeyDictionary()
+_LOADED_LOCK = threading.Lock()
+
+
+def _accepts(source: str) -> bool:
+    return source in SOURCES
+
+
+def _location(node: "ContextNode", base: Path | None) -> str:
+    """How errors name a primary's binary: its resolved path, the raw path (at most 60
+    characters: an embedded binary read as a path) or the node that embeds it."""
+    from ep_core.sdk.epcontext.payload import resolve_context_file
+
+    if node.embed_mode != 0:
+        return f"<embedded in node {node.name!r}>"
+    try:
+        return str(resolve_context_file(node, base))
+    except (InvalidGraph, ValueError, OSError):
+        return repr(node.relative_path[:60])
+
+
+def load_group(node: "NodeView", ctx: "KernelContext") -> "CompiledGroup":
+    """The group one of our EPContext nodes runs, rebuilt from its validated record."""
+    from ep_core.sdk.epcontext.payload import ContextNode, context_base_dir, context_nodes, primary_for
 
     cn = ContextNode.from_node(node)
     base = context_base_dir(ctx.model_path, ctx.session_options)
-    model = str(ctx.model_path) if ctx.model_path is not None else "the model given as bytes"
-    loc = payload_location(cn, base) if cn.embed_mode == 0 else f"payload embedded in {model}"
-    where = f"EPContext node {cn.name!r} ({loc})"  # the core prefixes the node and this EP
-    if cn.main_context != 1:
+    gname = cn.graph_name
+    if cn.main_context not in (0, 1) or cn.embed_mode not in (0, 1):
         raise InvalidGraph(
-            f"{where}: main_context={cn.main_context}, but this EP stores every group's spec in its own node "
-            "(main_context=1); regenerate the context model"
+            f"EPContext node {cn.name!r}: main_context={cn.main_context}, embed_mode={cn.embed_mode}; both must be 0 "
+            "or 1; regenerate the context model"
         )
-    if cn.embed_mode == 0:
-        path = resolve_context_file(cn, base)
-        if path.is_file() and path.stat().st_size > MAX_PAYLOAD_BYTES:
-            raise InvalidGraph(f"{where}: the context file is larger than {MAX_PAYLOAD_BYTES} bytes; regenerate it")
-    payload = _parse_payload(read_context_payload(cn, base), where)
-    if payload["graph"] != cn.graph_name:
-        raise InvalidGraph(
-            f"{where}: the payload holds group {payload['graph']!r} but the node's partition_name names "
-            f"{cn.graph_name!r}; regenerate the context model"
-        )
-    spec = payload["spec"]
-    validate_spec(spec, where)
-    if spec["inputs"] != list(cn.inputs) or spec["outputs"] != list(cn.outputs):
-        raise InvalidGraph(
-            f"{where}: the spec reads {spec['inputs']} and writes {spec['outputs']}, but the node reads "
-            f"{list(cn.inputs)} and writes {list(cn.outputs)}; regenerate the context model"
-        )
-    _check_declared_types(node, spec, where)
-    _check_signature(cn, payload, ctx, where)
-    return spec
+    if cn.main_context == 1:
+        primaries = [cn]
+    else:
+        if cn.ep_cache_context:
+            raise InvalidGraph(
+                f"EPContext node {cn.name!r} has main_context=0 but an ep_cache_context: this EP's secondary nodes "
+                "take their graph from the model's main_context=1 node; regenerate the context model"
+            )
+        primaries = primary_for(cn, context_nodes(node.graph, _accepts))
+        if not primaries:
+            raise InvalidGraph(
+                f"EPContext node {cn.name!r} has main_context=0 but the model has no main_context=1 node of source "
+                f"{cn.source!r} holding its graph {gname!r}; regenerate the context model"
+            )
+    share = sharing_enabled(ctx.session_options)
+    for p in primaries:
+        loc = _location(p, base)
+        ws = workspace(EP_NAME) if share and p.embed_mode == 0 else None  # an embedded binary is one model's
+        loaded = ws.take(loc, gname) if ws is not None else None
+        if loaded is None:
+            loaded = _load_primary(ctx.ep, p, cn, base, loc)
+            if ws is not None:  # the first session of a sharing group parks the other models' graphs
+                mine = {c.graph_name for c in context_nodes(node.graph, _accepts)}
+                for other in loaded.graph_names - mine:
+                    ws.park(loc, other, loaded)
+        if gname in loaded.graph_names:
+            return loaded.group(gname, cn, node, ctx)
+    raise InvalidGraph(
+        f"EPContext node {cn.name!r}: its graph {gname!r} (partition_name) is in none of the context binaries "
+        f"{[_location(p, base) for p in primaries]}; regenerate the context model"
+    )
 
 
-def _parse_payload(data: bytes, where: str) -> dict[str, Any]:
-    """The payload object, with exactly the keys this format has (no source, no native code)."""
-    if len(data) > MAX_PAYLOAD_BYTES:
-        raise InvalidGraph(f"{where}: the payload is larger than {MAX_PAYLOAD_BYTES} bytes; regenerate it")
+def _load_primary(ep: Any, p: "ContextNode", cn: "ContextNode", base: Path | None, loc: str) -> "LoadedBinary":
+    """Read and parse one primary's binary (once per EP and location)."""
+    from ep_core.sdk.epcontext.payload import read_context_payload, resolve_context_file
+
+    with _LOADED_LOCK:
+        cache = _LOADED.setdefault(ep, {})
+        if loc in cache:
+            return cache[loc]
+    who = f"EPContext node {cn.name!r}" + (f" (primary node {p.name!r})" if p.name != cn.name else "")
+
+    def fail(msg: str) -> InvalidGraph:
+        return InvalidGraph(f"{who}, context {loc}: {msg}; regenerate the context model")
+
+    limit = min(p.max_size, context_binary.MAX_BINARY_BYTES) if p.max_size > 0 else context_binary.MAX_BINARY_BYTES
     try:
-        payload = json.loads(data.decode("utf-8"))
-    except (ValueError, RecursionError):  # UnicodeDecodeError is a ValueError
-        raise InvalidGraph(f"{where}: the payload is not {EP_NAME} JSON; regenerate the context model") from None
-    got = payload.get("format") if isinstance(payload, dict) else None
-    if got in OLD_FORMATS:
-        raise InvalidGraph(
-            f"{where}: payload format {got!r} is an older format that stored kernel source and PTX, which this "
-            f"version never loads; regenerate the context model with this version of {EP_NAME}"
-        )
-    if got != PAYLOAD_FORMAT:
-        raise InvalidGraph(
-            f"{where}: payload format {got!r} is not {PAYLOAD_FORMAT}; regenerate the context model with this "
-            f"version of {EP_NAME}"
-        )
-    keys = set(payload)
-    if not keys <= PAYLOAD_KEYS or not {"graph", "spec"} <= keys:
-        raise InvalidGraph(
-            f"{where}: payload keys {sorted(keys)} are not {sorted(PAYLOAD_KEYS)} (this EP's contexts carry a spec "
-            "only, never code); regenerate the context model"
-        )
-    if not isinstance(payload["graph"], str) or not isinstance(payload.get("signature", ""), str):
-        raise InvalidGraph(f"{where}: payload 'graph' and 'signature' must be strings; regenerate the context model")
-    return payload
+        if p.embed_mode == 0:
+            path = resolve_context_file(p, base)
+            size = path.stat().st_size if path.is_file() else 0
+        else:
+            size = len(p.ep_cache_context)
+        sha = p.notes_json().get("binary_sha256")
+        if size <= limit:
+            data = read_context_payload(p, base, expected_sha256=sha if isinstance(sha, str) else None)
+    except InvalidGraph as exc:
+        raise InvalidGraph(f"{who}, context {loc}: {exc.message}") from None
+    except (ValueError, OSError) as exc:  # a path with a NUL byte, a name too long for the OS
+        raise fail(f"its ep_cache_context names no readable file ({type(exc).__name__}: {exc})") from None
+    if size > limit:
+        raise fail(f"the context binary has {size} bytes, more than its node's max_size / this EP's limit {limit}")
+    meta, tensors = context_binary.read(data, fail)
+    READS[loc] += 1
+    loaded = LoadedBinary(loc, meta, tensors)
+    with _LOADED_LOCK:
+        _LOADED.setdefault(ep, {})[loc] = loaded
+    return loaded
 
 
-def _check_declared_types(node: "NodeView", spec: dict[str, Any], where: str) -> None:
-    """The spec's input and output dtypes must be those the model declares for the node's values."""
+class LoadedBinary:
+    """One parsed context binary. A graph is checked when a node asks for it; each node's binding
+    and signature are checked on every request."""
+
+    def __init__(self, loc: str, meta: Mapping[str, Any], tensors: Mapping[str, np.ndarray]) -> None:
+        self.loc = loc
+        self.meta = meta
+        self.tensors = tensors
+        self.graph_names = frozenset(meta["graphs"])
+        self.decisions: dict[str, str] = {}  # graph -> whether its stored PTX was used, and why
+        self._verified: set[str] = set()
+        self._lock = threading.Lock()
+
+    def group(self, gname: str, cn: "ContextNode", node: "NodeView", ctx: "KernelContext") -> "CompiledGroup":
+        from ep_cuda_numba.fusion import compile_spec
+
+        where = f"EPContext node {cn.name!r} ({self.loc})"
+
+        def fail(msg: str) -> InvalidGraph:
+            return InvalidGraph(f"{where}: graph {gname!r}: {msg}; regenerate the context model")
+
+        rec = self.meta["graphs"][gname]
+        spec, consts, entry = context_binary.check_record(rec, fail)
+        validate_spec(spec, where)
+        if spec["outputs"] != list(cn.outputs):
+            raise fail(f"the graph writes {spec['outputs']} but the node writes {list(cn.outputs)}")
+        with self._lock:
+            constants = context_binary.bind_constants(spec, consts, cn.inputs, self.tensors, self._verified, fail)
+            ptx = context_binary.ptx_bytes(self.tensors, entry, fail) if entry is not None else b""
+        _check_declared_types(node, spec, len(cn.inputs), where)
+        trusted = _check_signature(cn, rec, ctx, where)
+        group = compile_spec(spec, cn.name, ctx.ep)
+        group.constants = constants
+        use, why = context_ptx.decide(entry, context_ptx.here(ctx.ep.options.device_id), trusted)
+        if use:
+            assert entry is not None
+            try:
+                context_ptx.install(group, ptx, entry)
+            except Exception as exc:
+                raise fail(f"its stored PTX does not load on this device ({type(exc).__name__}: {exc})") from exc
+        self.decisions[gname] = ("stored PTX: " if use else "rebuilt from the spec: ") + why
+        return group
+
+
+def _check_declared_types(node: "NodeView", spec: dict[str, Any], n_inputs: int, where: str) -> None:
+    """The spec's dtypes of the node's inputs and outputs must be those the model declares."""
     nodes = spec["nodes"]
-    wanted = [("input", i, dt) for i, dt in enumerate(spec["input_dtypes"])]
+    wanted = [("input", i, dt) for i, dt in enumerate(spec["input_dtypes"][:n_inputs])]
     wanted += [("output", j, nodes[k]["out_dtype"]) for j, k in enumerate(spec["output_nodes"])]
     for kind, i, dt in wanted:
         vi = node.input_info(i) if kind == "input" else node.output_info(i)
@@ -242,30 +410,37 @@ def _check_declared_types(node: "NodeView", spec: dict[str, Any], where: str) ->
             )
 
 
-def _check_signature(cn: "ContextNode", payload: dict[str, Any], ctx: "KernelContext", where: str) -> None:
-    """Warn (or refuse, under ``ep.context_require_signature=1``) when no trusted key signed the
-    spec and binding: then what runs is whatever the file says, validated but unvouched for."""
-    binding = {
-        "name": cn.name,
-        "source": cn.source,
-        "partition_name": cn.partition_name,
-        "main_context": cn.main_context,
-        "embed_mode": cn.embed_mode,
-        "context_file": cn.relative_path if cn.embed_mode == 0 else "",
-    }
-    parts = signed_parts(binding, cn.inputs, cn.outputs, payload["graph"], payload["spec"])
-    verdict = signing.verify(parts, payload.get("signature"))
+def _check_signature(cn: "ContextNode", rec: Any, ctx: "KernelContext", where: str) -> bool:
+    """Whether a trusted key signed the node's binding and its graph; untrusted: a warning, or
+    refused under ``ep.context_require_signature=1``."""
+    context_file = cn.relative_path if cn.main_context == 1 and cn.embed_mode == 0 else ""
+    binding = _binding(
+        cn.name,
+        {
+            "source": cn.source,
+            "partition_name": cn.partition_name,
+            "main_context": cn.main_context,
+            "embed_mode": cn.embed_mode,
+            "context_file": context_file,
+        },
+        cn.inputs,
+        cn.outputs,
+    )
+    signature = cn.notes_json().get("signature")
+    parts = context_binary.signed_parts(binding, context_binary.graph_digest(rec))
+    verdict = signing.verify(parts, signature if isinstance(signature, str) else None)
     if verdict.trusted:
-        return
+        return True
     if signing.require_signature(ctx.session_options):
         raise InvalidGraph(
             f"{where}: not loaded: {verdict.reason}; {signing.REQUIRE_SIGNATURE_KEY}=1 refuses contexts no trusted "
             "key signed"
         )
     warnings.warn(
-        f"{where}: {verdict.reason}. Its kernel is regenerated from the validated spec exactly as the file records "
-        f"it (this EP never loads code from a context); set {signing.REQUIRE_SIGNATURE_KEY}=1 to refuse such "
-        "contexts",
+        f"{where}: {verdict.reason}. Its kernel is regenerated from the validated spec exactly as the binary records "
+        f"it (no stored PTX is loaded from an untrusted context); set {signing.REQUIRE_SIGNATURE_KEY}=1 to refuse "
+        "such contexts",
         RuntimeWarning,
         stacklevel=2,
     )
+    return False

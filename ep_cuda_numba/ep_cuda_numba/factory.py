@@ -6,6 +6,7 @@ machine without numba-cuda still lists the EP with a reason it cannot run."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -24,6 +25,7 @@ class NumbaCudaFactory:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._arenas: dict[int, Any] = {}
+        self._pinned: dict[int, Any] = {}
         self._transfer: Any = None
         self.streams_created = 0
 
@@ -41,7 +43,7 @@ class NumbaCudaFactory:
         return __version__
 
     def ep_factory_api_version(self) -> int:
-        return 2
+        return 4  # 4: the graph capture hooks (ep_is_graph_capture_enabled ...)
 
     # ------------------------------------------------------------------------- devices
     def ep_factory_probe_hardware_devices(self) -> Sequence[HardwareDevice]:
@@ -69,9 +71,15 @@ class NumbaCudaFactory:
 
     # ------------------------------------------------------------------------------ EP
     def ep_factory_create_ep(
-        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
+        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any, logger: logging.Logger
     ) -> Any:
-        opts = parse_options(ep_options)
+        """``CreateEp`` on the selected device. The core merges ``ep_options`` over the EpDevice's own
+        (``device_id`` of that device), the user's winning; without a ``device_id`` (a direct call)
+        the selected device decides. ``logger`` is the session's child logger for this EP."""
+        raw = dict(ep_options)
+        if devices:
+            raw.setdefault("device_id", str(devices[0].device.device_id))
+        opts = parse_options(raw)
         available = sorted(d.device_id for d in _device.probe().devices if _device.usable(d))
         if opts.device_id not in available:
             raise ConfigError(
@@ -79,45 +87,76 @@ class NumbaCudaFactory:
                 f"{available or 'none'}"
             )
         selected = devices[0].device.device_id if devices else opts.device_id
-        if "device_id" in ep_options and devices and selected != opts.device_id:
+        if selected != opts.device_id:
             raise ConfigError(
                 f"{EP_NAME} option device_id={opts.device_id} disagrees with the selected device gpu:{selected}; "
                 f"select the device instead: providers=[('{EP_NAME}', {{'device': 'gpu:{opts.device_id}'}})]"
             )
         from ep_cuda_numba.ep import NumbaCudaEp
 
-        arena = self.arena(opts.device_id, opts.arena_extend_strategy, opts.gpu_mem_limit)
-        return NumbaCudaEp(self, opts, arena, session_options, simulated=_device.simulator_requested())
+        arena = self.arena(opts.device_id, opts.arena)
+        found = next(d for d in _device.probe().devices if d.device_id == opts.device_id)
+        logger.info(
+            "%s on gpu:%d (%s, compute capability %s), arena %r",
+            EP_NAME,
+            opts.device_id,
+            found.metadata.get("name", "?"),
+            found.metadata.get("compute_capability", "?"),
+            arena,
+        )
+        return NumbaCudaEp(self, opts, arena, session_options, simulated=_device.simulator_requested(), logger=logger)
 
     def ep_factory_release_ep(self, ep: Any) -> None:
         ep.release()
 
     # -------------------------------------------------------------------- memory, copies
-    def arena(self, device_id: int, strategy: str | None = None, limit: int | None = None) -> Any:
-        """The one arena of ``device_id`` (created with the first EP's settings)."""
+    def arena(self, device_id: int, request: Mapping[str, object] | None = None, partial: bool = False) -> Any:
+        """The one device arena of ``device_id``, shared by every session on it. ``request`` holds the
+        arena settings a session asked for (arena_config.arena_request); None asks for nothing."""
+        from ep_cuda_numba.allocator import DeviceArena
+
+        return self._shared(self._arenas, DeviceArena, device_id, request, partial)
+
+    def pinned(self, device_id: int, request: Mapping[str, object] | None = None, partial: bool = False) -> Any:
+        """The one pinned (``CudaPinned``) host arena for copies to and from ``device_id``."""
+        from ep_cuda_numba.pinned import PinnedArena
+
+        return self._shared(self._pinned, PinnedArena, device_id, request, partial)
+
+    def _shared(
+        self, table: dict[int, Any], cls: type, device_id: int, request: Mapping[str, object] | None, partial: bool
+    ) -> Any:
+        """Create the arena with the first request; an idle arena (no session, nothing in use) takes a
+        new session's settings (the defaults for those not given, or with ``partial`` the arena's
+        current ones); a busy one must already have every setting asked for explicitly."""
+        from ep_cuda_numba.arena_config import config_for, conflicts
+
         with self._lock:
-            arena = self._arenas.get(device_id)
+            arena = table.get(device_id)
             if arena is None:
-                from ep_cuda_numba.allocator import DeviceArena
-
-                arena = DeviceArena(device_id, strategy or "kNextPowerOfTwo", limit or 0)
-                self._arenas[device_id] = arena
-            elif (limit is not None and limit != arena.limit) or (strategy is not None and strategy != arena.strategy):
-                import warnings
-
-                warnings.warn(
-                    f"{EP_NAME}: the arena of gpu:{device_id} is shared by every session and keeps the settings of "
-                    f"the first one (gpu_mem_limit={arena.limit}, arena_extend_strategy={arena.strategy}); "
-                    f"ignoring gpu_mem_limit={limit}, arena_extend_strategy={strategy}",
-                    RuntimeWarning,
-                    stacklevel=3,
-                )
+                arena = table[device_id] = cls(device_id, config_for(request or {}))
+            elif request is not None and config_for(request, arena.config if partial else None) != arena.config:
+                if not (arena.users or arena.in_use()):
+                    arena.release_unused(config_for(request, arena.config if partial else None))
+                elif conflicts(request, arena.config):
+                    raise ConfigError(
+                        f"{EP_NAME}: the {arena.memory_name} arena of gpu:{device_id} is shared by every session on "
+                        f"the device and is in use with {arena.config.describe()}; this session asks for "
+                        f"{', '.join(conflicts(request, arena.config))}: pass the same arena options, or close the "
+                        "other sessions first"
+                    )
             return arena
 
     def ep_factory_create_allocator(self, memory_info: MemoryInfo, allocator_options: Mapping[str, str]) -> Any:
-        if memory_info.name != "Cuda":
+        """The shared arena for ``Cuda`` (device) or ``CudaPinned`` (host) memory; ``allocator_options``
+        are OrtArenaCfg's ``arena.*`` keys (ep-core passes the session's ``ep.<EP>.arena.*`` entries)."""
+        from ep_cuda_numba.arena_config import arena_request
+
+        if memory_info.name not in ("Cuda", "CudaPinned"):
             return None
-        arena = self.arena(memory_info.device_id)
+        request = arena_request(allocator_options) if allocator_options else None
+        make = self.arena if memory_info.name == "Cuda" else self.pinned
+        arena = make(memory_info.device_id, request, partial=True)
         with self._lock:
             arena.users += 1
         return arena
@@ -127,7 +166,7 @@ class NumbaCudaFactory:
             allocator.users -= 1
             last = allocator.users <= 0
         if last:
-            allocator.shrink()  # no session uses the device: give cached blocks back
+            allocator.release_unused()  # no session uses the device: give its free regions back
 
     def ep_factory_create_data_transfer(self) -> Any:
         with self._lock:

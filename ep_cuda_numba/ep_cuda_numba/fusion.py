@@ -20,7 +20,17 @@ import numpy as np
 
 from ep_core.sdk.compute import ComputeContext, NodeComputeInfo
 from ep_core.sdk.errors import EpFail
-from ep_cuda_numba.codegen import ALL_OPS, Program, Statement, compile_program, instantiate, op_expression, run_program
+from ep_cuda_numba.codegen import (
+    ALL_OPS,
+    BF16,
+    Program,
+    bf16_positions,
+    compile_program,
+    compute_dtype,
+    op_statement,
+    run_program,
+    single_op_program,
+)
 from ep_cuda_numba.spec_check import (
     GELU_APPROXIMATE,
     MAX_GROUP_INPUTS,
@@ -60,7 +70,7 @@ def _params(node: "NodeView") -> list[float] | None:
         for j, default in ((1, -np.inf), (2, np.inf)):
             name = node.inputs[j] if j < len(node.inputs) else ""
             if not name:
-                if dt is not None and dt.kind != "f":
+                if dt is not None and dt.kind in "iu":
                     ii = np.iinfo(dt)
                     default = ii.min if j == 1 else ii.max
                 vals.append(float(default))
@@ -244,16 +254,29 @@ def program_from_spec(spec: dict[str, Any]) -> tuple[Program, list[Any], list[np
         for kind, idx in e["args"]:
             names.append(f"{kind}{idx}")
             dep |= {idx} if kind == "x" else deps[idx]
-        compute = out if op == "Cast" else dt
+        compute = compute_dtype(op, dt, out)
         pnames = [f"p{e['param_base'] + m}" for m in range(len(e["params"]))]
         params.extend(typed_param(p, compute.name) for p in e["params"])
-        template = op_expression(op, len(names), dt, _Attrs(e["attrs"]), out)
         # placeholders {p0}.. of the template map to this node's global param names
-        statements.append(Statement(instantiate(template, names, pnames), compute.name))
+        statements.append(op_statement(op, names, _arg_dtypes(spec, e), dt, out, _Attrs(e["attrs"]), pnames))
         deps.append(dep)
     out_dtypes = [np.dtype(spec["nodes"][k]["out_dtype"]) for k in spec["output_nodes"]]
-    program = Program(len(spec["inputs"]), len(params), tuple(statements), tuple(spec["output_nodes"]))
+    program = Program(
+        len(spec["inputs"]),
+        len(params),
+        tuple(statements),
+        tuple(spec["output_nodes"]),
+        bf16_positions([np.dtype(d) for d in spec["input_dtypes"]]),
+        bf16_positions(out_dtypes),
+    )
     return program, params, out_dtypes, [deps[k] for k in spec["output_nodes"]]
+
+
+def _arg_dtypes(spec: dict[str, Any], entry: dict[str, Any]) -> list[np.dtype]:
+    """The dtype of each argument of a spec entry (an input's, or the producing node's output)."""
+    return [
+        np.dtype(spec["input_dtypes"][i] if kind == "x" else spec["nodes"][i]["out_dtype"]) for kind, i in entry["args"]
+    ]
 
 
 @dataclass
@@ -271,6 +294,8 @@ class CompiledGroup:
     source: str = ""
     launches: dict[str, int] = field(default_factory=lambda: {"fused": 0, "fallback": 0})
     ep: Any = field(default=None, repr=False, compare=False)  # the NumbaCudaEp that built it
+    # spec input index -> initializer baked into the group (uploaded once; stored in the context binary)
+    constants: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
     def compile_ptx(self, cc: tuple[int, ...]) -> str:
         """PTX of the kernel with every input at the group's full shape, for compute capability ``cc``
@@ -278,8 +303,12 @@ class CompiledGroup:
         from numba import cuda, from_dtype, types
 
         kernel, _ = compile_program(self.program, ("full",) * self.program.n_inputs, len(self.out_dtypes))
-        sig: list[types.Type] = [types.Array(from_dtype(dt), 1, "C") for dt in self.out_dtypes]
-        sig += [types.Array(from_dtype(self._input_dtype(i)), 1, "C") for i in range(self.program.n_inputs)]
+
+        def array(dt: np.dtype) -> types.Type:  # bfloat16 travels as its uint16 bits
+            return types.Array(from_dtype(np.dtype(np.uint16) if dt == BF16 else dt), 1, "C")
+
+        sig: list[types.Type] = [array(dt) for dt in self.out_dtypes]
+        sig += [array(self._input_dtype(i)) for i in range(self.program.n_inputs)]
         sig += [from_dtype(np.dtype(type(p))) for p in self.params]
         ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(sig), cc=(int(cc[0]), int(cc[1])))
         return ptx
@@ -322,18 +351,13 @@ class CompiledGroup:
         """Node by node (exact shapes); used when a group output is smaller than the group."""
 
         temps: list[Any] = []
-        for k, e in enumerate(self.spec["nodes"]):
+        for e in self.spec["nodes"]:
             args = [inputs[i] if kind == "x" else temps[i] for kind, i in e["args"]]
-            st = self.program.statements[k]
             base = e["param_base"]
-            names = [f"x{j}" for j in range(len(args))]
             dt, out = np.dtype(e["dtype"]), np.dtype(e["out_dtype"])
-            template = op_expression(e["op"], len(args), dt, _Attrs(e["attrs"]), out)
-            pnames = [f"p{m}" for m in range(len(e["params"]))]
-            prog = Program(
-                len(args), len(pnames), (Statement(instantiate(template, names, pnames), st.compute_dtype),), (0,)
-            )
-            temps.append(run_program(rt, prog, args, self.params[base : base + len(pnames)], [out])[0])
+            arg_dtypes = [np.dtype(a.dtype) for a in args]
+            prog = single_op_program(e["op"], arg_dtypes, len(e["params"]), dt, out, _Attrs(e["attrs"]))
+            temps.append(run_program(rt, prog, args, self.params[base : base + len(e["params"])], [out])[0])
         return [temps[k] for k in self.spec["output_nodes"]]
 
 
@@ -352,6 +376,6 @@ def compile_group(view: "GraphView", fused: "FusedNode", ep: Any) -> CompiledGro
 
 
 def compile_spec(spec: dict[str, Any], name: str, ep: Any) -> CompiledGroup:
-    """Rebuild a group from an EPContext node's spec, which ``epcontext.load_context_node`` has
+    """Rebuild a group from an EPContext node's spec, which ``epcontext.load_group`` has
     validated and bound to the node (nothing from the payload is executed)."""
     return _build(spec, name, ep)

@@ -44,9 +44,12 @@ def grid_blocks(n_items: int, threads: int) -> tuple[int, int]:
 
 class Runtime:
     """What a compute function needs at run time: its stream, the arena, the launch width. The EP
-    remembers the stream so ``ep_on_run_end`` and ``ep_sync`` can wait for it."""
+    remembers the stream so ``ep_on_run_end`` and ``ep_sync`` can wait for it. Every launch goes
+    through ``_go``: when the EP has a ``tap`` (GPU timing for profiles, or a simulated CUDA graph
+    capture recording launches) the tap launches; arrays made while a graph is captured are kept
+    in ``ep.capturing`` so they stay owned by that graph."""
 
-    __slots__ = ("stream", "s", "arena", "tpb", "device")
+    __slots__ = ("stream", "s", "arena", "tpb", "device", "ep")
 
     def __init__(self, ep: "NumbaCudaEp", memory_info: "MemoryInfo", stream: Any, allocator: Any) -> None:
         from ep_cuda_numba.device import device_context
@@ -56,6 +59,7 @@ class Runtime:
         self.arena = allocator
         self.tpb = int(ep.options.max_threads_per_block)
         self.device = device_context(ep.options.device_id if memory_info.is_host else memory_info.device_id)
+        self.ep = ep
         ep.note_stream(stream)
 
     @classmethod
@@ -65,25 +69,35 @@ class Runtime:
 
     def empty(self, shape: Sequence[int], dtype: Any) -> Any:
         if self.arena is None:
-            return cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype), stream=self.s)
-        return self.arena.empty(tuple(int(s) for s in shape), dtype, self.stream)
+            arr = cuda.device_array(tuple(int(s) for s in shape), dtype=np.dtype(dtype), stream=self.s)
+        else:
+            arr = self.arena.empty(tuple(int(s) for s in shape), dtype, self.stream)
+        owned = self.ep.capturing
+        if owned is not None:
+            owned.append(arr)
+        return arr
 
     def launch1d(self, kernel: Any, n: int, *args: Any) -> None:
         if n <= 0:
             return
         blocks, threads = grid_1d(n, self.tpb)
-        with self.device:
-            kernel[blocks, threads, self.s](*args)
+        self._go(kernel, blocks, threads, args)
 
     def launch_blocks(self, kernel: Any, n_items: int, threads: int, *args: Any) -> None:
         if n_items <= 0:
             return
         blocks, threads = grid_blocks(n_items, threads)
-        with self.device:
-            kernel[blocks, threads, self.s](*args)
+        self._go(kernel, blocks, threads, args)
 
     def launch(self, kernel: Any, blocks: int, threads: Any, *args: Any) -> None:
         """A launch with an explicit configuration (2-D blocks: matmul tiles)."""
+        self._go(kernel, blocks, threads, args)
+
+    def _go(self, kernel: Any, blocks: Any, threads: Any, args: tuple[Any, ...]) -> None:
+        tap = self.ep.tap
+        if tap is not None:
+            tap(self, kernel, blocks, threads, args)
+            return
         with self.device:
             kernel[blocks, threads, self.s](*args)
 
@@ -99,9 +113,16 @@ class Runtime:
 
 
 def flat(a: Any) -> Any:
-    """A 1-D view of a C-contiguous device array (kernels index flat buffers)."""
+    """A 1-D view of a C-contiguous device array (kernels index flat buffers); bfloat16, which
+    numba cannot type, as its uint16 bit patterns (only kernels registered for it see them)."""
     n = int(np.prod(a.shape, dtype=np.int64)) if len(a.shape) else 1
-    return a.reshape(n) if a.shape != (n,) else a
+    a = a.reshape(n) if a.shape != (n,) else a
+    return a.view(np.uint16) if a.dtype.kind == "V" and a.dtype.itemsize == 2 else a
+
+
+def scalar_arg(v: np.generic) -> np.generic:
+    """A scalar kernel argument; bfloat16 as its bits, like ``flat``."""
+    return v.view(np.uint16) if v.dtype.kind == "V" and v.dtype.itemsize == 2 else v
 
 
 def c_strides(shape: Sequence[int]) -> tuple[int, ...]:

@@ -28,6 +28,14 @@ class NumbaCudaOptions(BaseModel):
     enable_fusion: bool = Field(True, description="compile chains of elementwise ops into one kernel")
     max_threads_per_block: int = Field(256, ge=32, le=1024, description="threads per block for 1-D launches")
     fused_group_max_nodes: int = Field(32, ge=2, le=256, description="largest elementwise group fused into one kernel")
+    enable_cuda_graph: bool = Field(
+        False,
+        description="capture runs as CUDA graphs after warm-up and replay them (IOBinding inputs at fixed "
+        "device addresses; run config entry gpu_graph_id picks the graph, -1 skips capture)",
+    )
+    # the arena settings asked for explicitly (ArenaConfig field -> value): gpu_mem_limit,
+    # arena_extend_strategy and the OrtArenaCfg keys ``arena.*`` (arena_config.ARENA_KEYS); set by parse_options
+    arena: dict[str, object] = Field(default_factory=dict, exclude=True)
 
     @field_validator("max_threads_per_block")
     @classmethod
@@ -39,8 +47,12 @@ class NumbaCudaOptions(BaseModel):
 
 def allowed_values() -> dict[str, str]:
     """Option name -> what it accepts, for error messages and docs."""
-    out: dict[str, str] = {}
+    from ep_cuda_numba.arena_config import ARENA_KEYS
+
+    out: dict[str, str] = {key: accepts for key, (_, accepts) in ARENA_KEYS.items()}
     for name, f in NumbaCudaOptions.model_fields.items():
+        if name == "arena":
+            continue
         if name == "arena_extend_strategy":
             out[name] = "kNextPowerOfTwo | kSameAsRequested"
         elif f.annotation is bool:
@@ -59,17 +71,25 @@ def parse_options(raw: Mapping[str, str]) -> NumbaCudaOptions:
     if unknown:
         raise ConfigError(f"{EP_NAME} has no option(s) {unknown}; its options are {sorted(allowed)}")
     values: dict[str, object] = {}
+    arena_keys = {k: str(v) for k, v in raw.items() if k.startswith("arena.")}
     for key, value in raw.items():
         text = str(value).strip()
+        if key in arena_keys:
+            continue
         if NumbaCudaOptions.model_fields[key].annotation is bool:
             if text.lower() not in ("0", "1", "true", "false"):
                 raise ConfigError(f"{EP_NAME} option {key}={value!r} is invalid; allowed: {allowed[key]}")
         values[key] = text
     try:
-        return NumbaCudaOptions.model_validate(values)
+        opts = NumbaCudaOptions.model_validate(values)
     except ValidationError as exc:
         err = exc.errors()[0]
         key = str(err["loc"][0]) if err.get("loc") else "?"
         raise ConfigError(
             f"{EP_NAME} option {key}={raw.get(key)!r} is invalid ({err['msg']}); allowed: {allowed.get(key, '?')}"
         ) from None
+    from ep_cuda_numba.arena_config import arena_request
+
+    limit = opts.gpu_mem_limit if "gpu_mem_limit" in raw else None
+    strategy = opts.arena_extend_strategy if "arena_extend_strategy" in raw else None
+    return opts.model_copy(update={"arena": arena_request(arena_keys, limit, strategy)})

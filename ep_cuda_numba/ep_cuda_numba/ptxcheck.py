@@ -66,6 +66,7 @@ def record(path: str, execute: bool = True) -> Iterator[list[dict[str, Any]]]:
             "n_params": program.n_params,
             "statements": [[s.expr, s.compute_dtype] for s in program.statements],
             "outputs": list(program.outputs),
+            "bf16": [list(program.bf16_inputs), list(program.bf16_outputs)],
             "pattern": list(pattern),
             "n_outputs": n_outputs,
         }
@@ -159,6 +160,7 @@ def compile_records(path: str, cc: tuple[int, int] = (8, 0)) -> list[str]:
                     p["n_params"],
                     tuple(codegen.Statement(x, d) for x, d in p["statements"]),
                     tuple(p["outputs"]),
+                    *(tuple(int(i) for i in ix) for ix in p.get("bf16", [[], []])),
                 )
                 fn = codegen.compile_program(prog, tuple(p["pattern"]), p["n_outputs"])[0].py_func
             elif e["kind"] == "matmul":

@@ -22,6 +22,19 @@ NUM_T = FLOAT_T + INT_T
 BOOL_T = ("tensor(bool)",)
 ALL_T = NUM_T + BOOL_T
 INDEX_T = ("tensor(int32)", "tensor(int64)")
+# float16 where a family computes it (in float32, rounded once at the store); bfloat16 (kernels see
+# uint16 bit patterns, math in float32) in the elementwise, data-movement and shape families only
+F16_T = ("tensor(float16)",)
+BF16_T = ("tensor(bfloat16)",)
+FLOAT16_T = FLOAT_T + F16_T
+NUM16_T = NUM_T + F16_T
+ALL16_T = ALL_T + F16_T
+ANY_T = ALL16_T + BF16_T
+BF16_REASON = (
+    "this EP runs bfloat16 only in elementwise ops (fused too), data movement and shape ops; "
+    "MatMul/Gemm, reductions, Softmax, normalisations, Conv, pooling and Resize have no bfloat16 "
+    "kernel here: left to another EP"
+)
 
 
 def registry() -> KernelRegistry:
@@ -92,7 +105,15 @@ def support_check(*ops: str) -> Callable[[Callable[[Any], str | None]], Callable
 
 def unsupported_reason(node: Any) -> str | None:
     check = SUPPORT_CHECKS.get(node.op_type)
-    return check(node) if check is not None and node.domain in ("", "ai.onnx") else None
+    # rewritten internal-domain (NHWC) nodes pass the same checks as the NCHW nodes they were
+    return check(node) if check is not None and node.domain in ("", "ai.onnx", "com.ms.internal.nhwc") else None
+
+
+def touches_bfloat16(node: Any) -> bool:
+    """Whether an input or output of ``node`` is bfloat16 (declined with ``BF16_REASON``)."""
+    infos = [node.input_info(i) for i in range(len(node.inputs))]
+    infos += [node.output_info(i) for i in range(len(node.outputs))]
+    return any(vi is not None and vi.type_str == "tensor(bfloat16)" for vi in infos)
 
 
 def rank_of(node: Any, i: int = 0) -> int | None:

@@ -17,12 +17,13 @@ from typing import Any
 import numpy as np
 
 from ep_core.sdk.errors import InvalidGraph
-from ep_cuda_numba.codegen import ALL_OPS, COMPARE, LOGIC, UNARY_FLOAT
+from ep_cuda_numba.codegen import ALL_OPS, COMPARE, LOGIC, UNARY_FLOAT, compute_dtype
 
 SPEC_FORMAT = 2
 MAX_GROUP_INPUTS = 16
 MAX_SPEC_NODES = 256  # the largest group fused_group_max_nodes allows
-DTYPES = frozenset({"bool", "int32", "int64", "float32", "float64"})  # what the EP's kernels are registered for
+# what the EP's kernels are registered for
+DTYPES = frozenset({"bool", "int32", "int64", "float16", "bfloat16", "float32", "float64"})
 SPEC_KEYS = frozenset({"format", "inputs", "input_dtypes", "outputs", "nodes", "output_nodes"})
 NODE_KEYS = frozenset({"name", "op", "attrs", "args", "params", "param_base", "dtype", "out_dtype"})
 GELU_APPROXIMATE = ("none", "tanh")
@@ -55,8 +56,8 @@ def type_problem(op: str, arg_dtypes: Sequence[str], dtype: str, out_dtype: str)
         want = ["bool", dtype, dtype]
     elif op == "Pow":
         want = [dtype, None]
-    if op in UNARY_FLOAT and dtype not in ("float32", "float64"):
-        return f"{op} computes on float32/float64, not {dtype}"
+    if op in UNARY_FLOAT and dtype not in ("float16", "bfloat16", "float32", "float64"):
+        return f"{op} computes on float16/bfloat16/float32/float64, not {dtype}"
     if dtype == "bool" and op not in COMPARE and op not in LOGIC and op not in ("Identity", "Cast", "Where"):
         return f"{op} does not compute on bool"
     for i, (got, w) in enumerate(zip(arg_dtypes, want, strict=False)):
@@ -171,7 +172,7 @@ def _check_node(e: Any, k: int, param_base: int, in_dtypes: list[str], out_dtype
         raise bad(f"{label}: {why}")
     try:
         for p in params:
-            typed_param(p, out if op == "Cast" else dtype)
+            typed_param(p, compute_dtype(op, np.dtype(dtype), np.dtype(out)).name)
     except ValueError as exc:
         raise bad(f"{label}: {exc}") from None
     return out

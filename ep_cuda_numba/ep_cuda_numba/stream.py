@@ -12,18 +12,26 @@ class CudaNotification:
     stream wait for it; ``wait_on_host()`` blocks the calling thread."""
 
     def __init__(self, stream: "CudaSyncStream") -> None:
+        from ep_cuda_numba.device import device_context
 
         self.stream = stream
-        self.event = new_event()
+        self.device = device_context(stream.device_id)  # events belong to the producer's device
+        with self.device:
+            self.event = new_event()
         self.activated = False
 
     def activate(self) -> None:
-        self.event.record(self.stream.cuda_stream)
+        with self.device:
+            self.event.record(self.stream.cuda_stream)
         self.activated = True
 
     def wait_on_device(self, stream: Any) -> None:
-        target = getattr(stream, "cuda_stream", stream)
-        self.event.wait(target)
+        """The consumer's stream (another device's too: CUDA streams wait on any device's events)
+        waits; the host does not."""
+        from ep_cuda_numba.device import device_context
+
+        with device_context(getattr(stream, "device_id", self.stream.device_id)):
+            self.event.wait(getattr(stream, "cuda_stream", stream))
 
     def wait_on_host(self) -> None:
         self.event.synchronize()

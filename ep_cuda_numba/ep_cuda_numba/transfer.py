@@ -14,6 +14,7 @@ import numpy as np
 
 from ep_core.sdk.errors import Fail
 from ep_core.sdk.memory import DeviceType, MemoryInfo
+from ep_cuda_numba.profiling import timed_copy
 from ep_cuda_numba.stream import new_event, raw_stream
 
 if TYPE_CHECKING:
@@ -24,6 +25,10 @@ STAGING_MIN_BYTES = 1 << 16  # below this a pageable copy is as fast as staging
 
 def _is_cuda(mem: MemoryInfo) -> bool:
     return mem.device_type is DeviceType.GPU and mem.name == "Cuda"
+
+
+def _is_pinned(mem: MemoryInfo) -> bool:
+    return mem.name == "CudaPinned" and mem.is_host
 
 
 class StagingPool:
@@ -72,6 +77,8 @@ class CudaDataTransfer:
             return None
         if _is_cuda(dst) and src.is_host and not _is_cuda(src):
             return self.to_device(np.asarray(value), dst.device_id, stream)
+        if _is_cuda(src) and _is_pinned(dst):
+            return self.to_pinned(value, dst.device_id, stream)
         if _is_cuda(src) and dst.is_host:
             return self.to_host(value, stream)
         if _is_cuda(src) and _is_cuda(dst):
@@ -86,26 +93,44 @@ class CudaDataTransfer:
         if host.size == 0:
             return dev
         s = raw_stream(stream)
+        pinned = self.factory.pinned(device_id)
+        if pinned.holds(host):  # page-locked already: one DMA on the stream, no staging, no wait
+            timed_copy(stream, s, "HtoD", host.nbytes, host.shape, lambda: dev.copy_to_device(host, stream=s))
+            pinned.mark_used_on(host, stream)  # its chunk is reused only after this copy
+            return dev
         if host.nbytes < STAGING_MIN_BYTES or arena.simulated:
-            dev.copy_to_device(host, stream=s)
+            timed_copy(stream, s, "HtoD", host.nbytes, host.shape, lambda: dev.copy_to_device(host, stream=s))
             if s:
                 s.synchronize()  # a pageable async copy may read the host array after we return
             return dev
         buf = self.staging.get(host.nbytes)
         staged = buf[: host.nbytes].view(host.dtype).reshape(host.shape)
         staged[...] = host
-        dev.copy_to_device(staged, stream=s)
+        timed_copy(stream, s, "HtoD", host.nbytes, host.shape, lambda: dev.copy_to_device(staged, stream=s))
         ev = new_event()
         ev.record(s)
         self.staging.put(buf, ev)
         return dev
+
+    def to_pinned(self, dev: Any, device_id: int, stream: Any) -> np.ndarray:
+        """Device to the pinned arena (IO binding's ``cuda_pinned`` outputs): a DMA queued on the
+        stream with no staging; the stream is waited for, since the caller reads the array next
+        (as onnxruntime's run returns its outputs complete)."""
+        self.copies["d2h"] += 1
+        s = raw_stream(stream)
+        out = self.factory.pinned(device_id).empty(dev.shape, dev.dtype)
+        if out.size:
+            timed_copy(stream, s, "DtoH", out.nbytes, out.shape, lambda: dev.copy_to_host(out, stream=s))
+            if s:
+                s.synchronize()
+        return out
 
     def to_host(self, dev: Any, stream: Any) -> np.ndarray:
         self.copies["d2h"] += 1
         s = raw_stream(stream)
         out = np.empty(dev.shape, dtype=dev.dtype)
         if out.size:
-            dev.copy_to_host(out, stream=s)
+            timed_copy(stream, s, "DtoH", out.nbytes, out.shape, lambda: dev.copy_to_host(out, stream=s))
             if s:
                 s.synchronize()
         return out
@@ -114,5 +139,6 @@ class CudaDataTransfer:
         self.copies["d2d"] += 1
         out = self.factory.arena(device_id).empty(dev.shape, dev.dtype, stream)
         if dev.size:
-            out.copy_to_device(dev, stream=raw_stream(stream))
+            s = raw_stream(stream)
+            timed_copy(stream, s, "DtoD", out.nbytes, out.shape, lambda: out.copy_to_device(dev, stream=s))
         return out

@@ -15,8 +15,12 @@ import onnx
 from onnx import helper, numpy_helper
 
 from ep_core.sdk.kernels import KernelDef
+from ep_core.sdk.layout import NHWC_DOMAIN
 
 F32 = np.dtype(np.float32)
+EP = "NumbaCudaExecutionProvider"
+F16_TOL = 2e-3  # two float16 ulps near 1: the EP computes in float32 and rounds once, NumPy per op
+BF16_TOL = 1.6e-2  # two bfloat16 ulps near 1
 
 
 @dataclass
@@ -30,6 +34,10 @@ class Case:
     # written from the spec is the judge instead; ``oracle_reason`` says why
     oracle: Callable[[dict[str, np.ndarray]], list[np.ndarray]] | None = None
     oracle_reason: str = ""
+    # provider list for this EP's session (None: the EP with default options); internal-domain
+    # (NHWC) kernels are reached through prefer_nhwc=1 and the core's layout transformer
+    providers: list[Any] | None = None
+    nhwc_node: str = ""  # the node that must run in com.ms.internal.nhwc on this EP
 
 
 def _tp(dt: np.dtype) -> int:
@@ -51,6 +59,11 @@ def rand(shape: tuple[int, ...], dt: np.dtype, rng: np.random.Generator, positiv
     if positive:
         return rng.uniform(0.5, 2.0, size=shape).astype(dt)
     return rng.uniform(-2.0, 2.0, size=shape).astype(dt)
+
+
+def _ftol(t: np.dtype, tol: float) -> float:
+    """float16 cases (computed in float32, rounded at the store) compare within float16's reach."""
+    return max(tol, 1e-2) if np.dtype(t) == np.float16 else tol
 
 
 class Builder:
@@ -171,13 +184,13 @@ def _gemm(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
 def _conv(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
     t = tm["T"]
     ins = [b.feed(rand((1, 4, 6, 6), t, b.rng)), b.feed(rand((6, 2, 3, 3), t, b.rng)), b.feed(rand((6,), t, b.rng))]
-    return b.model(ins, [t], group=2, pads=[1, 1, 1, 1], strides=[2, 1]), 1e-4
+    return b.model(ins, [t], group=2, pads=[1, 1, 1, 1], strides=[2, 1]), _ftol(t, 1e-4)
 
 
 def _conv_transpose(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
     t = tm["T"]
     ins = [b.feed(rand((1, 2, 3, 3), t, b.rng)), b.feed(rand((2, 3, 2, 2), t, b.rng)), b.feed(rand((3,), t, b.rng))]
-    return b.model(ins, [t], strides=[2, 2], pads=[0, 1, 0, 0]), 1e-4
+    return b.model(ins, [t], strides=[2, 2], pads=[0, 1, 0, 0]), _ftol(t, 1e-4)
 
 
 def _pool(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
@@ -185,7 +198,7 @@ def _pool(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
     attrs: dict[str, Any] = {"kernel_shape": [3, 3], "strides": [2, 2], "pads": [1, 1, 1, 1]}
     if b.opset >= 10:
         attrs["ceil_mode"] = 1
-    return b.model([b.feed(rand((1, 2, 6, 6), t, b.rng))], [t], **attrs), 1e-5
+    return b.model([b.feed(rand((1, 2, 6, 6), t, b.rng))], [t], **attrs), _ftol(t, 1e-5)
 
 
 def _batchnorm(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
@@ -197,7 +210,7 @@ def _batchnorm(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, fl
         b.const(rand((3,), tm.get("T2", t), b.rng), tm.get("T2", t)),
         b.const(rand((3,), tm.get("T2", t), b.rng, True), tm.get("T2", t)),
     ]
-    return b.model(ins, [t], epsilon=1e-3), 1e-5
+    return b.model(ins, [t], epsilon=1e-3), _ftol(t, 1e-5)
 
 
 def _resize(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
@@ -219,7 +232,15 @@ def _resize(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float
             mode="linear",
             coordinate_transformation_mode="half_pixel",
         )
-    return m, 1e-5
+    return m, _ftol(t, 1e-5)
+
+
+def _depth_space(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, float]:
+    t = tm["T"]
+    if b.op == "SpaceToDepth":
+        return b.model([b.feed(rand((1, 2, 4, 6), t, b.rng))], [t], blocksize=2), 0
+    attrs = {"mode": "CRD"} if b.opset >= 11 and t != np.float32 else {}  # float32 cases keep DCR
+    return b.model([b.feed(rand((1, 8, 2, 3), t, b.rng))], [t], blocksize=2, **attrs), 0
 
 
 def _data(op: str) -> Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelProto, float]]:
@@ -279,8 +300,8 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
 
     from ep_core.sdk.epcontext import signing
     from ep_core.sdk.epcontext.schema import register_ep_context_schema
-    from ep_cuda_numba import EP_NAME
-    from ep_cuda_numba.epcontext import PAYLOAD_FORMAT, signed_parts
+    from ep_cuda_numba import EP_NAME, context_binary
+    from ep_cuda_numba.epcontext import _binding
     from ep_cuda_numba.spec_check import SPEC_FORMAT
 
     register_ep_context_schema()
@@ -306,9 +327,9 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
         "output_nodes": [1],
         "nodes": [node("add", "Add", [["x", 0], ["x", 1]]), node("relu", "Relu", [["t", 0]])],
     }
-    binding = {"name": "ctx", "source": EP_NAME, "partition_name": "", "main_context": 1, "embed_mode": 1}
-    signature = signing.sign(signed_parts(binding, [x, y], ["out0"], "ctx", spec))  # as this user wrote it
-    payload = json.dumps({"format": PAYLOAD_FORMAT, "graph": "ctx", "spec": spec, "signature": signature})
+    record = {"spec": spec, "constants": [], "ptx": None}
+    binding = {"source": EP_NAME, "partition_name": "", "main_context": 1, "embed_mode": 1, "context_file": ""}
+    parts = context_binary.signed_parts(_binding("ctx", binding, [x, y], ["out0"]), context_binary.graph_digest(record))
     ctx = helper.make_node(
         "EPContext",
         [x, y],
@@ -317,7 +338,8 @@ def _ep_context(b: Builder, tm: dict[str, np.dtype]) -> tuple[onnx.ModelProto, f
         domain="com.microsoft",
         source="NumbaCudaExecutionProvider",
         embed_mode=1,
-        ep_cache_context=payload,
+        ep_cache_context=context_binary.pack({"ctx": record}, {}, {}),
+        notes=json.dumps({"signature": signing.sign(parts)}),  # as this user wrote it
     )
     graph = helper.make_graph([ctx], "case", b.inputs, [helper.make_tensor_value_info("out0", _tp(F32), [2, 3, 4])])
     model = helper.make_model(
@@ -355,6 +377,8 @@ BUILDERS: dict[str, Callable[[Builder, dict[str, np.dtype]], tuple[onnx.ModelPro
     "AveragePool": _pool,
     "BatchNormalization": _batchnorm,
     "Resize": _resize,
+    "DepthToSpace": _depth_space,
+    "SpaceToDepth": _depth_space,
     "EPContext": _ep_context,
     **{
         op: _data(op)
@@ -421,6 +445,11 @@ def _attach_oracle(case: Case, op: str, opset: int) -> None:
         names = [i.name for i in case.model.graph.input]
         case.oracle = lambda feeds: [np.maximum(feeds[names[0]] + feeds[names[1]], 0)]
         case.oracle_reason = "only this EP can run its own EPContext nodes"
+    elif op == "Clip" and str(case.feeds["in0"].dtype) == "bfloat16":
+        inits = {t.name: numpy_helper.to_array(t) for t in case.model.graph.initializer}
+        bounds = [inits[n] for n in case.model.graph.node[0].input[1:3]]
+        case.oracle = lambda feeds: [np.clip(feeds["in0"], *bounds).astype(feeds["in0"].dtype)]
+        case.oracle_reason = "the reference EP's Clip returns float32 for bfloat16 inputs"
     elif op == "BatchNormalization" and opset < 14:
         model = case.model
         case.oracle = lambda feeds: _bn_inference(feeds, model)
@@ -457,6 +486,7 @@ def build_cases(defs: list[KernelDef]) -> list[Case | str]:
             out.append(f"{op} since {kdef.since_version}")
             continue
         opset = case_opset(kdef)
+        nhwc = kdef.domain == NHWC_DOMAIN  # the same NCHW model, rewritten by the layout transformer
         for tm in type_combos(kdef):
             seed = zlib.crc32(
                 repr((op, opset, sorted((k, str(v)) for k, v in tm.items()))).encode()
@@ -465,8 +495,15 @@ def build_cases(defs: list[KernelDef]) -> list[Case | str]:
             b = Builder(op, opset, rng)
             model, tol = builder(b, tm)
             _declare_output_shapes(model, b.feeds)
+            if tol and np.dtype(np.float16) in tm.values():
+                tol = max(tol, F16_TOL)  # arithmetic on float16: ulps, not 1e-5 (data movement stays exact)
+            if tol and any(str(v) == "bfloat16" for v in tm.values()):
+                tol = max(tol, BF16_TOL)
             tid = f"{op}-{opset}-" + "-".join(f"{k}={v}" for k, v in sorted(tm.items(), key=lambda kv: kv[0]))
-            case = Case(tid, model, b.feeds, tol or 0.0)
+            case = Case(("nhwc:" if nhwc else "") + tid, model, b.feeds, tol or 0.0)
+            if nhwc:
+                case.providers = [(EP, {"prefer_nhwc": "1"})]
+                case.nhwc_node = model.graph.node[0].name
             _attach_oracle(case, op, opset)
             out.append(case)
     return out

@@ -70,7 +70,8 @@ def assert_close(got: Sequence[Any], ref: Sequence[Any], tol: float = 1e-5, what
         g, r = np.asarray(g), np.asarray(r)
         assert g.shape == r.shape, f"{what} output {i}: shape {g.shape} != reference {r.shape}"
         assert g.dtype == r.dtype, f"{what} output {i}: dtype {g.dtype} != reference {r.dtype}"
-        if g.dtype.kind in "fc":
+        if g.dtype.kind in "fc" or g.dtype.name == "bfloat16":
+            g, r = (g, r) if g.dtype.kind in "fc" else (g.astype(np.float32), r.astype(np.float32))
             np.testing.assert_allclose(g, r, rtol=tol, atol=tol, err_msg=f"{what} output {i}")
         else:
             np.testing.assert_array_equal(g, r, err_msg=f"{what} output {i}")

@@ -53,19 +53,30 @@ def _hook_for(mark: str) -> Any:
     return hook
 
 
-def _payloads(model: Any, folder: Path) -> dict[str, Any]:
-    """EPContext node name -> its spec as the file says (for the oracle); unreadable -> missing."""
+def _payloads(model: Any, folder: Path) -> dict[str, tuple[Any, dict[str, np.ndarray]]]:
+    """EPContext node name -> (its graph's spec, constant input name -> array) as the context
+    binary says (for the oracle); a node whose graph cannot be read -> missing."""
+    from ep_cuda_numba import context_binary
+
+    nodes = [n for n in model.graph.node if n.op_type == "EPContext"]
     out = {}
-    for n in model.graph.node:
-        if n.op_type != "EPContext":
-            continue
-        attrs = {a.name: a for a in n.attribute}
+    try:
+        attrs = {a.name: a for a in nodes[0].attribute}
+        raw = attrs["ep_cache_context"].s
+        if "embed_mode" in attrs and attrs["embed_mode"].i == 0:
+            raw = (folder / raw.decode()).read_bytes()
+        meta, tensors = context_binary.read(raw, ValueError)
+    except Exception:  # noqa: BLE001 - an unreadable binary has no oracle
+        return out
+    for n in nodes:
+        a = {x.name: x for x in n.attribute}
+        graph = a["partition_name"].s.decode() if "partition_name" in a and a["partition_name"].s else n.name
         try:
-            raw = attrs["ep_cache_context"].s
-            if "embed_mode" in attrs and attrs["embed_mode"].i == 0:
-                raw = (folder / raw.decode()).read_bytes()
-            out[n.name] = json.loads(raw)["spec"]
-        except Exception:  # noqa: BLE001 - an unreadable payload has no oracle
+            rec = meta["graphs"][graph]
+            spec = rec["spec"]
+            consts = {spec["inputs"][c["input"]]: tensors[f"w.{c['key']}"] for c in rec["constants"]}
+            out[n.name] = (spec, consts)
+        except Exception:  # noqa: BLE001
             continue
     return out
 
@@ -82,9 +93,10 @@ def _const(name: str, value: float, dtype: str) -> Any:
 
 def oracle(model_path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray] | None:
     """What the tampered file says: each EPContext node replaced by plain ONNX nodes built from
-    the spec it carries, run on the reference EP. None when that is not a runnable model."""
+    the spec (and constants) its graph in the context binary carries, run on the reference EP.
+    None when that is not a runnable model."""
     import onnx
-    from onnx import helper
+    from onnx import helper, numpy_helper
 
     from ep_core import InferenceSession
 
@@ -96,7 +108,10 @@ def oracle(model_path: Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray] |
             if n.op_type != "EPContext":
                 nodes.append(n)
                 continue
-            spec = specs[n.name]
+            spec, consts = specs[n.name]
+            for cname, arr in consts.items():
+                if cname not in {t.name for t in inits}:
+                    inits.append(numpy_helper.from_array(arr, cname))
             p = f"oracle_{len(nodes)}"
 
             def name(a: list[Any], spec: dict[str, Any] = spec, p: str = p) -> str:

@@ -26,9 +26,8 @@ EP = "NumbaCudaExecutionProvider"
 
 
 def test_the_installed_ep_is_its_own_distribution() -> None:
-    from ep_cuda_numba.factory import factory
-
     import ep_cuda_numba
+    from ep_cuda_numba.factory import factory
 
     ours = distribution("ep-cuda-numba")
     assert ours.version == ep_cuda_numba.__version__ == factory.ep_factory_version()

@@ -121,20 +121,24 @@ def test_valid_options_reach_the_ep() -> None:
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.full((2, 3, 4), 0.25, np.float32), rtol=1e-6)
 
 
-def test_nhwc_is_advertised_only_when_every_rewritten_op_has_an_nhwc_kernel() -> None:
-    from ep_core.sdk.kernels import KernelRegistry
-    from ep_cuda_numba.layout import LAYOUT_SENSITIVE_OPS, NHWC_DOMAIN, preferred_layout
+def test_the_device_id_comes_from_the_selected_device_and_the_users_must_agree() -> None:
+    import logging
 
-    with pytest.warns(RuntimeWarning, match="no com.ms.internal.nhwc kernel"):
-        sess = session(chain_model(), [(EP, {"prefer_nhwc": "1"})])
-    ep = sess.execution_providers[0]
-    assert ep.call("ep_get_preferred_data_layout") == "NCHW"
-    assert "Conv" in ep.ep.layout_reason
-    assert ep.call("ep_should_convert_data_layout_for_op", domain="", op_type="Conv", target_layout="NHWC") is False
-    plain = session(chain_model())
-    assert plain.execution_providers[0].call("ep_get_preferred_data_layout") == "NCHW"
-    full = KernelRegistry("test")
-    for op in LAYOUT_SENSITIVE_OPS:
-        full.register(op, domain=NHWC_DOMAIN)(lambda node, ctx: None)
-    assert preferred_layout(True, full)[0] == "NHWC"
-    assert preferred_layout(False, full)[0] == "NCHW"
+    from ep_core import get_ep_devices
+    from ep_cuda_numba.factory import factory
+
+    (gpu,) = [d for d in get_ep_devices() if d.ep_name == EP][:1]
+    assert gpu.ep_options == {"device_id": str(gpu.device.device_id)}
+    logger = logging.getLogger("tests.cuda_numba")
+    # without a device_id (a direct call) the selected device decides; with the device's own, no refusal
+    for options in ({}, dict(gpu.ep_options), {**gpu.ep_options, "enable_fusion": "0"}):
+        ep = factory.ep_factory_create_ep([gpu], options, None, logger)
+        try:
+            assert ep.options.device_id == gpu.device.device_id and ep.logger is logger
+        finally:
+            factory.ep_factory_release_ep(ep)
+    with pytest.raises(ConfigError, match=r"device_id=9 names no usable CUDA device; available device ids: \[0"):
+        factory.ep_factory_create_ep([gpu], {"device_id": "9"}, None, logger)
+    # the session passes the device's options merged under the user's: they reach the EP
+    sess = session(chain_model(), [(EP, {"enable_fusion": "0"})])
+    assert sess.execution_providers[0].ep.options.device_id == gpu.device.device_id

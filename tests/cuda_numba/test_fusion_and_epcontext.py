@@ -1,6 +1,8 @@
 """Compile: chains of elementwise ops become ONE generated kernel per fused group; fused groups
-become EPContext nodes (a signed fusion spec, never code) that a later session claims back and
-runs; the compatibility string is recorded and judged. Tampering: test_context_tampering.py."""
+become EPContext nodes whose graphs (a signed fusion spec, never code, plus constants) live in one
+context binary that a later session claims back and runs; the compatibility string is recorded
+and judged. The binary's layout and sharing: test_context_binary.py; tampering:
+test_context_tampering.py."""
 
 from __future__ import annotations
 
@@ -118,6 +120,8 @@ def _compile(tmp_path: Path, embed: int) -> tuple[Path, Path]:
 
 @pytest.mark.parametrize("embed", [1, 0])
 def test_fused_groups_become_ep_context_nodes_that_run_again(tmp_path: Path, embed: int) -> None:
+    from ep_cuda_numba import context_binary
+
     src, ctx = _compile(tmp_path, embed)
     model = onnx.load(ctx)
     (node,) = [n for n in model.graph.node]
@@ -125,14 +129,18 @@ def test_fused_groups_become_ep_context_nodes_that_run_again(tmp_path: Path, emb
     assert node.op_type == "EPContext" and node.domain == "com.microsoft"
     assert attrs["source"] == EP.encode() and attrs["embed_mode"] == embed and attrs["main_context"] == 1
     if embed:
-        payload = json.loads(attrs["ep_cache_context"])
+        blob = attrs["ep_cache_context"]
     else:
         rel = attrs["ep_cache_context"].decode()
-        assert not Path(rel).is_absolute()
-        payload = json.loads((ctx.parent / rel).read_text())
-    assert payload["format"] == "ep_cuda_numba.fused/2" and set(payload) == {"format", "graph", "spec", "signature"}
-    assert payload["signature"].startswith("hmac-sha256:") and payload["graph"] == node.name
-    assert [e["op"] for e in payload["spec"]["nodes"]] == ["Add", "Mul", "Sigmoid", "Clip", "Cast"]
+        assert rel == f"chain_{EP}.bin" and not Path(rel).is_absolute()
+        blob = (ctx.parent / rel).read_bytes()
+    meta, tensors = context_binary.read(blob, AssertionError)
+    assert meta["format"] == context_binary.FORMAT and set(meta["graphs"]) == {node.name}
+    record = meta["graphs"][node.name]
+    assert json.loads(attrs["notes"])["signature"].startswith("hmac-sha256:")
+    assert [e["op"] for e in record["spec"]["nodes"]] == ["Add", "Mul", "Sigmoid", "Clip", "Cast"]
+    assert record["constants"] == [] and not tensors  # the Clip bounds are baked into the kernel's params
+    assert (record["ptx"] is None) == SIM
     assert attrs["hardware_architecture"] == (b"sim" if SIM else attrs["hardware_architecture"])
     key = f"ep_compatibility_info.{EP}"
     info = {p.key: p.value for p in model.metadata_props}[key]
@@ -154,6 +162,9 @@ def test_compatibility_verdicts(tmp_path: Path) -> None:
     assert validate_compatibility(devices, here) == "SUPPORTED_OPTIMAL"
     moved = here.replace("target=", "target=sm_1")
     assert validate_compatibility(devices, moved).startswith("SUPPORTED_PREFER_RECOMPILATION")
+    assert ";driver=" in here
+    other_driver = here.replace("driver=", "driver=9")
+    assert "CUDA driver" in validate_compatibility(devices, other_driver)
     assert validate_compatibility(devices, here.replace(f"spec={SPEC_FORMAT}", "spec=99")).startswith("UNSUPPORTED")
     assert validate_compatibility(devices, "something else").startswith("UNSUPPORTED")
     _, ctx = _compile(tmp_path, 1)
@@ -166,12 +177,18 @@ def test_compatibility_verdicts(tmp_path: Path) -> None:
 
 
 def test_a_payload_naming_an_unknown_op_is_refused(tmp_path: Path) -> None:
+    from ep_cuda_numba import context_binary
+
     _, ctx = _compile(tmp_path, 1)
     model = onnx.load(ctx)
-    attr = next(a for a in model.graph.node[0].attribute if a.name == "ep_cache_context")
-    payload = json.loads(attr.s)
-    payload["spec"]["nodes"][0]["op"] = "__import__('os').system"
-    attr.s = json.dumps(payload).encode()
+    node = model.graph.node[0]
+    attr = next(a for a in node.attribute if a.name == "ep_cache_context")
+    meta, _ = context_binary.read(attr.s, AssertionError)
+    meta["graphs"][node.name]["spec"]["nodes"][0]["op"] = "__import__('os').system"
+    attr.s = context_binary.pack(meta["graphs"], {}, {})
+    notes = next(a for a in node.attribute if a.name == "notes")
+    notes.s = json.dumps({k: v for k, v in json.loads(notes.s).items() if k != "binary_sha256"}).encode()
+    next(a for a in node.attribute if a.name == "max_size").i = len(attr.s)
     with pytest.raises(InvalidGraph, match="not an elementwise op this EP fuses"):
         session(model)
 

@@ -36,9 +36,11 @@ def test_every_registered_kernel_has_a_case() -> None:
 def test_kernel_matches_reference(case: Case) -> None:
     if case.oracle is not None:
         # the reference EP would be judged by onnx.reference here, which departs from the spec
-        sess = session(case.model)
+        sess = session(case.model, case.providers)
         got, ref = sess.run(None, case.feeds), case.oracle(case.feeds)
     else:
-        got, ref, sess = run_both(case.model, case.feeds)
+        got, ref, sess = run_both(case.model, case.feeds, case.providers)
     assert all_on_ep(sess) == {}, sess.get_partition_diagnostics()
+    if case.nhwc_node:  # the internal-domain kernel ran, not the NCHW one (design 5.3.1.3)
+        assert sess.graph.node(case.nhwc_node).domain == "com.ms.internal.nhwc", sess.get_partition_diagnostics()
     assert_close(got, ref, max(case.tol, 1e-6), f"{case.id} {case.oracle_reason}")

@@ -1,6 +1,6 @@
 """Device memory, copies, streams and IO binding: copies between the EP and the CPU fallback show
-in the plan and the profiling trace; the arena reuses blocks, is shared across sessions and is
-thread-safe; outputs can stay on the device."""
+in the plan and the profiling trace; the arena reuses chunks, is shared across sessions and is
+thread-safe; outputs can stay on the device (tests/cuda_numba/test_bfc_arena.py covers the arena)."""
 
 from __future__ import annotations
 
@@ -80,7 +80,7 @@ def test_copies_between_devices_show_in_the_plan_and_the_profile(tmp_path) -> No
     assert counters["arena"]["num_allocs"] > 0 and "generated_elementwise" in counters["kernels"]
 
 
-def test_the_arena_reuses_blocks_across_runs_and_is_shared_by_sessions() -> None:
+def test_the_arena_reuses_chunks_across_runs_and_is_shared_by_sessions() -> None:
     sess = session(chain_model())
     arena = sess.execution_providers[0].allocator
     assert arena is session(chain_model()).execution_providers[0].allocator
@@ -91,36 +91,37 @@ def test_the_arena_reuses_blocks_across_runs_and_is_shared_by_sessions() -> None
         sess.run(None, {"x": _x(i)})
     gc.collect()
     after = arena.stats()
-    assert after["num_device_allocs"] == before["num_device_allocs"], "steady-state runs must not allocate new blocks"
-    assert after["num_reuses"] > before["num_reuses"]
+    assert after["num_arena_extensions"] == before["num_arena_extensions"], "steady-state runs must not extend"
+    assert after["num_allocs"] > before["num_allocs"]
     assert after["bytes_in_use"] == before["bytes_in_use"], "every intermediate went back to the arena"
-    assert after["peak_bytes_in_use"] >= after["bytes_in_use"] and after["bytes_reserved"] >= after["bytes_in_use"]
+    assert after["max_bytes_in_use"] >= after["bytes_in_use"]
+    assert after["total_allocated_bytes"] >= after["bytes_in_use"]
 
 
-def test_arena_buckets_shrink_and_limit() -> None:
+def test_arena_rounds_reuses_limits_and_frees_raw_buffers() -> None:
     from ep_core.sdk.errors import Fail
     from ep_cuda_numba.allocator import DeviceArena
+    from ep_cuda_numba.arena_config import ArenaConfig
 
-    arena = DeviceArena(0, "kNextPowerOfTwo", limit=4096)
-    a = arena.empty((100,), np.float32)  # 400 B -> 512 B bucket
-    assert arena.stats()["bytes_in_use"] == 512
+    arena = DeviceArena(0, ArenaConfig(max_mem=4096))
+    a = arena.empty((100,), np.float32)  # 400 B -> 512 B chunk of the first (4096 B) region
+    assert arena.stats()["bytes_in_use"] == 512 and arena.stats()["total_allocated_bytes"] == 4096
     del a
     gc.collect()
-    b = arena.empty((120,), np.float32)  # same bucket: reused
-    assert arena.stats()["num_reuses"] == 1 and arena.stats()["num_device_allocs"] == 1
+    b = arena.empty((120,), np.float32)  # the same chunk again, no new region
+    assert arena.chunk_layout()[0][0] == (0, 512, True) and arena.stats()["num_arena_extensions"] == 1
     with pytest.raises(Fail, match="gpu_mem_limit"):
         arena.empty((2048,), np.float32)
     del b
     gc.collect()
-    assert arena.shrink() == 512 and arena.stats()["bytes_reserved"] == 0
     raw = arena.alloc(1000)
-    assert arena.stats()["bytes_in_use"] == 1024
+    assert arena.stats()["bytes_in_use"] == 1024 and raw.shape == (1000,)
     arena.free(raw)
     with pytest.raises(Fail, match="not allocated by this arena"):
         arena.free(raw)
-    exact = DeviceArena(0, "kSameAsRequested")
+    exact = DeviceArena(0, ArenaConfig(extend_strategy="kSameAsRequested"))
     exact.empty((100,), np.float32)
-    assert exact.stats()["bytes_reserved"] == 512  # 400 rounded to the 256-byte alignment
+    assert exact.stats()["total_allocated_bytes"] == 512  # 400 rounded to 256 bytes, nothing more
 
 
 def test_arena_is_thread_safe() -> None:
@@ -141,7 +142,8 @@ def test_arena_is_thread_safe() -> None:
         t.join()
     gc.collect()
     stats = arena.stats()
-    assert stats["bytes_in_use"] == 0 and stats["num_allocs"] == 800 and stats["num_frees"] == 800
+    assert stats["bytes_in_use"] == 0 and stats["num_allocs"] == 800
+    assert arena.chunk_layout() == [[(0, stats["total_allocated_bytes"], False)]], "all merged back"
 
 
 def test_io_binding_keeps_outputs_on_the_device() -> None:

@@ -34,7 +34,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         # every registered (op, opset, type) case: ~1,000 dry runs in ~4 s; ~200 distinct launches in all
         for case in build_cases(registry().kernel_defs()):
             if isinstance(case, Case):
-                session(case.model).run(None, case.feeds)
+                session(case.model, case.providers).run(None, case.feeds)
     assert shapes == EXPECTED
     return path
 
@@ -46,6 +46,15 @@ def test_real_models_flow_end_to_end_in_a_dry_run(recorded: Path) -> None:
     launches = json.loads(recorded.read_text())
     kinds = {e.get("name") or e["kind"] for e in launches}
     assert {"codegen", "matmul", "conv_direct", "im2col", "reduce_rows", "resize_kernel"} <= kinds
+
+
+@skip_unless_cudasim("on a GPU every launch compiles for real")
+def test_the_dry_run_records_float16_variants(recorded: Path) -> None:
+    import json
+
+    launches = json.loads(recorded.read_text())
+    half = {e.get("name") or e["kind"] for e in launches if ["array", "<f2", 1] in e["args"]}
+    assert {"codegen", "matmul", "reduce_rows", "softmax_rows", "layernorm_rows", "strided_gather"} <= half
 
 
 def _without_simulator(args: list[str]) -> subprocess.CompletedProcess:

@@ -13,11 +13,11 @@ from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.kernels.shape_ops import gather_strided, strided_scatter
-from ep_cuda_numba.launch import Runtime, c_strides, flat, prod
-from ep_cuda_numba.registry import ALL_T, INDEX_T, register_versions, support_check
+from ep_cuda_numba.launch import Runtime, c_strides, flat, prod, scalar_arg
+from ep_cuda_numba.registry import ANY_T, INDEX_T, register_versions, support_check
 
 
-@register_versions("Transpose", 1, {"T": ALL_T})
+@register_versions("Transpose", 1, {"T": ANY_T})
 def build_transpose(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     perm_attr = node.attr("perm")
@@ -34,7 +34,7 @@ def build_transpose(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Concat", 4, {"T": ALL_T})
+@register_versions("Concat", 4, {"T": ANY_T})
 def build_concat(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis"))
@@ -84,7 +84,7 @@ def slice_plan(
     return tuple(out_shape), tuple(strides), base
 
 
-@register_versions("Slice", 10, {"T": ALL_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3, 4))
+@register_versions("Slice", 10, {"T": ANY_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3, 4))
 def build_slice(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
 
@@ -107,7 +107,7 @@ def gather_kernel(out, data, idx, axis_len, inner, n_idx):
         out[i] = data[(o * axis_len + v) * inner + k]
 
 
-@register_versions("Gather", 1, {"T": ALL_T, "Tind": INDEX_T})
+@register_versions("Gather", 1, {"T": ANY_T, "Tind": INDEX_T})
 def build_gather(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis", 0))
@@ -180,7 +180,7 @@ def _pad_ok(node: Any) -> str | None:
     return None if mode in _PAD_MODES else f"Pad mode {mode!r} is not supported (supported: {list(_PAD_MODES)})"
 
 
-@register_versions("Pad", 11, {"T": ALL_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3))
+@register_versions("Pad", 11, {"T": ANY_T, "Tind": INDEX_T}, host_inputs=(1, 2, 3))
 def build_pad(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     mode = _PAD_MODES[node.attr("mode", "constant")]
@@ -199,7 +199,7 @@ def build_pad(node: NodeView, ctx: KernelContext) -> Any:
         out = rt.empty(oshape, x.dtype)
         v = np.dtype(x.dtype).type(0 if cval is None or np.size(cval) == 0 else np.asarray(cval).reshape(-1)[0])
         if prod(oshape):
-            rt.launch1d(pad_kernel, prod(oshape), flat(out), flat(x), oshape, shape, tuple(begin), mode, v)
+            rt.launch1d(pad_kernel, prod(oshape), flat(out), flat(x), oshape, shape, tuple(begin), mode, scalar_arg(v))
         return (out,)
 
     return compute

@@ -1,6 +1,8 @@
 """Elementwise unary, binary, variadic and ternary ops with full ONNX broadcasting, over every
-type registered here. Each node compiles (once per dtype and addressing pattern) a kernel
-generated from its expression by ``ep_cuda_numba.codegen``."""
+type registered here (float16 and bfloat16 included: they compute in float32 and round once at
+the store).
+Each node compiles (once per input dtypes and addressing pattern) a kernel generated from its
+expression by ``ep_cuda_numba.codegen``."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from numba import cuda  # noqa: F401  (the simulator wants numba.cuda imported a
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.codegen import (
+    BF16,
     BINARY_NUMERIC,
     COMPARE,
     LOGIC,
@@ -20,12 +23,14 @@ from ep_cuda_numba.codegen import (
     UNARY_NUMERIC,
     VARIADIC_NUMERIC,
     Program,
-    op_expression,
     run_program,
     single_op_program,
 )
 from ep_cuda_numba.launch import Runtime
-from ep_cuda_numba.registry import ALL_T, BOOL_T, FLOAT_T, NUM_T, register_versions
+from ep_cuda_numba.registry import ANY_T, BF16_T, BOOL_T, FLOAT16_T, NUM16_T, register_versions
+
+FLOAT_ANY_T = FLOAT16_T + BF16_T
+NUM_ANY_T = NUM16_T + BF16_T
 
 
 def _onnx_to_np(elem_type: int) -> np.dtype:
@@ -42,7 +47,7 @@ class ElementwiseNode:
         self.op = node.op_type
         self.rt = Runtime.of(ctx)
         self.n_data = n_data
-        self._programs: dict[tuple[np.dtype, int], tuple[Program, np.dtype]] = {}
+        self._programs: dict[tuple[tuple[np.dtype, ...], int], tuple[Program, np.dtype]] = {}
 
     def out_dtype(self, in_dtype: np.dtype) -> np.dtype:
         if self.op in COMPARE or self.op in LOGIC:
@@ -51,22 +56,21 @@ class ElementwiseNode:
             return _onnx_to_np(int(self.node.attr("to")))
         return in_dtype
 
-    def program(self, dtype: np.dtype, n: int, n_params: int) -> tuple[Program, np.dtype]:
-        key = (dtype, n)
+    def program(self, dtypes: tuple[np.dtype, ...], n_params: int) -> tuple[Program, np.dtype]:
+        key = (dtypes, n_params)
         hit = self._programs.get(key)
         if hit is None:
+            # Where's condition is bool: the values decide the compute dtype
+            dtype = dtypes[1] if self.op == "Where" else dtypes[0]
             out = self.out_dtype(dtype)
-            expr = op_expression(self.op, n, dtype, self.node, out)
-            compute = out if self.op == "Cast" else dtype
-            hit = (single_op_program(expr, n, n_params, compute), out)
+            hit = (single_op_program(self.op, dtypes, n_params, dtype, out, self.node), out)
             self._programs[key] = hit
         return hit
 
     def __call__(self, inputs: Sequence[Any], params: Sequence[Any] = ()) -> tuple[Any, ...]:
-        # Where's condition is bool: the values decide the compute dtype
-        ref = inputs[1] if self.op == "Where" else inputs[0]
-        dtype = np.dtype(ref.dtype)
-        program, out = self.program(dtype, len(inputs), len(params))
+        dtypes = tuple(np.dtype(x.dtype) for x in inputs)
+        dtype = dtypes[1] if self.op == "Where" else dtypes[0]
+        program, out = self.program(dtypes, len(params))
         if self.op == "Where":
             out = dtype
         return tuple(run_program(self.rt, program, inputs, params, [out]))
@@ -86,7 +90,7 @@ def build_plain(node: NodeView, ctx: KernelContext) -> Any:
 
 
 def _clip_bounds(dtype: np.dtype, lo: Any, hi: Any) -> tuple[Any, Any]:
-    if dtype.kind == "f":
+    if dtype.kind == "f" or dtype == BF16:
         info_lo, info_hi = -np.inf, np.inf
     else:
         ii = np.iinfo(dtype)
@@ -118,22 +122,21 @@ def build_clip_attrs(node: NodeView, ctx: KernelContext) -> Any:
 
 for _op in UNARY_FLOAT:
     _since = {"Gelu": 20, "HardSwish": 14, "Erf": 9, "Softplus": 1, "Sin": 7, "Cos": 7}.get(_op, 6)
-    register_versions(_op, _since, {"T": FLOAT_T})(build_plain)
+    register_versions(_op, _since, {"T": FLOAT_ANY_T})(build_plain)
 for _op in UNARY_NUMERIC:
-    register_versions(_op, 6 if _op != "Identity" else 1, {"T": NUM_T if _op != "Identity" else ALL_T, "V": ALL_T})(
-        build_plain
-    )
+    _types = {"T": NUM_ANY_T if _op != "Identity" else ANY_T, "V": ANY_T}
+    register_versions(_op, 6 if _op != "Identity" else 1, _types)(build_plain)
 for _op in BINARY_NUMERIC:
-    register_versions(_op, 7, {"T": NUM_T})(build_plain)
+    register_versions(_op, 7, {"T": NUM_ANY_T})(build_plain)
 for _op in VARIADIC_NUMERIC:
-    register_versions(_op, 8, {"T": FLOAT_T if _op in ("Sum", "Mean") else NUM_T})(build_plain)
+    register_versions(_op, 8, {"T": FLOAT_ANY_T if _op in ("Sum", "Mean") else NUM_ANY_T})(build_plain)
 for _op in COMPARE:
-    register_versions(_op, 7, {"T": NUM_T + (BOOL_T if _op == "Equal" else ()), "T1": BOOL_T})(build_plain)
+    register_versions(_op, 7, {"T": NUM_ANY_T + (BOOL_T if _op == "Equal" else ()), "T1": BOOL_T})(build_plain)
 for _op in LOGIC:
     register_versions(_op, 7 if _op != "Not" else 1, {"T": BOOL_T, "T1": BOOL_T})(build_plain)
-register_versions("Pow", 7, {"T": FLOAT_T, "T1": FLOAT_T})(build_plain)
-register_versions("PRelu", 9, {"T": FLOAT_T})(build_plain)
-register_versions("Where", 9, {"B": BOOL_T, "T": ALL_T})(build_plain)
-register_versions("Cast", 6, {"T1": ALL_T, "T2": ALL_T})(build_plain)
-register_versions("Clip", 11, {"T": NUM_T}, host_inputs=(1, 2))(build_clip_inputs)
-register_versions("Clip", 6, {"T": FLOAT_T}, until=10)(build_clip_attrs)
+register_versions("Pow", 7, {"T": FLOAT_ANY_T, "T1": FLOAT_ANY_T})(build_plain)
+register_versions("PRelu", 9, {"T": FLOAT_ANY_T})(build_plain)
+register_versions("Where", 9, {"B": BOOL_T, "T": ANY_T})(build_plain)
+register_versions("Cast", 6, {"T1": ANY_T, "T2": ANY_T})(build_plain)
+register_versions("Clip", 11, {"T": NUM_ANY_T}, host_inputs=(1, 2))(build_clip_inputs)
+register_versions("Clip", 6, {"T": FLOAT_ANY_T}, until=10)(build_clip_attrs)

@@ -1,6 +1,8 @@
-"""``com.microsoft::EPContext`` nodes written by this EP: the kernel checks the node's recorded spec
-(data only) and its binding to the node, regenerates the fused elementwise kernel from it with
-this package's generator, and runs it. Nothing from the file is executed."""
+"""``com.microsoft::EPContext`` nodes written by this EP: the kernel finds the node's graph in the
+context binary (``epcontext.load_group``: validated spec, constants checked against their hashes,
+binding and signature checked), regenerates the fused elementwise kernel from the spec with this
+package's generator (or binds the stored PTX where ``context_ptx.decide`` allows), uploads the
+group's constants once and runs it. Nothing from the file is executed as Python."""
 
 from __future__ import annotations
 
@@ -17,17 +19,10 @@ if TYPE_CHECKING:
 
 @REGISTRY.register("EPContext", since=1, domain="com.microsoft")
 def build_ep_context(node: "NodeView", ctx: "KernelContext") -> Any:
-    from ep_cuda_numba.epcontext import load_context_node
-    from ep_cuda_numba.fusion import compile_spec
+    from ep_cuda_numba.context_group import kernel_compute
+    from ep_cuda_numba.epcontext import load_group
     from ep_cuda_numba.launch import Runtime
 
-    spec = load_context_node(node, ctx)
-    group = compile_spec(spec, node.name, ctx.ep)
+    group = load_group(node, ctx)
     ctx.ep.loaded_context_groups.append(group)
-    rt = Runtime.of(ctx)
-    run = group.compute_info().compute
-
-    def compute(*inputs: Any) -> Any:
-        return run(rt, *inputs)
-
-    return compute
+    return kernel_compute(group, Runtime.of(ctx))

@@ -1,7 +1,8 @@
 """MatMul and Gemm: one shared-memory tiled kernel with register blocking, addressing A and B
 through (row, col) strides, so transposes are free, with batch broadcasting by per-dimension
 batch strides and an ``alpha*AB + beta*C`` epilogue (Gemm's C broadcast through its own strides).
-Conv's GEMM reuses it."""
+float16 operands are tiled as float16 and accumulated in float32 (``accumulator``), rounded once
+at the store. Conv's GEMM reuses it."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.launch import MAX_BLOCKS, SIM, Runtime, c_strides, flat
-from ep_cuda_numba.registry import FLOAT_T, register_versions
+from ep_cuda_numba.registry import FLOAT16_T, register_versions
 
 # block tile BM x BN over a K-slab of BK; each thread accumulates a TM x TN register tile
 # (threads TX x TY). 64x64x8 with 4x4 per thread on a GPU; 8x8x4 with 2x2 (16 threads) in the
@@ -27,9 +28,15 @@ _kernels: dict[np.dtype, Any] = {}
 _lock = threading.Lock()
 
 
+def accumulator(dtype: np.dtype) -> np.dtype:
+    """float16 tiles are multiplied and summed in float32 and rounded once, at the store."""
+    return np.dtype(np.float32) if dtype == np.float16 else dtype
+
+
 def _make_kernel(dtype: np.dtype) -> Any:
-    nbt = from_dtype(dtype)
-    zero = dtype.type(0)
+    nbt = from_dtype(dtype)  # shared-memory tiles hold the operands' own type
+    acc_t = from_dtype(accumulator(dtype))
+    zero = accumulator(dtype).type(0)  # numba-cuda emits invalid NVVM IR for a float16 constant
 
     @cuda.jit
     def matmul_tiled(
@@ -57,9 +64,9 @@ def _make_kernel(dtype: np.dtype) -> Any:
     ):
         sa = cuda.shared.array((BK, BM), nbt)
         sb = cuda.shared.array((BK, BN), nbt)
-        acc = cuda.local.array((TM, TN), nbt)
-        af = cuda.local.array(TM, nbt)
-        bf = cuda.local.array(TN, nbt)
+        acc = cuda.local.array((TM, TN), acc_t)
+        af = cuda.local.array(TM, acc_t)
+        bf = cuda.local.array(TN, acc_t)
         tx = cuda.threadIdx.x
         ty = cuda.threadIdx.y
         tid = ty * TX + tx
@@ -115,7 +122,7 @@ def _make_kernel(dtype: np.dtype) -> Any:
                         if gc < N:
                             v = alpha * acc[i, j]
                             if has_bias:
-                                v += beta * bias[gr * bias_rs + gc * bias_cs]
+                                v += beta * acc_t(bias[gr * bias_rs + gc * bias_cs])
                             c[co + gr * N + gc] = v
 
     return matmul_tiled
@@ -153,6 +160,7 @@ def gemm(
         return
     dt = np.dtype(out.dtype)
     kern = kernel_for(dt)
+    scalar = accumulator(dt).type
     tiles = n_batch * ((M + BM - 1) // BM) * ((N + BN - 1) // BN)
     blocks = 1 if SIM else max(1, min(tiles, MAX_BLOCKS))
     rt.launch(
@@ -174,11 +182,11 @@ def gemm(
         b_bst,
         c_bst,
         n_batch,
-        dt.type(alpha),
+        scalar(alpha),
         flat(bias) if bias is not None else flat(out),
         bias_strides[0],
         bias_strides[1],
-        dt.type(beta),
+        scalar(beta),
         bias is not None,
     )
 
@@ -210,7 +218,7 @@ def matmul(rt: Runtime, a: Any, b: Any) -> Any:
     return out.reshape(final) if final != out_shape else out
 
 
-@register_versions("MatMul", 1, {"T": FLOAT_T})
+@register_versions("MatMul", 1, {"T": FLOAT16_T})
 def build_matmul(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
 
@@ -220,7 +228,7 @@ def build_matmul(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Gemm", 7, {"T": FLOAT_T})
+@register_versions("Gemm", 7, {"T": FLOAT16_T})
 def build_gemm(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     ta, tb = int(node.attr("transA", 0)), int(node.attr("transB", 0))

@@ -3,8 +3,8 @@ LogSoftmax, LayerNormalization, GlobalAveragePool, GlobalMaxPool.
 
 Every op is first viewed as ``(outer, R, inner)`` over a C-contiguous array, reducing R; reduced
 axes that are not adjacent are made adjacent by one strided-gather transpose. Accumulation is in
-float64 (exact for float32 inputs and int sums below 2**53). No warp shuffles, so the same code
-runs under the simulator."""
+float64 (exact for float32 inputs and int sums below 2**53; float16 inputs too, rounded once at the
+store). No warp shuffles, so the same code runs under the simulator."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cuda_numba.kernels.shape_ops import gather_strided
 from ep_cuda_numba.launch import SIM, Runtime, c_strides, flat, prod
-from ep_cuda_numba.registry import FLOAT_T, NUM_T, register_versions
+from ep_cuda_numba.registry import FLOAT16_T, NUM16_T, register_versions
 
 THREADS = 32 if SIM else 256  # power of two: the tree reduction halves it
 
@@ -241,7 +241,7 @@ for _op in _REDUCE:
     register_versions(
         _op,
         1,
-        {"T": NUM_T if _op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean") else FLOAT_T},
+        {"T": NUM16_T if _op in ("ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceMean") else FLOAT16_T},
         host_inputs=(1,),
     )(build_reduce)
 
@@ -270,11 +270,11 @@ def _softmax_builder(log: bool) -> Any:
     return build
 
 
-register_versions("Softmax", 1, {"T": FLOAT_T})(_softmax_builder(False))
-register_versions("LogSoftmax", 1, {"T": FLOAT_T})(_softmax_builder(True))
+register_versions("Softmax", 1, {"T": FLOAT16_T})(_softmax_builder(False))
+register_versions("LogSoftmax", 1, {"T": FLOAT16_T})(_softmax_builder(True))
 
 
-@register_versions("LayerNormalization", 17, {"T": FLOAT_T, "U": FLOAT_T})
+@register_versions("LayerNormalization", 17, {"T": FLOAT16_T, "U": FLOAT16_T})
 def build_layernorm(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     axis_attr = int(node.attr("axis", -1))
@@ -342,5 +342,5 @@ def _global_pool(codes: tuple[int, int, int]) -> Any:
     return build
 
 
-register_versions("GlobalAveragePool", 1, {"T": FLOAT_T})(_global_pool((PRE_ID, COMB_SUM, POST_MEAN)))
-register_versions("GlobalMaxPool", 1, {"T": FLOAT_T})(_global_pool((PRE_ID, COMB_MAX, POST_ID)))
+register_versions("GlobalAveragePool", 1, {"T": FLOAT16_T})(_global_pool((PRE_ID, COMB_SUM, POST_MEAN)))
+register_versions("GlobalMaxPool", 1, {"T": FLOAT16_T})(_global_pool((PRE_ID, COMB_MAX, POST_ID)))

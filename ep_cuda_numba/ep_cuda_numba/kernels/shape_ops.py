@@ -13,8 +13,8 @@ from numba import cuda
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cuda_numba.launch import Runtime, c_strides, flat, prod
-from ep_cuda_numba.registry import ALL_T, register_versions
+from ep_cuda_numba.launch import Runtime, c_strides, flat, prod, scalar_arg
+from ep_cuda_numba.registry import ANY_T, register_versions
 
 
 def _norm_axes(axes: Sequence[int], rank: int, what: str) -> list[int]:
@@ -40,7 +40,7 @@ def _reshape_target(shape: tuple[int, ...], spec: np.ndarray, allowzero: bool) -
     return tuple(out)
 
 
-@register_versions("Reshape", 5, {"T": ALL_T}, host_inputs=(1,))
+@register_versions("Reshape", 5, {"T": ANY_T}, host_inputs=(1,))
 def build_reshape(node: NodeView, ctx: KernelContext) -> Any:
     allowzero = bool(node.attr("allowzero", 0))
 
@@ -50,7 +50,7 @@ def build_reshape(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Flatten", 1, {"T": ALL_T})
+@register_versions("Flatten", 1, {"T": ANY_T})
 def build_flatten(node: NodeView, ctx: KernelContext) -> Any:
     axis = int(node.attr("axis", 1))
 
@@ -61,7 +61,7 @@ def build_flatten(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Squeeze", 1, {"T": ALL_T}, host_inputs=(1,))
+@register_versions("Squeeze", 1, {"T": ANY_T}, host_inputs=(1,))
 def build_squeeze(node: NodeView, ctx: KernelContext) -> Any:
     attr_axes = node.attr("axes")
 
@@ -78,7 +78,7 @@ def build_squeeze(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Unsqueeze", 1, {"T": ALL_T}, host_inputs=(1,))
+@register_versions("Unsqueeze", 1, {"T": ANY_T}, host_inputs=(1,))
 def build_unsqueeze(node: NodeView, ctx: KernelContext) -> Any:
     attr_axes = node.attr("axes")
 
@@ -92,7 +92,7 @@ def build_unsqueeze(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Shape", 1, {"T": ALL_T, "T1": ("tensor(int64)",)}, host_outputs=(0,))
+@register_versions("Shape", 1, {"T": ANY_T, "T1": ("tensor(int64)",)}, host_outputs=(0,))
 def build_shape(node: NodeView, ctx: KernelContext) -> Any:
     start = node.attr("start", 0)
     end = node.attr("end", None)
@@ -104,7 +104,7 @@ def build_shape(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Size", 1, {"T": ALL_T, "T1": ("tensor(int64)",)}, host_outputs=(0,))
+@register_versions("Size", 1, {"T": ANY_T, "T1": ("tensor(int64)",)}, host_outputs=(0,))
 def build_size(node: NodeView, ctx: KernelContext) -> Any:
     def compute(x: Any) -> tuple[np.ndarray]:
         return (np.array(prod(x.shape), dtype=np.int64),)
@@ -112,7 +112,7 @@ def build_size(node: NodeView, ctx: KernelContext) -> Any:
     return compute
 
 
-@register_versions("Constant", 1, {"T": ALL_T})
+@register_versions("Constant", 1, {"T": ANY_T})
 def build_constant(node: NodeView, ctx: KernelContext) -> Any:
     value = node.graph.constant_value(node.outputs[0])
     if value is None:
@@ -131,7 +131,7 @@ def fill_kernel(out, value):
         out[i] = value
 
 
-@register_versions("ConstantOfShape", 9, {"T1": ("tensor(int64)",), "T2": ALL_T}, host_inputs=(0,))
+@register_versions("ConstantOfShape", 9, {"T1": ("tensor(int64)",), "T2": ANY_T}, host_inputs=(0,))
 def build_constant_of_shape(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
     v = node.attr("value")
@@ -139,7 +139,7 @@ def build_constant_of_shape(node: NodeView, ctx: KernelContext) -> Any:
 
     def compute(shape: Any) -> tuple[Any]:
         out = rt.empty(tuple(int(s) for s in np.asarray(shape).reshape(-1)), value.dtype)
-        rt.launch1d(fill_kernel, prod(out.shape), flat(out), value.dtype.type(value[0]))
+        rt.launch1d(fill_kernel, prod(out.shape), flat(out), scalar_arg(value.dtype.type(value[0])))
         return (out,)
 
     return compute
@@ -179,7 +179,7 @@ def gather_strided(rt: Runtime, x: Any, out_shape: tuple[int, ...], xstrides: tu
     return out
 
 
-@register_versions("Expand", 8, {"T": ALL_T}, host_inputs=(1,))
+@register_versions("Expand", 8, {"T": ANY_T}, host_inputs=(1,))
 def build_expand(node: NodeView, ctx: KernelContext) -> Any:
     rt = Runtime.of(ctx)
 
