@@ -32,7 +32,7 @@ def gpu_or_exit() -> Any:
     try:
         from numba import cuda
     except Exception as exc:
-        print(f"bench_cuda_numba: numba-cuda is not importable ({exc}); pip install 'ep-core[cuda]'. Skipping.")
+        print(f"bench_cuda_numba: numba-cuda is not importable ({exc}); pip install ./ep_cuda_numba. Skipping.")
         sys.exit(0)
     try:
         if not cuda.is_available():

@@ -130,7 +130,7 @@ def ep_factory_get_hardware_device_incompatibility_details(
     factory: "ExecutionProviderFactory", device: "HardwareDevice"
 ) -> "Sequence[str] | None":
     """Why this EP cannot use ``device``, as sentences a person can act on ("numba-cuda is not
-    installed: pip install 'ep-core[cuda]'"). Optional, default None (no known reason)."""
+    installed: pip install ep-cuda-numba"). Optional, default None (no known reason)."""
 
 
 @_since(1)

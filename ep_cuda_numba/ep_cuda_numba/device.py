@@ -17,7 +17,7 @@ from ep_core.sdk.memory import DeviceType, MemoryInfo, MemType
 from ep_cuda_numba import EP_NAME, NVIDIA_VENDOR_ID
 
 MIN_COMPUTE_CAPABILITY = (5, 0)
-INSTALL_HINT = "pip install 'ep-core[cuda]'"
+INSTALL_HINT = "pip install ep-cuda-numba (from this repository: pip install ./ep_cuda_numba)"
 SIM_ENV = "NUMBA_ENABLE_CUDASIM"
 
 

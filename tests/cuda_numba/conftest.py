@@ -14,7 +14,7 @@ import pytest
 EP = "NumbaCudaExecutionProvider"
 REF = "CpuReferenceExecutionProvider"
 
-numba = pytest.importorskip("numba", reason="numba-cuda is not installed: pip install 'ep-core[cuda]'")
+numba = pytest.importorskip("numba", reason="numba-cuda is not installed: pip install ./ep_cuda_numba")
 
 
 def _device_problem() -> str | None:

@@ -84,7 +84,10 @@ RUN = textwrap.dedent("""
 @pytest.mark.slow
 @pytest.mark.xdist_group("epcontext")
 def test_the_wheel_ships_only_the_ep_and_upgrades_without_touching_ep_core(tmp_path: Path) -> None:
-    wheel = _build_wheel(DIST_ROOT, tmp_path / "w1")
+    import ep_cuda_numba
+
+    # built from copies: a wheel build leaves build/ and egg-info in its source folder
+    wheel = _build_wheel(_copy_with_version(tmp_path / "src1", ep_cuda_numba.__version__), tmp_path / "w1")
     names = zipfile.ZipFile(wheel).namelist()
     assert all(n.startswith(("ep_cuda_numba/", "ep_cuda_numba-")) for n in names), names
     assert "ep_cuda_numba/factory.py" in names

@@ -72,7 +72,7 @@ def test_incompatibility_reasons_say_what_to_do(monkeypatch: pytest.MonkeyPatch)
     try:
         monkeypatch.setattr(device, "_numba_cuda_installed", lambda: False)
         device.probe.cache_clear()
-        assert any("pip install 'ep-core[cuda]'" in r for r in device.incompatibility(cpu))
+        assert any("pip install ep-cuda-numba" in r for r in device.incompatibility(cpu))
         monkeypatch.undo()
         monkeypatch.setattr(numba.config, "ENABLE_CUDASIM", False)
         monkeypatch.setattr(cuda, "is_available", lambda: False, raising=False)

@@ -31,7 +31,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Path:
         for name, make in MODELS.items():
             out = session(_model_path(name)).run(None, make(np.random.default_rng(0)))
             shapes[name] = [o.shape for o in out]
-        # every registered (op, opset, type) case: ~1,000 dry runs in ~4 s; ~200 distinct launches in all
+        # every registered (op, opset, type) case: ~1,500 dry runs; a few hundred distinct launches in all
         for case in build_cases(registry().kernel_defs()):
             if isinstance(case, Case):
                 session(case.model, case.providers).run(None, case.feeds)
@@ -63,16 +63,16 @@ def _without_simulator(args: list[str]) -> subprocess.CompletedProcess:
     text = proc.stdout + proc.stderr
     nvvm_missing = proc.returncode == 2 and "NVVM unavailable" in text
     if (nvvm_missing or proc.returncode != 0 and "DynamicLibNotFoundError" in text) and not _nvvm_wheels():
-        # with the wheels installed (`ep-core[cuda]`, so `make test`) a missing NVVM is a failure
+        # with the wheels installed (ep-cuda-numba's dependencies, so `make test`) a missing NVVM is a failure
         pytest.skip(
-            "libNVVM/NVRTC are not installed (pip install 'ep-core[cuda]', which pins nvidia-nvvm and "
+            "libNVVM/NVRTC are not installed (pip install ./ep_cuda_numba, which pins nvidia-nvvm and "
             "nvidia-cuda-nvrtc; numba-cuda finds them in site-packages); the PTX check needs them, not a GPU"
         )
     return proc
 
 
 def _nvvm_wheels() -> bool:
-    """Whether the pip wheels carrying libNVVM and NVRTC (the `cuda` extra) are installed."""
+    """Whether the pip wheels carrying libNVVM and NVRTC (ep-cuda-numba's dependencies) are installed."""
     from importlib.metadata import PackageNotFoundError, version
 
     try:
