@@ -96,7 +96,7 @@ def resolve_device(device_type: str, device_id: int = 0, vendor_id: int = -1) ->
     wanted = f"{device_type}:{device_id}" + ("" if vendor is None else f" (vendor id 0x{vendor:04x})")
     raise OrtRuntimeError(
         f"no installed execution provider offers device {wanted}; the devices here are {have} "
-        "(install the EP for that device, e.g. pip install ./ep_cuda_numba for cuda)"
+        "(install the EP for that device: an EP package; `ep-core providers` lists the installed ones)"
     )
 
 

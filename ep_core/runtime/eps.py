@@ -15,6 +15,7 @@ from ep_core.runtime.discover import hook_error
 from ep_core.sdk.errors import EpCoreError, EpFail
 from ep_core.sdk.hookspecs import HOOK_API_VERSIONS
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
+from ep_core.sdk.protocols import SyncStream
 
 if TYPE_CHECKING:
     from ep_core.runtime.discover import PluginRegistry
@@ -33,10 +34,12 @@ class EpInstance:
         self.devices = selected.devices
         self.memory_info: MemoryInfo = self.devices[0].memory_info if self.devices else HOST_MEMORY
         log = log or SessionLog(options.logid, options.log_severity_level, options.log_verbosity_level)
+        first = self.devices[0].ep_options if self.devices else {}  # the devices' options they agree on
+        agreed = {k: v for k, v in first.items() if all(d.ep_options.get(k) == v for d in self.devices)}
         ep = self.handle.call(
             "ep_factory_create_ep",
             devices=list(self.devices),
-            ep_options={**{k: v for d in self.devices for k, v in d.ep_options.items()}, **selected.options},
+            ep_options={**agreed, **selected.options},
             session_options=options,
             logger=log.ep_logger(self.name),
         )
@@ -57,6 +60,8 @@ class EpInstance:
                 self.stream = self.handle.call(
                     "ep_factory_create_sync_stream_for_device", memory_info=self.memory_info, stream_options={}
                 )
+                if self.stream is not None and not isinstance(self.stream, SyncStream):
+                    raise EpFail(f"{self.name}: its sync stream lacks synchronize() or create_notification()")
         hooks = ("ep_on_run_start", "ep_on_run_end", "ep_sync")
         self.has_run_start, self.has_run_end, self.has_sync = (registry.implements(ep, h) for h in hooks)
         self._sources = {self.name, *self._context_sources()}

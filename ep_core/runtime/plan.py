@@ -188,7 +188,8 @@ def build_plan(
                 outs.append(SINK_SLOT)
                 continue
             outs.append(slot(name))
-            loc[name], made_on[outs[-1]] = HOST_MEMORY if (mem.is_host or j in u.host_outputs) else mem, ep.stream
+            host = mem.is_host or j in u.host_outputs  # complete on return (KernelDef): no stream made it
+            loc[name], made_on[outs[-1]] = (HOST_MEMORY, None) if host else (mem, ep.stream)
         steps.append((_waiting(u.compute, ins, ep.stream, made_on), tuple(ins), tuple(outs), expect(graph, u.outputs)))
         infos.append(StepInfo("fused" if u.fused_nodes else "node", u.name, u.op_type, ep.name, "", u.outputs))
 

@@ -192,7 +192,8 @@ def ep_factory_create_sync_stream_for_device(
     factory: "ExecutionProviderFactory", memory_info: "MemoryInfo", stream_options: Mapping[str, str]
 ) -> "SyncStream | None":
     """A sync stream for one session on one memory device, implementing ``synchronize()`` and
-    ``create_notification()`` (whose result has ``activate()`` and ``wait_on_device(stream)``).
+    ``create_notification()`` (whose result has ``activate()``, ``wait_on_device(stream)`` and
+    ``wait_on_host()``: the core makes a consumer on another stream, or the host, wait on one).
     Called only for stream-aware factories. Optional, default None."""
 
 

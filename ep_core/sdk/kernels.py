@@ -101,7 +101,8 @@ class KernelDef:
     ``type_constraints`` maps a schema type-constraint name (``T``, ``T1`` ...) to the type strings
     the kernel accepts; constraints not named accept whatever the schema allows.
     ``host_inputs``/``host_outputs`` list positions that live in host memory whatever the EP's
-    device is (shape tensors, axes), so the planner copies only what must move.
+    device is (shape tensors, axes), so the planner copies only what must move; a host output
+    is complete when ``compute`` returns (no stream waits for it).
     ``delegated`` marks kernels that forward to ``onnx.reference`` so reports can show it."""
 
     op_type: str

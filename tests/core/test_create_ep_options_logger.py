@@ -98,6 +98,17 @@ def test_devices_added_to_the_session_bring_their_options(factory: RecordingFact
     assert factory.got[0]["ep_options"] == {"device_id": "1", "mode": "slow"}
 
 
+def test_several_devices_bring_only_the_options_they_agree_on(factory: RecordingFactory) -> None:
+    """Two devices whose device_id differ: neither id is passed (no last-device-wins), the shared
+    mode is; the EP sees both devices and decides."""
+    opts = ep_core.SessionOptions()
+    opts.add_provider_for_devices([d for d in ep_core.get_ep_devices() if d.ep_name == NAME], {})
+    ep_core.InferenceSession(_model(), opts)
+    got = factory.got[0]
+    assert got["ep_options"] == {"mode": "fast"}
+    assert [d.device.device_id for d in got["devices"]] == [0, 1]
+
+
 def test_the_ep_logs_through_the_sessions_logger(factory: RecordingFactory, caplog: pytest.LogCaptureFixture) -> None:
     opts = ep_core.SessionOptions()
     opts.logid, opts.log_severity_level = "recorder_session", 1  # info

@@ -184,3 +184,34 @@ def test_one_stream_needs_no_notification(log: list[str]) -> None:
     log.clear()
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], X * W * W * W)
     assert log == ["StreamA:Mul"] * 3
+
+
+def test_a_host_output_of_a_device_node_needs_no_wait(log: list[str]) -> None:
+    """Shape on A writes a host output (KernelDef.host_outputs), complete when compute returns: the
+    CPU node reading it waits on nothing (a host wait there would also break graph capture)."""
+    factory = StreamedFactory(A, "Mul", np.multiply, log)
+
+    @factory.registry.register("Shape", since=1, host_outputs=(0,))
+    def build_shape(node: Any, ctx: Any) -> Any:
+        def compute(x: DeviceBuffer) -> tuple[np.ndarray]:
+            log.append("StreamA:Shape")
+            return (np.array(x.payload.shape, np.int64),)
+
+        return compute
+
+    ep_core.unregister_execution_provider_library(A)
+    ep_core.register_execution_provider_library(A, factory)
+    nodes = [
+        helper.make_node("Mul", ["x", "w"], ["m"], name="mul"),
+        helper.make_node("Shape", ["m"], ["s"], name="shape"),
+        helper.make_node("Cast", ["s"], ["out"], name="cast", to=TensorProto.FLOAT),
+    ]
+    w = helper.make_tensor("w", TensorProto.FLOAT, [3], [2.0, -1.0, 0.5])
+    model = make_model(nodes, [("x", TensorProto.FLOAT, [3])], [("out", TensorProto.FLOAT, [1])], [w])
+    opts = ep_core.SessionOptions()
+    opts.graph_optimization_level = ep_core.GraphOptimizationLevel.ORT_DISABLE_ALL  # keep Shape unfolded
+    sess = ep_core.InferenceSession(model.SerializeToString(), opts, providers=[A])
+    assert [sess.get_node_assignment()[n]["ep"] for n in ("shape", "cast")] == [A, "CpuReferenceExecutionProvider"]
+    log.clear()
+    np.testing.assert_allclose(sess.run(None, {"x": X})[0], [3.0])
+    assert log == ["StreamA:Mul", "StreamA:Shape"]
