@@ -31,6 +31,7 @@ from ep_core.sdk.epcontext.output import (
     check_name,
 )
 from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, SINCE_VERSION, register_ep_context_schema
+from ep_core.sdk.epcontext.sharing import sharing_enabled
 from ep_core.sdk.errors import EpFail, Fail, InvalidArgument
 from ep_core.sdk.graph import topo_order
 
@@ -163,7 +164,9 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
     try:
         ctx_nodes: dict[str, Any] = {}
         contributing: list[Any] = []
-        for ep_i in sorted({e for e, _, _ in compiled}):
+        # in a sharing group every EP is asked: a last session with nothing of its own still writes the binary
+        shared = set(range(len(built.eps))) if sharing_enabled(options) else set()
+        for ep_i in sorted({e for e, _, _ in compiled} | shared):
             ep = built.eps[ep_i]
             output.writer = ep.name
             nodes = ep.call("ep_get_ep_context_nodes", output=output)

@@ -107,6 +107,7 @@ class DeviceArena:
 
     def _configure(self, config: ArenaConfig) -> None:
         self.config = config
+        self._next_rid = 0  # region ids only grow (shrinking must not reissue one); 0: the first region
         self._curr = self._initial_region_bytes()
         self._stats = dict.fromkeys(
             (
@@ -345,7 +346,8 @@ class DeviceArena:
                         f"allocate a region for {rounded} bytes: the device is out of memory ({exc})"
                     ) from exc
                 nbytes = smaller
-        region = Region(raw, base, nbytes, s["num_arena_extensions"])
+        region = Region(raw, base, nbytes, self._next_rid)
+        self._next_rid += 1
         region.first = Chunk(region, 0, nbytes, None)
         bisect.insort(self._regions, region, key=lambda r: r.base)
         s["num_arena_extensions"] += 1
@@ -473,6 +475,7 @@ class DeviceArena:
                 self._configure(config)
             elif not self._regions:
                 self._curr = self._initial_region_bytes()
+                self._next_rid = 0  # starts over as a new arena: its next region is the first
             return released
 
     def reset_stream(self, stream: Any) -> None:

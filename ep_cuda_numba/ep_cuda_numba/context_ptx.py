@@ -104,8 +104,7 @@ def decide(entry: dict[str, Any] | None, current: dict[str, Any] | None, trusted
 def install(group: "CompiledGroup", ptx: bytes, entry: dict[str, Any]) -> None:
     """Bind stored PTX as the full-shape overload of the group's kernel dispatcher (real GPU only),
     linked now so a failure is an error at load, not at the first run."""
-    import numpy as np
-    from numba import from_dtype, types
+    from numba import types
     from numba.core import typing
     from numba.cuda.codegen import CUDACodeLibrary
     from numba.cuda.dispatcher import _Kernel
@@ -114,9 +113,7 @@ def install(group: "CompiledGroup", ptx: bytes, entry: dict[str, Any]) -> None:
 
     n_in = group.program.n_inputs
     dispatcher, _ = compile_program(group.program, ("full",) * n_in, len(group.out_dtypes))
-    argtypes: list[Any] = [types.Array(from_dtype(dt), 1, "C") for dt in group.out_dtypes]
-    argtypes += [types.Array(from_dtype(group._input_dtype(i)), 1, "C") for i in range(n_in)]
-    argtypes += [from_dtype(np.dtype(type(p))) for p in group.params]
+    argtypes = group.kernel_argtypes()  # the types compile_ptx compiled it for
     cc = (int(entry["cc"][0]), int(entry["cc"][1]), str(entry["cc"][2]))
     # the states numba-cuda's own kernel cache stores (``_reduce_states``), rebuilt from PTX alone
     lib_state: dict[str, Any] = {
@@ -147,4 +144,4 @@ def install(group: "CompiledGroup", ptx: bytes, entry: dict[str, Any]) -> None:
     }
     kernel = _Kernel._rebuild(**kernel_state)
     kernel.bind()  # links the PTX for this device now
-    dispatcher.add_overload(kernel, tuple(argtypes))
+    dispatcher.add_overload(kernel, argtypes)

@@ -203,6 +203,7 @@ class NumbaCudaEp:
 
     # ---------------------------------------------------------------------- run, sync
     def ep_on_run_start(self, run_options: Any) -> None:
+        self._shrink_targets(run_options)  # a malformed value is refused before the run, not after it
         if self.graphs.enabled:
             self.graphs.on_run_start(run_options)
 
@@ -215,13 +216,20 @@ class NumbaCudaEp:
                 self.arena.reset_stream(s)  # its free chunks are safe for every stream now
         self._shrink_if_asked(run_options)
 
-    def _shrink_if_asked(self, run_options: Any) -> None:
-        """onnxruntime's run config entry ``memory.enable_memory_arena_shrinkage`` naming this EP's
-        device (``gpu:<device_id>``): give the arena's entirely free regions back after the run."""
+    @staticmethod
+    def _shrink_targets(run_options: Any) -> set[tuple[str, int]]:
+        """The devices onnxruntime's run config entry ``memory.enable_memory_arena_shrinkage`` names
+        (``InvalidArgument`` naming the entry and its value when malformed). Well-formed entries for
+        devices this EP does not serve (``cpu:0``, another ``gpu:N``) are left to the EPs that do."""
         from ep_cuda_numba.arena_config import SHRINK_KEY, shrink_targets
 
         value = (getattr(run_options, "config_entries", None) or {}).get(SHRINK_KEY)
-        if value and ("gpu", self.options.device_id) in shrink_targets(value):
+        return shrink_targets(value) if value else set()
+
+    def _shrink_if_asked(self, run_options: Any) -> None:
+        """The shrink entry naming this EP's device (``gpu:<device_id>``): give the arena's entirely
+        free regions back after the run (the value was checked at run start)."""
+        if ("gpu", self.options.device_id) in self._shrink_targets(run_options):
             self.arena.shrink()
 
     def ep_sync(self) -> None:

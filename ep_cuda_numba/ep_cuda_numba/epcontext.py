@@ -153,22 +153,34 @@ def _share(gen: _Generated, output: "ContextOutput", options: Any) -> str:
         for key, arr in gen.weights.items():
             ws.add_weight(key, arr)
         ws.extra.setdefault("ptx", {}).update(gen.ptx)
-        if is_last_sharing_session(options):
-            output.write_absolute(ws.binary_path, context_binary.pack(ws.graphs, ws.weights, ws.extra["ptx"]))
-            ws.clear_generation()
+        _write_if_last(output, options)
     return rel
+
+
+def _write_if_last(output: "ContextOutput", options: Any) -> None:
+    """The last session of a sharing group writes the binary of every graph the group gathered,
+    also when its own model gave this EP nothing to compile."""
+    ws = workspace(EP_NAME)
+    with ws.lock:
+        if not is_last_sharing_session(options):
+            return
+        if ws.binary_path is not None and ws.graphs:
+            output.write_absolute(ws.binary_path, context_binary.pack(ws.graphs, ws.weights, ws.extra.get("ptx", {})))
+        ws.clear_generation()
 
 
 def make_context_nodes(ep: Any, output: "ContextOutput") -> list[Any]:
     """The EPContext nodes of every group this session compiled (first main_context=1)."""
     groups = list(ep.compiled)
+    shared = sharing_enabled(ep.session_options)
     if not groups:
+        if shared:
+            _write_if_last(output, ep.session_options)
         return []
     gen = _generate(groups, ep.options.device_id)
     embed = int(output.embed_mode)
     if embed not in (0, 1):
         raise ConfigError(f"ep.context_embed_mode={embed}: use 0 (a context binary beside the model) or 1 (embedded)")
-    shared = sharing_enabled(ep.session_options)
     blob: bytes | None = None
     if shared:
         if embed == 1:
@@ -389,8 +401,13 @@ class LoadedBinary:
             assert entry is not None
             try:
                 context_ptx.install(group, ptx, entry)
-            except Exception as exc:
-                raise fail(f"its stored PTX does not load on this device ({type(exc).__name__}: {exc})") from exc
+            except Exception as exc:  # not a security check (the hash was checked above): rebuild, and say why
+                use, why = False, f"its stored PTX does not load on this device ({type(exc).__name__}: {exc})"
+                warnings.warn(
+                    f"{where}: graph {gname!r}: {why}; its kernel is rebuilt from the validated spec",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         self.decisions[gname] = ("stored PTX: " if use else "rebuilt from the spec: ") + why
         return group
 

@@ -167,6 +167,10 @@ class NumbaCudaFactory:
             last = allocator.users <= 0
         if last:
             allocator.release_unused()  # no session uses the device: give its free regions back
+            with self._lock:  # and the pinned arena's: no session option or user ever reaches it
+                pinned = None if allocator.host_side else self._pinned.get(allocator.device_id)
+            if pinned is not None and pinned.users <= 0:
+                pinned.release_unused()
 
     def ep_factory_create_data_transfer(self) -> Any:
         with self._lock:

@@ -297,20 +297,29 @@ class CompiledGroup:
     # spec input index -> initializer baked into the group (uploaded once; stored in the context binary)
     constants: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
 
-    def compile_ptx(self, cc: tuple[int, ...]) -> str:
-        """PTX of the kernel with every input at the group's full shape, for compute capability ``cc``
-        (a build check, ``test_ptx_dry_run``; contexts never carry native code)."""
-        from numba import cuda, from_dtype, types
+    def kernel_argtypes(self) -> tuple[Any, ...]:
+        """The numba types of the full-shape kernel's arguments (outputs, inputs, params): one
+        definition for compiling PTX and for binding stored PTX, so both agree on every dtype
+        (bfloat16 travels as its uint16 bits; numba has no bfloat16 array type)."""
+        from numba import from_dtype, types
 
-        kernel, _ = compile_program(self.program, ("full",) * self.program.n_inputs, len(self.out_dtypes))
-
-        def array(dt: np.dtype) -> types.Type:  # bfloat16 travels as its uint16 bits
+        def array(dt: np.dtype) -> types.Type:
             return types.Array(from_dtype(np.dtype(np.uint16) if dt == BF16 else dt), 1, "C")
 
         sig: list[types.Type] = [array(dt) for dt in self.out_dtypes]
         sig += [array(self._input_dtype(i)) for i in range(self.program.n_inputs)]
         sig += [from_dtype(np.dtype(type(p))) for p in self.params]
-        ptx, _ = cuda.compile_ptx(kernel.py_func, tuple(sig), cc=(int(cc[0]), int(cc[1])))
+        return tuple(sig)
+
+    def compile_ptx(self, cc: tuple[int, ...]) -> str:
+        """PTX of the kernel with every input at the group's full shape, for compute capability ``cc``
+        (what a context generated on a real device stores, ``context_ptx``; also a build check,
+        ``test_ptx_dry_run``). A context's PTX is only loaded under a trusted signature on a
+        matching device; otherwise the kernel is regenerated from the spec."""
+        from numba import cuda
+
+        kernel, _ = compile_program(self.program, ("full",) * self.program.n_inputs, len(self.out_dtypes))
+        ptx, _ = cuda.compile_ptx(kernel.py_func, self.kernel_argtypes(), cc=(int(cc[0]), int(cc[1])))
         return ptx
 
     def _input_dtype(self, i: int) -> np.dtype:

@@ -119,7 +119,6 @@ class CudaGraphs:
         self.regular_runs: dict[int, int] = {}
         self.graphs: dict[int, CapturedGraph] = {}
         self.capturing: CapturedGraph | None = None
-        self._saved_tap: Any = None
         self._cleanup: ExitStack | None = None
 
     @property
@@ -156,7 +155,6 @@ class CudaGraphs:
             self._cleanup.enter_context(cuda.defer_cleanup())  # no cuMemFree while capturing
         backend.begin()
         self.capturing, self.ep.capturing = graph, graph.owned
-        self._saved_tap = self.ep.tap
         # simulated: launches are recorded, not run; GPU: the driver records them (no timing events)
         self.ep.tap = backend.record if self.ep.simulated else None
 
@@ -177,7 +175,10 @@ class CudaGraphs:
         self.replay(graph.gid)  # the captured work has not run yet
 
     def _finish(self) -> None:
-        self.ep.tap, self.ep.capturing, self.capturing = self._saved_tap, None, None
+        # the tap of the timeline recording now: profiling may have stopped (or started) meanwhile
+        timeline = self.ep.timeline
+        self.ep.tap = timeline.launch if timeline is not None else None
+        self.ep.capturing, self.capturing = None, None
         if self._cleanup is not None:
             self._cleanup.close()
             self._cleanup = None

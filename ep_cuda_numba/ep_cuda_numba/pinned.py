@@ -4,7 +4,11 @@ over regions from ``cuda.pinned_array`` (plain host arrays under the simulator, 
 Its arrays are NumPy arrays the host reads and writes directly, and the device copies to and from
 them by DMA without a staging buffer, so a copy queued on a stream really is asynchronous. A chunk
 that an asynchronous copy uses is marked with the copy's stream (``mark_used_on``); the host then
-waits for that stream before the chunk is handed out again, since the host writes it at once."""
+waits for that stream before the chunk is handed out again, since the host writes it at once.
+
+No session option reaches it (the core creates allocators for device memory only): it runs with
+the arena defaults, without a limit, and gives its free regions back when the last session using
+the device arena of its device leaves (``NumbaCudaFactory.ep_factory_release_allocator``)."""
 
 from __future__ import annotations
 
@@ -21,7 +25,9 @@ class PinnedArena(DeviceArena):
     """Page-locked host memory for one device's copies (``empty`` gives NumPy arrays)."""
 
     memory_name = "CudaPinned"
-    limit_option = "arena.max_mem of the CudaPinned allocator options"
+    # no session option reaches this arena (the core creates allocators for device memory only): it
+    # runs with the default settings, without a limit, so its limit error cannot name a setting
+    limit_option = "nothing (the pinned arena runs with the default settings and has no limit)"
     host_side = True
 
     def _new_memory(self, nbytes: int) -> tuple[Any, int]:

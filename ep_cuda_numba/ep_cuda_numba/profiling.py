@@ -73,7 +73,8 @@ class GpuTimeline:
 
     def start(self, epoch_ns: int) -> None:
         self.epoch_ns = epoch_ns
-        self.ep.tap = self.launch
+        if self.ep.capturing is None:  # a capture keeps its recording tap; its end installs this one
+            self.ep.tap = self.launch
         self.ep.timeline = self
         with _LOCK:
             _ACTIVE.append(self)

@@ -148,6 +148,29 @@ def test_shrink_frees_only_whole_free_regions_and_restarts_growth() -> None:
     assert same.shrink() == KB and same.stats()["total_allocated_bytes"] == 0  # its first region too
 
 
+def test_region_ids_never_repeat_so_shrink_keeps_only_the_first_region() -> None:
+    """Shrinking lowers num_arena_extensions; a region id taken from it would be reissued to a live
+    region. Ids only grow: exactly one region is the first, and shrink keeps only it."""
+    arena = _arena(initial_chunk_size_bytes=4 * KB, initial_growth_chunk_size_bytes=8 * KB)
+    first = arena.empty(_f32(4 * KB), np.float32)  # region 0 (4 KiB)
+    second = arena.empty(_f32(8 * KB), np.float32)  # region 1 (8 KiB)
+    third = arena.empty(_f32(16 * KB), np.float32)  # region 2 (16 KiB)
+    del second
+    gc.collect()
+    assert arena.shrink() == 8 * KB  # region 1; regions 0 and 2 are in use
+    fourth = arena.empty(_f32(8 * KB), np.float32)  # a new region beside the live region 2
+    rids = sorted(r.rid for r in arena._regions)
+    assert len(set(rids)) == len(rids) == 3 and rids[0] == 0, rids
+    del first, third, fourth
+    gc.collect()
+    arena.shrink()
+    assert [r.rid for r in arena._regions] == [0] and arena.stats()["total_allocated_bytes"] == 4 * KB
+    assert arena.release_unused() == 4 * KB  # no session uses it: the first region goes too
+    x = arena.empty(_f32(1 * KB), np.float32)  # and the arena starts over: a new first region
+    assert [r.rid for r in arena._regions] == [0]
+    del x
+
+
 def test_stream_aware_reuse_waits_for_the_other_stream() -> None:
     from ep_cuda_numba.device import device_memory_info
     from ep_cuda_numba.factory import factory
@@ -314,8 +337,15 @@ def test_session_arena_options_reach_the_allocator_and_shrink_runs_only_when_ask
     ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "tpu:0")
     from ep_core.sdk.errors import InvalidArgument
 
+    transfer = sess.execution_providers[0].data_transfer
+    before = dict(transfer.copies)
     with pytest.raises(InvalidArgument, match="Unsupported device specified in the memory arena shrink list: tpu"):
         sess.run(None, {"x": _x()}, ro)
+    assert transfer.copies == before, "refused at run start: the run did not execute"
+    ro.add_run_config_entry("memory.enable_memory_arena_shrinkage", "gpu:x")
+    with pytest.raises(InvalidArgument, match=r"memory.enable_memory_arena_shrinkage='gpu:x'"):
+        sess.run(None, {"x": _x()}, ro)
+    assert transfer.copies == before
     sess.close()
 
 
@@ -358,6 +388,30 @@ def test_pinned_arena_gives_host_arrays_and_waits_for_streams_before_reuse() -> 
     y = pinned.empty((256,), np.float32)  # the host writes at once: it waits for s1 first
     assert pinned.stats()["num_stream_waits"] == 1
     del y
+
+
+def test_the_pinned_arena_gives_its_free_regions_back_when_the_device_arena_is_released() -> None:
+    """No session option reaches the pinned arena (defaults, no limit, and its error says so); its
+    free regions go back when the last session using the device arena leaves."""
+    from ep_cuda_numba.device import device_memory_info
+    from ep_cuda_numba.factory import NumbaCudaFactory
+
+    f = NumbaCudaFactory()  # its own arenas: nothing shared with other tests
+    device = f.ep_factory_create_allocator(device_memory_info(0), {})
+    pinned = f.pinned(0)
+    assert pinned.config.max_mem == 0 and "no limit" in pinned.limit_option
+    kept = pinned.empty((64,), np.float32)
+    x = pinned.empty((4 * KB * KB,), np.float32)  # 16 MiB: a second region
+    del x
+    gc.collect()
+    assert pinned.stats()["num_regions"] == 2
+    f.ep_factory_release_allocator(device)
+    assert pinned.stats()["num_regions"] == 1 and pinned.holds(kept)  # the region in use stays
+    del kept
+    gc.collect()
+    again = f.ep_factory_create_allocator(device_memory_info(0), {})
+    f.ep_factory_release_allocator(again)
+    assert pinned.stats()["total_allocated_bytes"] == 0
 
 
 def test_pinned_allocator_from_the_factory_and_io_binding_to_pinned_memory() -> None:

@@ -504,3 +504,131 @@ def test_generation_stores_ptx_for_the_device_and_none_under_the_simulator() -> 
     assert proc.returncode == 0 and "PTX ENTRY OK" in proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     if SIM:
         assert context_ptx.generate(None, 0) == (None, b"", context_ptx.NO_PTX_SIM)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------- stored PTX: argument types, load failures
+def _identity_group(dtype: str) -> Any:
+    from types import SimpleNamespace
+
+    from ep_cuda_numba.fusion import compile_spec
+    from ep_cuda_numba.spec_check import validate_spec
+
+    node = {"name": "id", "op": "Identity", "attrs": {}, "args": [["x", 0]], "params": [], "param_base": 0}
+    spec = {
+        "format": 2,
+        "inputs": ["x"],
+        "input_dtypes": [dtype],
+        "outputs": ["y"],
+        "nodes": [{**node, "dtype": dtype, "out_dtype": dtype}],
+        "output_nodes": [0],
+    }
+    validate_spec(spec, "test")
+    ep = SimpleNamespace(name=EP, options=SimpleNamespace(max_threads_per_block=256), simulated=True)
+    return compile_spec(spec, f"id_{dtype}", ep)
+
+
+def test_compiling_and_binding_ptx_use_the_same_argument_types_for_every_spec_dtype(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``compile_ptx`` (generation) and ``install`` (load) must type the kernel alike, bfloat16 (as its
+    uint16 bits) included; the numba-cuda internals ``install`` needs are stubbed (no GPU here)."""
+    import sys
+    from types import SimpleNamespace
+
+    from numba import cuda, from_dtype, types
+
+    from ep_cuda_numba import codegen
+    from ep_cuda_numba.spec_check import DTYPES
+
+    compiled: list[tuple[Any, ...]] = []
+    monkeypatch.setattr(cuda, "compile_ptx", lambda fn, sig, cc: (compiled.append(tuple(sig)), ("ptx", None))[1])
+    bound: list[tuple[Any, ...]] = []
+    dispatcher = SimpleNamespace(
+        py_func=None,
+        targetctx=SimpleNamespace(codegen=lambda: None),
+        add_overload=lambda k, sig: bound.append(tuple(sig)),
+    )
+    monkeypatch.setattr(codegen, "compile_program", lambda *a: (dispatcher, ""))
+    lib = SimpleNamespace(CUDACodeLibrary=SimpleNamespace(_rebuild=lambda **kw: None))
+    kern = SimpleNamespace(_Kernel=SimpleNamespace(_rebuild=lambda **kw: SimpleNamespace(bind=lambda: None)))
+    monkeypatch.setitem(sys.modules, "numba.cuda.codegen", lib)
+    monkeypatch.setitem(sys.modules, "numba.cuda.dispatcher", kern)
+    entry = {"entry": "_Z1k", "cc": [8, 0, ""]}
+    for dtype in sorted(DTYPES):
+        group = _identity_group(dtype)
+        group.compile_ptx((8, 0))
+        context_ptx.install(group, b"ptx", entry)
+        assert compiled[-1] == bound[-1], (dtype, compiled[-1], bound[-1])
+        want = np.dtype("uint16") if dtype == "bfloat16" else np.dtype(dtype)
+        assert compiled[-1] == (types.Array(from_dtype(want), 1, "C"),) * 2, (dtype, compiled[-1])
+    assert len(compiled) == len(bound) == len(DTYPES)
+
+
+@pytest.mark.skipif(not SIM, reason="a real GPU would try the fake PTX itself")
+def test_stored_ptx_that_does_not_load_is_rebuilt_from_the_spec_with_a_warning(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    src = save(weighted_model(np.arange(3.0)), tmp_path / "m.onnx")
+    ctx = generate(src, 0)
+    _with_ptx(ctx, tmp_path / f"m_{BIN}", b"// PTX\n.visible .entry _Z12fused_kernel()\n{\n}\n")
+    monkeypatch.setattr(context_ptx, "decide", lambda entry, here, trusted: (entry is not None, "test: matches"))
+
+    def install(group: Any, ptx: bytes, entry: Any) -> None:
+        raise RuntimeError("CUDA_ERROR_INVALID_PTX")
+
+    monkeypatch.setattr(context_ptx, "install", install)
+    with pytest.warns(RuntimeWarning, match="CUDA_ERROR_INVALID_PTX.*rebuilt from the validated spec"):
+        sess = InferenceSession(str(ctx), providers=[EP])
+    assert_close(sess.run(None, feeds()), reference(weighted_model(np.arange(3.0)), feeds()), 1e-6)
+    (loaded,) = epcontext._LOADED[sess.execution_providers[0].ep].values()
+    why = loaded.decisions[ctx_nodes(ctx)[0].name]
+    assert why.startswith("rebuilt from the spec: its stored PTX does not load") and "INVALID_PTX" in why, why
+
+
+# -------------------------------------------------------- sharing: a last session with nothing to compile
+def test_the_last_sharing_session_writes_the_binary_even_when_it_compiled_nothing(tmp_path: Path) -> None:
+    """The hook of a last session whose model gave this EP no fused group still writes the group's
+    binary (the earlier sessions' graphs would otherwise never be written)."""
+    from types import SimpleNamespace
+
+    from ep_core.runtime.context_write import open_output
+
+    m1, m2 = two_models(tmp_path / "src")
+    out = tmp_path / "out"
+    c1 = generate(m1, 0, ep__share_ep_contexts=1, ep__context_file_path=out / "m1_ctx.onnx")
+    assert not (out / f"m1_{BIN}").exists()
+    so = options(
+        ep__context_enable=1,
+        ep__share_ep_contexts=1,
+        ep__stop_share_ep_contexts=1,
+        ep__context_file_path=out / "m3_ctx.onnx",
+    )
+    output = open_output(so, m2, None)  # a model that gave this EP nothing
+    ep = SimpleNamespace(compiled=[], session_options=so, options=SimpleNamespace(device_id=0))
+    assert epcontext.make_context_nodes(ep, output) == []
+    output._commit()
+    meta, _ = context_binary.read((out / f"m1_{BIN}").read_bytes(), AssertionError)
+    assert set(meta["graphs"]) == {n.name for n in ctx_nodes(c1)}
+    loaded = InferenceSession(str(c1), options(ep__share_ep_contexts=1), providers=[EP])
+    assert_close(loaded.run(None, feeds(2)), reference(weighted_model(np.arange(3.0), "Tanh"), feeds(2)), 1e-6)
+
+
+def test_ctx_gen_with_a_last_model_this_ep_cannot_run_still_writes_the_binary(tmp_path: Path) -> None:
+    """End to end: the core asks every EP of a sharing session for its context nodes, so the last
+    session (a model whose only node, Sign, this EP has no kernel for) writes the shared binary."""
+    from onnx import TensorProto, helper
+
+    from ep_core.tools.cli import main
+
+    m1, _ = two_models(tmp_path / "src")
+    x = helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])
+    y = helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 3])
+    graph = helper.make_graph([helper.make_node("Sign", ["x"], ["y"])], "g", [x], [y])
+    m3 = save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "src" / "m3.onnx")
+    out = tmp_path / "out"
+    assert main(["ctx-gen", "-e", EP, "--output-dir", str(out), f"{m1},{m3}"]) == 0
+    assert sorted(p.name for p in out.iterdir()) == sorted(["m1_ctx.onnx", "m3_ctx.onnx", f"m1_{BIN}"])
+    got = InferenceSession(str(out / "m1_ctx.onnx"), options(ep__share_ep_contexts=1), providers=[EP]).run(
+        None, feeds(4)
+    )
+    assert_close(got, reference(onnx.load(str(m1)), feeds(4)), 1e-6)

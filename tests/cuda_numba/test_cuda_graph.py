@@ -112,6 +112,38 @@ def test_one_run_warms_up_and_captures_later_runs_replay(counters) -> None:
     assert any(a is out.data for a in graphs.graphs[0].owned)
 
 
+def test_profiling_stopped_or_started_during_a_capture_leaves_the_right_launch_tap() -> None:
+    """A capture ends by installing the tap of the timeline recording *then*: not a timeline
+    stopped during the capture (later launches would be timed into it), and a timeline started
+    during the capture takes over only at its end (the capture keeps recording)."""
+    from ep_cuda_numba.graph_capture import MIN_RUNS_BEFORE_CAPTURE
+    from ep_cuda_numba.profiling import GpuTimeline
+
+    sess = session(_model(), GRAPH)
+    ep = sess.execution_providers[0].ep
+    graphs = ep.graphs
+    sess.run(None, {"x": _x(2)}, _run_options("-1"))  # the session's one stream exists
+    for gid in (5, 6):
+        graphs.regular_runs[gid] = MIN_RUNS_BEFORE_CAPTURE
+    timeline = GpuTimeline(ep)
+    timeline.start(0)
+    graphs.on_run_start(_run_options("5"))
+    assert graphs.capturing is not None and ep.tap != timeline.launch
+    timeline.stop()
+    graphs.on_run_end(_run_options("5"))
+    assert ep.tap is None and ep.timeline is None, "no launch is timed into the stopped timeline"
+    graphs.on_run_start(_run_options("6"))
+    recording = ep.tap
+    later = GpuTimeline(ep)
+    later.start(0)
+    assert ep.tap == recording, "the capture keeps recording"
+    graphs.on_run_end(_run_options("6"))
+    assert ep.tap == later.launch
+    later.stop()
+    assert ep.tap is None
+    sess.close()
+
+
 def test_updating_the_bound_input_in_place_changes_the_replayed_output() -> None:
     sess = session(_model(), GRAPH)
     x = _x(2)
