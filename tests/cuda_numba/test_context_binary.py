@@ -461,14 +461,6 @@ def test_stored_ptx_is_hash_checked_and_under_the_simulator_the_kernel_is_rebuil
 
 
 PTX_WITHOUT_GPU = """
-import sys
-from ep_cuda_numba.ptxcheck import NvvmUnavailable, _probe_nvvm
-try:
-    _probe_nvvm((8, 0))
-except NvvmUnavailable as exc:
-    print("NVVM unavailable", exc)
-    sys.exit(2)
-sys.path.insert(0, {tests!r})
 from types import SimpleNamespace
 import numpy as np, onnx
 from cuda_numba.test_context_binary import weighted_model
@@ -486,7 +478,7 @@ fused = FusedNode("group", ins, outs, tuple(n.name for n in nodes))
 ep = SimpleNamespace(name="NumbaCudaExecutionProvider", options=SimpleNamespace(max_threads_per_block=256), simulated=False)
 group = compile_group(g.subset([n.index for n in nodes]), fused, ep)
 assert sorted(group.constants) == [1], group.constants
-info = {{"cc": [8, 0, ""], "driver": "12.4", "numba_cuda": context_ptx.numba_cuda_version(), "ep_version": "0.2.0"}}
+info = {"cc": [8, 0, ""], "driver": "12.4", "numba_cuda": context_ptx.numba_cuda_version(), "ep_version": "0.2.0"}
 entry, ptx, note = context_ptx.compile_entry(group, info)
 assert entry is not None and entry["sha256"] == context_binary.sha256(ptx), note
 assert (".entry " + entry["entry"]).encode() in ptx and entry["cc"] == [8, 0, ""], entry
@@ -498,9 +490,9 @@ print("PTX ENTRY OK", entry["entry"][:40])
 def test_generation_stores_ptx_for_the_device_and_none_under_the_simulator() -> None:
     """The real-GPU generation path compiles the group's kernel to PTX through NVVM (no GPU needed:
     a process without the simulator); under the simulator nothing is stored and the note says so."""
-    from .test_ptx_dry_run import _without_simulator
+    from .test_ptx_dry_run import run_nvvm_script
 
-    proc = _without_simulator(["-c", PTX_WITHOUT_GPU.format(tests=str(Path(__file__).parents[1]))])
+    proc = run_nvvm_script(PTX_WITHOUT_GPU)
     assert proc.returncode == 0 and "PTX ENTRY OK" in proc.stdout, (proc.stdout + proc.stderr)[-3000:]
     if SIM:
         assert context_ptx.generate(None, 0) == (None, b"", context_ptx.NO_PTX_SIM)  # type: ignore[arg-type]

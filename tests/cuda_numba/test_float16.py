@@ -6,8 +6,6 @@ and bfloat16 cases against the reference EP come from the registry (cases.py).""
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
@@ -183,14 +181,6 @@ def test_bfloat16_rounding_bits_match_ml_dtypes() -> None:
 
 
 FUSED_F16_PTX = """
-import sys
-from ep_cuda_numba.ptxcheck import NvvmUnavailable, _probe_nvvm
-try:
-    _probe_nvvm((8, 0))
-except NvvmUnavailable as exc:
-    print("NVVM unavailable", exc)
-    sys.exit(2)
-sys.path.insert(0, {tests!r})
 from types import SimpleNamespace
 import numba.cuda.dispatcher as dispatcher
 import onnx
@@ -226,7 +216,7 @@ print("PTX OK", len(ptx), len(bptx))
 
 @skip_unless_cudasim("on a GPU the fused float16 kernel is compiled for real")
 def test_fused_float16_and_bfloat16_groups_compile_to_ptx() -> None:
-    from .test_ptx_dry_run import _without_simulator
+    from .test_ptx_dry_run import run_nvvm_script
 
-    proc = _without_simulator(["-c", FUSED_F16_PTX.format(tests=str(Path(__file__).parents[1]))])
+    proc = run_nvvm_script(FUSED_F16_PTX)
     assert proc.returncode == 0 and "PTX OK" in proc.stdout, (proc.stdout + proc.stderr)[-3000:]

@@ -48,6 +48,25 @@ def test_real_models_flow_end_to_end_in_a_dry_run(recorded: Path) -> None:
     assert {"codegen", "matmul", "conv_direct", "im2col", "reduce_rows", "resize_kernel"} <= kinds
 
 
+NVVM_PREAMBLE = """
+import sys
+from ep_cuda_numba.ptxcheck import NvvmUnavailable, _probe_nvvm
+try:
+    _probe_nvvm((8, 0))
+except NvvmUnavailable as exc:
+    print("NVVM unavailable", exc)
+    sys.exit(2)
+sys.path.insert(0, %r)
+"""
+
+
+def run_nvvm_script(body: str) -> subprocess.CompletedProcess:
+    """``body`` in a process without the simulator, after a check that NVVM loads (exit 2 if not),
+    with tests/ importable: what PTX compiles need, no GPU."""
+    script = NVVM_PREAMBLE % str(Path(__file__).parents[1]) + body
+    return _without_simulator(["-c", script])
+
+
 @skip_unless_cudasim("on a GPU every launch compiles for real")
 def test_the_dry_run_records_float16_variants(recorded: Path) -> None:
     import json
@@ -88,14 +107,6 @@ def test_every_recorded_launch_compiles_to_ptx(recorded: Path) -> None:
 
 
 FUSED_PTX = """
-import sys
-from ep_cuda_numba.ptxcheck import NvvmUnavailable, _probe_nvvm
-try:
-    _probe_nvvm((8, 0))
-except NvvmUnavailable as exc:
-    print("NVVM unavailable", exc)
-    sys.exit(2)
-sys.path.insert(0, {tests!r})
 from types import SimpleNamespace
 import onnx
 from cuda_numba.test_fusion_and_epcontext import chain_model
@@ -116,5 +127,5 @@ print("PTX OK", len(ptx))
 
 @skip_unless_cudasim("on a GPU the EPContext test checks the PTX for real")
 def test_a_fused_group_compiles_to_the_ptx_its_context_records() -> None:
-    proc = _without_simulator(["-c", FUSED_PTX.format(tests=str(Path(__file__).parents[1]))])
+    proc = run_nvvm_script(FUSED_PTX)
     assert proc.returncode == 0 and "PTX OK" in proc.stdout, (proc.stdout + proc.stderr)[-3000:]
