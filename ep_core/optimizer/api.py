@@ -10,8 +10,10 @@ passes. Never a wrong model, never a silent one."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
+
+from ep_core.sdk.graph import nested_graphs
 
 SupportsOp = Callable[[str, str], bool]  # (op_type, domain) -> the first EP has a kernel for it
 Log = Callable[..., None]  # (severity, message, *args), onnxruntime's severities
@@ -53,24 +55,16 @@ def optimize_model(
         return model
 
 
-def _graphs(g: Any) -> Iterator[Any]:
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _graphs(sub)
-
-
 def _worth_trying(model: Any, level: int) -> bool:
     """Whether any rule could apply, from op types and constant inputs alone (no onnxscript)."""
     from ep_core.optimizer.fusions import ANCHORS
 
     anchors = BASIC_ANCHORS | (ANCHORS if level >= ENABLE_EXTENDED else frozenset())
     inputs = {v.name for v in model.graph.input}
-    constants = {t.name for g in _graphs(model.graph) for t in g.initializer} - inputs
-    for g in _graphs(model.graph):
+    constants = {t.name for g in nested_graphs(model.graph) for t in g.initializer} - inputs
+    for g in nested_graphs(model.graph):
         constants.update(o for n in g.node if n.op_type == "Constant" and n.domain in ("", "ai.onnx") for o in n.output)
-    for g in _graphs(model.graph):
+    for g in nested_graphs(model.graph):
         for n in g.node:
             if n.op_type in anchors:
                 return True
@@ -87,9 +81,9 @@ def _left_alone(model: Any) -> str:
 
     if any(t.data_location == TensorProto.EXTERNAL for t in model.graph.initializer):
         return "its weights stay in their file (a model over 1 GiB), which the optimizer would read into memory"
-    if any(g.sparse_initializer for g in _graphs(model.graph)):
+    if any(g.sparse_initializer for g in nested_graphs(model.graph)):
         return "it has sparse initializers, which onnxscript's IR does not keep"
-    values = (v.type for g in _graphs(model.graph) for v in [*g.input, *g.output, *g.value_info])
+    values = (v.type for g in nested_graphs(model.graph) for v in [*g.input, *g.output, *g.value_info])
     if any(_has_map(t) for t in values):
         return "it has map values (ZipMap, DictVectorizer...), which onnxscript's IR cannot read"
     return ""

@@ -9,12 +9,11 @@ from __future__ import annotations
 import functools
 import math
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoadCanceled, NoSuchFile
-from ep_core.sdk.graph import GraphView, opset_map
+from ep_core.sdk.graph import GraphView, nested_graphs, opset_map
 
 if TYPE_CHECKING:
     from ep_core.runtime.options import SessionOptions
@@ -126,7 +125,7 @@ def _apply_options(proto: Any, options: SessionOptions) -> None:
             t.raw_data, t.data_location = buf[at : at + n].tobytes(), TensorProto.DEFAULT
             del t.external_data[:]
     done = set()
-    for t in (t for g in _graphs(proto.graph) for t in g.initializer if t.name in values):
+    for t in (t for g in nested_graphs(proto.graph) for t in g.initializer if t.name in values):
         arr = np.asarray(v.numpy() if hasattr(v := values[t.name], "numpy") else v)
         want = helper.tensor_dtype_to_np_dtype(t.data_type) if _bits(t.data_type) else None
         if arr.dtype != want or arr.shape != tuple(t.dims):
@@ -257,7 +256,7 @@ def _named_strict_error(proto: Any) -> str:
 
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
-    for g in _graphs(copy.graph):
+    for g in nested_graphs(copy.graph):
         for i, n in enumerate(g.node):
             n.name = n.name or f"{n.op_type}_{i}"
     try:
@@ -265,15 +264,6 @@ def _named_strict_error(proto: Any) -> str:
     except Exception as exc:  # noqa: BLE001 - its text is all that is wanted
         return str(exc)
     return ""
-
-
-def _graphs(g: Any) -> Iterator[Any]:
-    """A graph and every subgraph nested in its nodes' attributes."""
-    yield g
-    for n in g.node:
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _graphs(sub)
 
 
 # ------------------------------------------------------------------------------- what onnx misses
@@ -330,7 +320,7 @@ def _check_tensors(proto: Any) -> None:
     for v in proto.graph.input:
         if v.type.WhichOneof("value") is None:
             raise InvalidGraph(f"model input {v.name!r} has no type (tensor, sequence...)")
-    for g in _graphs(proto.graph):
+    for g in nested_graphs(proto.graph):
         for n in g.node:  # what onnx's inference crashes on: axes past int32, Split outputs past num_outputs
             for a in n.attribute:
                 if a.name in ("axis", "axes") and any(not -(2**31) <= v < 2**31 for v in [a.i, *a.ints]):

@@ -433,6 +433,15 @@ class GraphView:
         return helper.make_model(g, opset_imports=opsets, producer_name="ep-core")
 
 
+def nested_graphs(g: "onnx.GraphProto") -> Iterator["onnx.GraphProto"]:
+    """A graph and every subgraph nested in its nodes' attributes (If branches, Loop bodies, ...)."""
+    yield g
+    for n in g.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from nested_graphs(sub)
+
+
 def opset_map(model: "onnx.ModelProto") -> dict[str, int]:
     """Domain -> opset version, with the default domain under both '' and 'ai.onnx'."""
     out: dict[str, int] = {}
