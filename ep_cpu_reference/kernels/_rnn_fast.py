@@ -83,23 +83,29 @@ def project(x: np.ndarray, wt: np.ndarray, bias: np.ndarray | None, rev: tuple[b
     return xw
 
 
+def lstm_cell(g: np.ndarray, c: np.ndarray, h: np.ndarray) -> None:
+    """One LSTM step after the gate sums ``g`` (IOFC, i/o/f negated): c = f*c + i*tanh(cand) in
+    place, h = o*tanh(c) into ``h``; ``g`` is overwritten."""
+    sigmoid_of_negated(g[:3])
+    i, o, f, cand = g
+    np.tanh(cand, out=cand)
+    cand *= i
+    c *= f
+    c += cand
+    np.tanh(c, out=h)
+    h *= o
+
+
 def lstm_loop(xw: np.ndarray, rec: Recurrent, h: np.ndarray, c: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """Gates (IOFC, i/o/f negated) = R @ h + xw[t]; returns every step's h (T, D, H, B) in step
     order and the final cell. ``c`` is updated in place (pass a copy)."""
     ys = np.empty((xw.shape[0],) + h.shape, h.dtype)
     buf, g = rec.buffer(h.shape[-1])
-    sig, i, o, f, cand = g[:3], g[0], g[1], g[2], g[3]
     for t in range(xw.shape[0]):
         rec(h, buf)
         g += xw[t]
-        sigmoid_of_negated(sig)
-        np.tanh(cand, out=cand)
-        cand *= i
-        c *= f
-        c += cand
         h = ys[t]
-        np.tanh(c, out=h)
-        h *= o
+        lstm_cell(g, c, h)
     return ys, c
 
 
@@ -188,7 +194,6 @@ def dq_lstm_loop(
     q = np.empty(h.shape, np.float32)
     qa = q if acc is g else np.empty(h.shape, acc.dtype)
     scale = np.empty(rs.shape, np.float32)
-    sig, i, o, f, cand = g[:3], g[0], g[1], g[2], g[3]
     orders = (tuple(range(rq.shape[0])), tuple(reversed(range(rq.shape[0]))))
     for t in range(xw.shape[0]):
         sc, zp = _dynamic_params(h.reshape(-1))
@@ -207,14 +212,8 @@ def dq_lstm_loop(
         g += xw[t]
         if bias is not None:
             g += bias
-        sigmoid_of_negated(sig)
-        np.tanh(cand, out=cand)
-        cand *= i
-        c *= f
-        c += cand
         h = ys[t]
-        np.tanh(c, out=h)
-        h *= o
+        lstm_cell(g, c, h)
     return ys, c
 
 
