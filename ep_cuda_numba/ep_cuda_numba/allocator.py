@@ -284,7 +284,11 @@ class DeviceArena:
         assert c.in_use, "arena chunk freed twice"
         c.in_use = False
         self._stats["bytes_in_use"] -= c.size
-        if c.next is not None and self._mergeable(c, c.next):
+        self._coalesce(c)
+
+    def _coalesce(self, c: Chunk) -> Chunk:
+        """Merge free chunk ``c`` (in no bin) with its mergeable neighbours and bin the result."""
+        while c.next is not None and self._mergeable(c, c.next):
             self._remove(c.next)
             self._merge(c, c.next)
         if c.prev is not None and self._mergeable(c, c.prev):
@@ -293,6 +297,7 @@ class DeviceArena:
             self._merge(prev, c)
             c = prev
         self._insert(c)
+        return c
 
     def _release(self, chunk: Chunk) -> None:
         """Finalizer side: queue the chunk, and free it now if the lock is free (never re-enters)."""
@@ -489,15 +494,7 @@ class DeviceArena:
                     if not c.in_use and c.stream is stream:
                         self._remove(c)
                         c.stream = None
-                        while c.next is not None and self._mergeable(c, c.next):
-                            self._remove(c.next)
-                            self._merge(c, c.next)
-                        if c.prev is not None and self._mergeable(c, c.prev):
-                            prev = c.prev
-                            self._remove(prev)
-                            self._merge(prev, c)
-                            c = prev
-                        self._insert(c)
+                        c = self._coalesce(c)
                     c = c.next
 
     def in_use(self) -> bool:
