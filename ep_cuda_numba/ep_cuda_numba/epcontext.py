@@ -138,10 +138,7 @@ def _share(gen: _Generated, output: "ContextOutput", options: Any) -> str:
     binary. Returns the binary's path relative to the context model."""
     ws = workspace(EP_NAME)
     with ws.lock:
-        if ws.binary_path is None:
-            assert output.folder is not None
-            ws.binary_path = output.folder / output.binary_name(EP_NAME)
-        rel = output.relative(ws.binary_path)
+        rel = ws.binary_relative_to(output)
         for name, rec in gen.records.items():
             old = ws.graphs.get(name)
             if old is not None and old != rec:

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from ep_core.sdk.config import SessionConfig
+    from ep_core.sdk.epcontext.output import ContextOutput
 
 SHARE_KEY = "ep.share_ep_contexts"
 STOP_SHARE_KEY = "ep.stop_share_ep_contexts"
@@ -44,6 +45,15 @@ class SharedWorkspace:
     @property
     def empty(self) -> bool:
         return self.binary_path is None and not self.graphs and not self.weights and not self.extra
+
+    def binary_relative_to(self, output: "ContextOutput") -> str:
+        """The group's binary, named by its first session's output (``[model1]_[ep].bin``), as a
+        path relative to ``output``'s context model."""
+        with self.lock:
+            if self.binary_path is None:
+                assert output.folder is not None
+                self.binary_path = output.folder / output.binary_name(self.ep_name)
+            return output.relative(self.binary_path)
 
     def add_weight(self, key: str, value: Any) -> bool:
         """Store a weight under its content key; False when an identical one is already there."""

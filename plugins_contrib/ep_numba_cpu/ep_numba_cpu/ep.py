@@ -110,10 +110,7 @@ class NumbaCpuEp:
         if sharing_enabled(self.session_options):
             ws = workspace(EP_NAME)
             with ws.lock:
-                if ws.binary_path is None:
-                    assert output.folder is not None
-                    ws.binary_path = output.folder / output.binary_name(EP_NAME)
-                rel = output.relative(ws.binary_path)
+                rel = ws.binary_relative_to(output)
                 shared_kernels = ws.extra.setdefault("kernels", {})
                 for name in names:
                     ws.graphs[name] = self.graphs[name]
