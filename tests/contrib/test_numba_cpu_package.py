@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import sysconfig
 import textwrap
 from pathlib import Path
 
 import pytest
+from _support.venvs import child_venv
 
 ROOT = Path(__file__).resolve().parents[2]
 PKG = ROOT / "plugins_contrib" / "ep_numba_cpu"
@@ -59,19 +59,7 @@ def test_non_editable_install(tmp_path):
 
 
 def test_editable_install(tmp_path):
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    child_site = Path(
-        subprocess.run(
-            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    # the child venv sees this venv's packages (ep-core, numba) after its own
-    (child_site / "zz_parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    py, child_site = child_venv(tmp_path / "venv")  # sees this venv's packages (ep-core, numba) after its own
     # compat mode: a .pth path entry that precedes zz_parent.pth, so the source tree wins over a
     # non-editable copy in the parent venv (the Makefile installs one); the default finder would
     # sit behind the parent's site-packages

@@ -10,13 +10,13 @@ import os
 import shutil
 import subprocess
 import sys
-import sysconfig
 import textwrap
 import zipfile
 from importlib.metadata import distribution, entry_points
 from pathlib import Path
 
 import pytest
+from _support.venvs import child_venv
 
 from ep_core.sdk import ENTRY_POINT_GROUP
 
@@ -94,19 +94,7 @@ def test_the_wheel_ships_only_the_ep_and_upgrades_without_touching_ep_core(tmp_p
     meta = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert f"{EP} = ep_cuda_numba.factory:factory" in meta
 
-    venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
-    py = str(venv / "bin" / "python")
-    child_site = Path(
-        subprocess.run(
-            [py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-    )
-    # the child sees this venv's packages (ep-core, numba, ...) after its own
-    (child_site / "zz_parent.pth").write_text(f"import site; site.addsitedir({sysconfig.get_paths()['purelib']!r})\n")
+    py, child_site = child_venv(tmp_path / "venv")  # sees this venv's packages (ep-core, numba, ...) after its own
     core_record = distribution("ep-core").read_text("RECORD")
 
     def pip_install(whl: Path) -> str:
