@@ -177,8 +177,8 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
                 fused = mine.get(node.name)
                 if fused is None:
                     raise EpFail(
-                        f"{ep.name} returned EPContext node {node.name!r}, which names none of its fused nodes "
-                        f"{sorted(mine)}"
+                        f"{ep.name} returned EPContext node {node.name!r}, which names none of its main-graph fused "
+                        f"nodes {sorted(mine)} (groups inside subgraphs get no EPContext node)"
                     )
                 if tuple(node.input) != fused.inputs or tuple(node.output) != fused.outputs:
                     raise EpFail(

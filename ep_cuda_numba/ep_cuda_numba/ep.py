@@ -160,6 +160,7 @@ class NumbaCudaEp:
         infos = []
         for view, fused in zip(graphs, fused_nodes, strict=False):
             group = compile_group(view, fused, self)
+            group.in_main_graph = view.parent is None  # a subgraph's groups recompile on load
             self.compiled.append(group)
             infos.append(compute_info(group))
         return infos

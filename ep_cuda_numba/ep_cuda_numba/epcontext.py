@@ -167,8 +167,9 @@ def _write_if_last(output: "ContextOutput", options: Any) -> None:
 
 
 def make_context_nodes(ep: Any, output: "ContextOutput") -> list[Any]:
-    """The EPContext nodes of every group this session compiled (first main_context=1)."""
-    groups = list(ep.compiled)
+    """The EPContext nodes of every main-graph group this session compiled (first main_context=1);
+    groups inside subgraphs (If branches) get none: the core keeps their ONNX nodes."""
+    groups = [g for g in ep.compiled if g.in_main_graph]
     shared = sharing_enabled(ep.session_options)
     if not groups:
         if shared:

@@ -296,6 +296,7 @@ class CompiledGroup:
     ep: Any = field(default=None, repr=False, compare=False)  # the NumbaCudaEp that built it
     # spec input index -> initializer baked into the group (uploaded once; stored in the context binary)
     constants: dict[int, np.ndarray] = field(default_factory=dict, repr=False, compare=False)
+    in_main_graph: bool = True  # the core writes EPContext nodes for main-graph groups only
 
     def kernel_argtypes(self) -> tuple[Any, ...]:
         """The numba types of the full-shape kernel's arguments (outputs, inputs, params): one

@@ -40,3 +40,32 @@ def add_mul_chain(n: int = 6, shape: list | None = None) -> onnx.ModelProto:
     return make_model(
         nodes, [("x", TensorProto.FLOAT, shape), ("y", TensorProto.FLOAT, shape)], [("out", TensorProto.FLOAT, shape)]
     )
+
+
+def if_with_fusable_branches() -> onnx.ModelProto:
+    """x -> Relu/Exp/Mul chain in the main graph, then an If whose branches hold chains of their own:
+    both levels give a fusing EP fused groups (EPContext tests: only main-graph groups get nodes)."""
+    f = TensorProto.FLOAT
+
+    def chain(prefix: str, out: str) -> list[onnx.NodeProto]:
+        return [
+            helper.make_node("Exp", ["h"], [f"{prefix}1"]),
+            helper.make_node("Mul", [f"{prefix}1", "h"], [f"{prefix}2"]),
+            helper.make_node("Sigmoid", [f"{prefix}2"], [out]),
+        ]
+
+    branch_out = [helper.make_tensor_value_info("b", f, [2, 3])]
+    then_g = helper.make_graph(chain("t", "b"), "then", [], branch_out)
+    else_g = helper.make_graph(chain("e", "e3") + [helper.make_node("Neg", ["e3"], ["b"])], "else", [], branch_out)
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Mul", ["r", "r"], ["h"]),
+        helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "if_model",
+        [helper.make_tensor_value_info("x", f, [2, 3]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
+        [helper.make_tensor_value_info("y", f, [2, 3])],
+    )
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])

@@ -624,3 +624,20 @@ def test_ctx_gen_with_a_last_model_this_ep_cannot_run_still_writes_the_binary(tm
         None, feeds(4)
     )
     assert_close(got, reference(onnx.load(str(m1)), feeds(4)), 1e-6)
+
+
+def test_groups_inside_if_branches_get_no_context_node(tmp_path: Path) -> None:
+    """Only main-graph groups become EPContext nodes (the core writes none inside subgraphs, and the
+    first node must be the one carrying the binary); the branches' groups recompile on load."""
+    from _support.models import if_with_fusable_branches
+
+    src = save(if_with_fusable_branches(), tmp_path / "m.onnx")
+    ctx = tmp_path / "m_ctx.onnx"
+    sess = InferenceSession(str(src), options(ep__context_enable=1, ep__context_file_path=ctx), providers=[EP])
+    model = onnx.load(str(ctx))
+    assert [n.op_type for n in model.graph.node] == ["EPContext", "If"]
+    x = np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3)
+    again = InferenceSession(str(ctx), providers=[EP])
+    for cond in (True, False):
+        feed = {"x": x, "cond": np.array(cond)}
+        assert_close(again.run(None, feed), sess.run(None, feed), 1e-6)

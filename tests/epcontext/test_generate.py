@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
+from _support.models import if_with_fusable_branches
 from epcontext_support import NUMBA, ctx_nodes, options
 from onnx import TensorProto, helper
 
@@ -162,41 +163,12 @@ def test_context_file_path_that_is_a_folder_is_refused(tmp_path):
         InferenceSession(str(src), options(ep__context_enable=1, ep__context_file_path=tmp_path), providers=[NUMBA])
 
 
-def _if_model(path: Path) -> Path:
-    """x -> Relu/Exp/Mul chain in the main graph, then an If whose branches hold chains of their own:
-    both levels give the Numba CPU EP fused groups."""
-    f = TensorProto.FLOAT
-
-    def chain(prefix: str, out: str) -> list[onnx.NodeProto]:
-        return [
-            helper.make_node("Exp", ["h"], [f"{prefix}1"]),
-            helper.make_node("Mul", [f"{prefix}1", "h"], [f"{prefix}2"]),
-            helper.make_node("Sigmoid", [f"{prefix}2"], [out]),
-        ]
-
-    branch_out = [helper.make_tensor_value_info("b", f, [2, 3])]
-    then_g = helper.make_graph(chain("t", "b"), "then", [], branch_out)
-    else_g = helper.make_graph(chain("e", "e3") + [helper.make_node("Neg", ["e3"], ["b"])], "else", [], branch_out)
-    nodes = [
-        helper.make_node("Relu", ["x"], ["r"]),
-        helper.make_node("Mul", ["r", "r"], ["h"]),
-        helper.make_node("If", ["cond"], ["y"], then_branch=then_g, else_branch=else_g),
-    ]
-    graph = helper.make_graph(
-        nodes,
-        "if_model",
-        [helper.make_tensor_value_info("x", f, [2, 3]), helper.make_tensor_value_info("cond", TensorProto.BOOL, [])],
-        [helper.make_tensor_value_info("y", f, [2, 3])],
-    )
-    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
-    return path
-
-
 def test_fused_groups_inside_if_branches_do_not_break_context_generation(tmp_path):
     """The context model replaces the main graph's groups with EPContext nodes; groups the EP fused
     inside If branches stay ONNX nodes there and compile again on load (the core writes EPContext
     nodes for the main graph only, so the EP offers none for a subgraph's groups)."""
-    src = _if_model(tmp_path / "m.onnx")
+    src = tmp_path / "m.onnx"
+    onnx.save(if_with_fusable_branches(), src)
     ctx = tmp_path / "m_ctx.onnx"
     feeds = [{"x": np.linspace(-1, 1, 6, dtype=np.float32).reshape(2, 3), "cond": np.array(c)} for c in (True, False)]
     sess = InferenceSession(str(src), options(ep__context_enable=1, ep__context_file_path=ctx), providers=[NUMBA])
