@@ -61,7 +61,7 @@ class EpInstance:
                     "ep_factory_create_sync_stream_for_device", memory_info=self.memory_info, stream_options={}
                 )
                 if self.stream is not None and not isinstance(self.stream, SyncStream):
-                    raise EpFail(f"{self.name}: its sync stream lacks synchronize() or create_notification()")
+                    raise EpFail(f"{self.name}: its sync stream must implement ep_core.sdk.protocols.SyncStream")
         hooks = ("ep_on_run_start", "ep_on_run_end", "ep_sync")
         self.has_run_start, self.has_run_end, self.has_sync = (registry.implements(ep, h) for h in hooks)
         self._sources = {self.name, *self._context_sources()}
