@@ -16,6 +16,7 @@ from onnx import TensorProto, helper
 import ep_core
 from ep_core.sdk.devices import EpDevice, HardwareDevice
 from ep_core.sdk.ep_base import RegistryEp
+from ep_core.sdk.errors import EpFail
 from ep_core.sdk.kernels import FLOATS, KernelRegistry
 from ep_core.sdk.memory import DeviceType, MemoryInfo
 
@@ -215,3 +216,15 @@ def test_a_host_output_of_a_device_node_needs_no_wait(log: list[str]) -> None:
     log.clear()
     np.testing.assert_allclose(sess.run(None, {"x": X})[0], [3.0])
     assert log == ["StreamA:Mul", "StreamA:Shape"]
+
+
+def test_a_stream_without_the_protocol_is_refused_at_session_creation(log: list[str]) -> None:
+    class NoNotifications:
+        def synchronize(self) -> None: ...
+
+    factory = StreamedFactory(A, "Mul", np.multiply, log)
+    factory.ep_factory_create_sync_stream_for_device = lambda memory_info, stream_options: NoNotifications()  # type: ignore[method-assign]
+    ep_core.unregister_execution_provider_library(A)
+    ep_core.register_execution_provider_library(A, factory)
+    with pytest.raises(EpFail, match=f"{A}: its sync stream must implement ep_core.sdk.protocols.SyncStream"):
+        ep_core.InferenceSession(_model("Mul").SerializeToString(), providers=[A])
