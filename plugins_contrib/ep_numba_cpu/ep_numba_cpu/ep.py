@@ -121,7 +121,7 @@ class NumbaCpuEp:
                 if is_last_sharing_session(self.session_options):
                     records = {n: g["record"] for n, g in ws.graphs.items()}
                     blob = context.pack(records, shared_kernels, ws.weights)
-                    output.write_absolute(ws.binary_path, blob)
+                    output.write_file(rel, blob)
                     ws.clear_generation()
             blob_sha = None
         else:
