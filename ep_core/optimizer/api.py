@@ -46,13 +46,25 @@ def optimize_model(
     if why:
         log(VERBOSE, "graph optimizer: model left as it is: %s", why)
         return model
+    from ep_core.optimizer import cache
+
+    key = cache.entry_key(model, level, budget, config) if cache.enabled(config) else None
+    asked = cache.Recorder(supports or (lambda op, domain: False))
+    if key is not None:
+        hit = cache.load(key, asked)
+        if hit is not None:
+            log(VERBOSE, "graph optimizer: the optimized model of an earlier session, from %s", cache.folder())
+            return model if hit[1] else hit[0]
     from ep_core.optimizer.passes import LibraryFailure, run_passes
 
     try:
-        return run_passes(model, level, supports or (lambda op, domain: False), budget, log, config)
+        out = run_passes(model, level, asked, budget, log, config)
     except LibraryFailure as exc:
         log(WARNING, "graph optimizer: %s; the session runs the model unoptimized", exc)
-        return model
+        return model  # not cached: a library's failure is worth retrying with the next version
+    if key is not None:
+        cache.store(key, asked.answers, out, out is model)
+    return out
 
 
 def _worth_trying(model: Any, level: int) -> bool:

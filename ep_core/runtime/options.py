@@ -53,6 +53,7 @@ SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
     "session.fail_on_suboptimal_compiled_model": (_BOOL, "1 fails on SUPPORTED_PREFER_RECOMPILATION"),
     "session.disable_compile": (_BOOL, "1 refuses to compile: only precompiled EPContext nodes may be fused"),
     "session.enable_gqa_fusion": (_BOOL, "1 fuses GroupQueryAttention (assumes no padding, consecutive position_ids)"),
+    "session.optimizer_cache": (_BOOL, "0 runs the graph optimizer instead of reusing its per-machine cache"),
 }
 
 
