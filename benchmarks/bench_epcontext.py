@@ -2,7 +2,10 @@
 Numba CPU EP vs the CPU reference EP vs onnxruntime's CPU EP, on magika and PP-OCRv4 det.
 
 Every session-creation sample runs in a fresh Python process (nothing compiled survives between
-samples: the EP compiles with Numba's disk cache off and its in-process kernel cache starts empty),
+samples: the EP compiles with Numba's disk cache off, its in-process kernel cache starts empty, and
+each sample gets its own empty per-machine kernel cache directory via
+``$EP_NUMBA_CPU_KERNEL_CACHE_DIR``, so "cold" is a true first compile, store of its cache entries
+included, and no context load is served from the user's ``~/.cache/ep-numba-cpu``),
 after ep_core, NumPy and Numba are imported, so imports cost the same on both sides. Two numbers
 per sample: the first session of the process (every one-time cost included: plugin imports, device
 probing, Numba's own initialisation), and a second measurement after a warm-up session of an
@@ -108,7 +111,9 @@ def sample(mode: str, model: Path, out: Path | None = None, warm: bool = False) 
     cmd = [sys.executable, __file__, "--child", mode, "warm" if warm else "first", str(model)] + (
         [str(out)] if out else []
     )
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="bench_epcontext_kernels_") as kernels:
+        env = dict(os.environ, EP_NUMBA_CPU_KERNEL_CACHE_DIR=kernels)  # empty: a cold compile stays cold
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise SystemExit(f"child failed: {proc.stderr[-3000:]}")
     return json.loads(proc.stdout.strip().splitlines()[-1])

@@ -175,14 +175,30 @@ def test_matmul_and_gemm_tails():
     assert len({a["fused_node"] for a in sess.get_node_assignment().values()}) == 1
 
 
+def _not_taken(x: str, out: str) -> tuple:
+    """A node the EP does not take (control flow stays outside its groups): ``out`` = x
+    transposed, inside both branches of an If on a constant condition."""
+    branches = {
+        f"{b}_branch": helper.make_graph(
+            [helper.make_node("Transpose", [x], [f"{out}_{b}"], perm=[1, 0])],
+            b,
+            [],
+            [helper.make_tensor_value_info(f"{out}_{b}", F, [3, 3])],
+        )
+        for b in ("then", "else")
+    }
+    return helper.make_node("If", ["cond"], [out], name=out, **branches), ("cond", np.array(True))
+
+
 def test_groups_stay_convex_around_a_node_the_ep_does_not_take():
-    # a -> Transpose (not fused) -> c, and a -> c directly: fusing a and c together would be non-convex
+    # a -> If (not fused) -> c, and a -> c directly: fusing a and c together would be non-convex
+    outside, cond = _not_taken("a", "t")
     nodes = [
         helper.make_node("Relu", ["x"], ["a"], name="a"),
-        helper.make_node("Transpose", ["a"], ["t"], name="t", perm=[1, 0]),
+        outside,
         helper.make_node("Add", ["a", "t"], ["y"], name="c"),
     ]
-    m = _model(nodes, [("x", F, [3, 3])], [("y", F, [3, 3])])
+    m = _model(nodes, [("x", F, [3, 3])], [("y", F, [3, 3])], [cond])
     sess = _check(m, {"x": rng.standard_normal((3, 3), np.float32)}, fused_at_least=2)
     a = sess.get_node_assignment()
     assert a["a"]["fused_node"] != a["c"]["fused_node"]
@@ -322,17 +338,18 @@ def test_buffers_kept_between_runs_never_reach_the_caller():
 
 
 def test_two_groups_never_feed_each_other():
-    # A = {ax, aw} and B = {bu, bz, by} are each convex, but A -> Transpose -> B (by) and B (bz) -> A
+    # A = {ax, aw} and B = {bu, bz, by} are each convex, but A -> If -> B (by) and B (bz) -> A
     # (aw) would make the fused nodes a cycle; aw must not join A
+    outside, cond = _not_taken("ax", "t")
     nodes = [
         helper.make_node("Relu", ["x"], ["ax"], name="ax"),
         helper.make_node("Relu", ["y"], ["bu"], name="bu"),
         helper.make_node("Neg", ["bu"], ["bz"], name="bz"),
         helper.make_node("Add", ["ax", "bz"], ["aw"], name="aw"),
-        helper.make_node("Transpose", ["ax"], ["t"], name="t", perm=[1, 0]),
+        outside,
         helper.make_node("Add", ["t", "bu"], ["by"], name="by"),
     ]
-    m = _model(nodes, [("x", F, [3, 3]), ("y", F, [3, 3])], [("aw", F, [3, 3]), ("by", F, [3, 3])])
+    m = _model(nodes, [("x", F, [3, 3]), ("y", F, [3, 3])], [("aw", F, [3, 3]), ("by", F, [3, 3])], [cond])
     sess = _check(
         m,
         {"x": rng.standard_normal((3, 3), np.float32), "y": rng.standard_normal((3, 3), np.float32)},

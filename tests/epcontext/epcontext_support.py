@@ -25,6 +25,12 @@ def feed_for(name: str) -> dict[str, np.ndarray]:
     rng = np.random.RandomState(0)
     if name == "magika":
         return {"bytes": rng.randint(0, 257, size=(1, 2048)).astype(np.int32)}
+    if name.startswith("silero_vad"):  # an If between the groups: several EPContext nodes (magika is one group)
+        feed = {
+            "input": rng.randn(1, 512).astype(np.float32) * 0.1,
+            "state": rng.randn(2, 1, 128).astype(np.float32) * 0.1,
+        }
+        return {**feed, "sr": np.array(16000, np.int64)}
     return {"x": rng.rand(1, 3, 64, 96).astype(np.float32)}
 
 

@@ -33,10 +33,11 @@ F = TensorProto.FLOAT
 
 
 def _model(extra_tail: bool = False) -> Any:
-    """Two fused groups around nodes the EP does not take (GlobalAveragePool, Flatten): a
-    depthwise Conv (compiled kernel), a 1x1 Conv whose bias joins the tail, BatchNormalization,
-    LeakyRelu, Pow by 2, Clip and HardSigmoid with literal bounds, a broadcast Add; then MatMul,
-    Gemm, Tanh, Greater, Where, Mul by a literal and a Cast to int32."""
+    """Two fused groups around a node the EP does not take (an If: control flow): a depthwise
+    Conv (compiled kernel), a 1x1 Conv whose bias joins the tail, BatchNormalization, LeakyRelu,
+    Pow by 2, Clip and HardSigmoid with literal bounds, a broadcast Add, GlobalAveragePool,
+    Flatten and ReduceSum (delegated steps: the reference kernels, stored as typed ONNX nodes);
+    after the If, Mul, MatMul, Gemm, Tanh, Greater, Where, Mul by a literal and a Cast to int32."""
     rng = np.random.default_rng(7)
 
     def w(*shape: int) -> np.ndarray:
@@ -60,6 +61,7 @@ def _model(extra_tail: bool = False) -> Any:
         "zero": np.array(0.0, np.float32),
         "half": np.array(0.5, np.float32),
         "three": np.array(3.0, np.float32),
+        "floor": np.array(-1e6, np.float32),
     }
     nodes = [
         helper.make_node("Conv", ["x", "Wdw", "Bdw"], ["dw"], group=4, pads=[1, 1, 1, 1], kernel_shape=[3, 3]),
@@ -71,7 +73,11 @@ def _model(extra_tail: bool = False) -> Any:
         helper.make_node("HardSigmoid", ["cl"], ["hsg"], alpha=0.3, beta=0.4),
         helper.make_node("Add", ["hsg", "s"], ["a_out"]),
         helper.make_node("GlobalAveragePool", ["a_out"], ["gap"]),
-        helper.make_node("Flatten", ["gap"], ["f"]),
+        helper.make_node("Flatten", ["gap"], ["f0"]),
+        helper.make_node("ReduceSum", ["f0"], ["total"], keepdims=0),
+        helper.make_node("Greater", ["total", "floor"], ["cond"]),
+        helper.make_node("If", ["cond"], ["sign"], then_branch=_sign(1.0), else_branch=_sign(-1.0)),
+        helper.make_node("Mul", ["f0", "sign"], ["f"]),
         helper.make_node("MatMul", ["f", "Wm"], ["mm"]),
         helper.make_node("Gemm", ["mm", "Wg", "Cg"], ["gm"], alpha=0.5),
         helper.make_node("Tanh", ["gm"], ["th"]),
@@ -92,6 +98,16 @@ def _model(extra_tail: bool = False) -> Any:
         [numpy_helper.from_array(v, k) for k, v in inits.items()],
     )
     return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _sign(value: float) -> Any:
+    """An If branch making the constant ``value`` of shape [1, 1]."""
+    return helper.make_graph(
+        [helper.make_node("Constant", [], ["v"], value=numpy_helper.from_array(np.array([[value]], np.float32)))],
+        "branch",
+        [],
+        [helper.make_tensor_value_info("v", F, [1, 1])],
+    )
 
 
 def _write_variant(folder: Path, name: str, models: list[str], embed: int, share: bool, sweep: bool) -> None:
@@ -140,7 +156,8 @@ def contexts(tmp_path_factory: pytest.TempPathFactory) -> Path:
         out = root / f"embed{embed}"
         so = _unoptimized(ep__context_enable=1, ep__context_embed_mode=embed, ep__context_file_path=out / "m_ctx.onnx")
         sess = InferenceSession(str(src / "m.onnx"), so, providers=[NUMBA])
-        assert len([a for a in sess.get_node_assignment().values() if a["ep"] == NUMBA]) >= 15
+        on_ep = [a for a in sess.get_node_assignment().values() if a["ep"] == NUMBA]
+        assert len(on_ep) >= 15 and len({a["fused_node"] for a in on_ep}) == 2  # the If stays outside
         _write_variant(out, f"embed{embed}", ["m_ctx.onnx"], embed, False, sweep=embed == 0)
         if feed_ref is None:
             feed_ref = dict(np.load(out / "feed.npz"))

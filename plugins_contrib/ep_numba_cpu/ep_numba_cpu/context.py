@@ -35,7 +35,7 @@ def pack(graphs: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping
 
     tensors: dict[str, np.ndarray] = {}
     for key, arr in weights.items():
-        tensors[f"w.{key}"] = np.ascontiguousarray(arr)
+        tensors[f"w.{key}"] = np.ascontiguousarray(arr).reshape(arr.shape)  # (0-d stays 0-d)
     kmeta = {}
     chunks: list[bytes] = []
     offset = 0

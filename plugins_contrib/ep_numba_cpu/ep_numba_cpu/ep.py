@@ -35,7 +35,9 @@ from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_c
 from ep_core.sdk.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
 from ep_core.sdk.errors import ConfigError, InvalidGraph
 from ep_core.sdk.kernels import KernelContext, KernelDef, KernelRegistry
-from ep_numba_cpu import EP_NAME, codegen, context, generate, spec
+from ep_numba_cpu import EP_NAME, codegen, compile_pool, context, generate, kernel_cache, spec
+from ep_numba_cpu.delegate import GroupRegistry, Host
+from ep_numba_cpu.lazy import LazyKernel, lazy_keys
 from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
 from ep_numba_cpu.runtime import GraphRunner
 
@@ -51,12 +53,14 @@ class NumbaCpuEp:
         self.parallel_mode = ep_options.get("parallel", "auto")
         if self.parallel_mode not in ("auto", "0", "1"):
             raise ConfigError(f"{EP_NAME} option parallel={self.parallel_mode!r}: use one of ['auto', '0', '1']")
+        self.kernel_cache = kernel_cache.from_options(ep_options)  # None: kernel_cache=0
+        self.compile_workers = compile_pool.workers_option(ep_options)
         self.graphs: dict[str, dict[str, Any]] = {}  # fused node name -> {"record": spec record, "kernels": keys}
         self.kernels: dict[str, codegen.CompiledKernel] = {}
         self.weights: dict[str, np.ndarray] = {}
         self._loaded: dict[str, LoadedContext] = {}  # context location -> parsed blob
         self._warned: set[tuple[str, str]] = set()  # (context location, reason) already warned about
-        self.registry = KernelRegistry(EP_NAME)
+        self.registry = GroupRegistry(EP_NAME)  # has_op: what the graph optimizer may make for this EP
         self.registry.add(KernelDef(EP_CONTEXT_OP, domain=MS_DOMAIN, since_version=1), self._build_context_kernel)
 
     # ----------------------------------------------------------------------------- hooks
@@ -74,7 +78,7 @@ class NumbaCpuEp:
             support.add_nodes_to_fuse(group, drop_constant_initializers=True)
 
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[FusedNode]) -> list[NodeComputeInfo]:
-        infos = []
+        built = []
         for view, fused in zip(graphs, fused_nodes, strict=True):
             gp = build_plan(view, fused.inputs, fused.outputs, self._parallel)
             wmap = {}
@@ -87,12 +91,19 @@ class NumbaCpuEp:
             spec.check_record(record)
             spec.check_types(record, gp.weights)
             plan, sources = generate.expand(record["plan"], gp.weights)
-            compiled = {k: codegen.compile_kernel(ks.source, ks.signature, ks.parallel) for k, ks in sources.items()}
-            self.kernels.update(compiled)
+            built.append((view, fused, gp, record, plan, sources, lazy_keys(plan)))
+        # every group's eager kernels in one batch: the compile workers share them all
+        eager = {k: ks for *_, sources, lazy in built for k, ks in sources.items() if k not in lazy}
+        compiled = compile_pool.compile_all(eager, self.compile_workers, self.kernel_cache)
+        self.kernels.update(compiled)
+        infos = []
+        for view, fused, gp, record, plan, sources, lazy in built:
             if view.parent is None:  # EPContext nodes replace main-graph groups only; a subgraph's recompile
-                self.graphs[fused.name] = {"record": record, "kernels": sorted(compiled)}
-            runner = GraphRunner(plan, {k: c.dispatcher for k, c in compiled.items()}, gp.weights)
-            infos.append(NodeComputeInfo(compute=_compute(runner), metadata={"kernels": len(compiled)}))
+                self.graphs[fused.name] = {"record": record, "kernels": sorted(sources)}
+            fns: dict[str, Any] = {k: compiled[k].dispatcher for k in sources if k not in lazy}
+            fns.update({k: LazyKernel(k, _compiler(sources[k], self.kernel_cache)) for k in lazy})
+            runner = GraphRunner(plan, fns, gp.weights, self.host())
+            infos.append(NodeComputeInfo(compute=_compute(runner), metadata={"kernels": len(sources) - len(lazy)}))
         return infos
 
     def ep_get_ep_context_nodes(self, output: ContextOutput) -> list[Any]:
@@ -115,7 +126,8 @@ class NumbaCpuEp:
                 for name in names:
                     ws.graphs[name] = self.graphs[name]
                     for k in self.graphs[name]["kernels"]:
-                        shared_kernels[k] = self.kernels[k]
+                        if k in self.kernels:
+                            shared_kernels[k] = self.kernels[k]
                     for wkey in self.graphs[name]["record"]["weights"].values():
                         ws.add_weight(wkey, self.weights[wkey])
                 if is_last_sharing_session(self.session_options):
@@ -151,8 +163,12 @@ class NumbaCpuEp:
         threads: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         return threads >= 4 and (numel is None or numel >= 1 << 16)
 
+    def host(self) -> Host:
+        """The kernel context of delegated nodes, the same when compiling and when loading a context."""
+        return Host(self, self.session_options, None)
+
     def _pack(self, names: Sequence[str]) -> bytes:
-        kernels = {k: self.kernels[k] for n in names for k in self.graphs[n]["kernels"]}
+        kernels = {k: self.kernels[k] for n in names for k in self.graphs[n]["kernels"] if k in self.kernels}
         weights = {w: self.weights[w] for n in names for w in self.graphs[n]["record"]["weights"].values()}
         return context.pack({n: self.graphs[n]["record"] for n in names}, kernels, weights)
 
@@ -164,7 +180,9 @@ class NumbaCpuEp:
 
         rec = self.graphs[name]
         plan = rec["record"]["plan"]
-        digest = context.graph_digest(rec["record"], {k: self.kernels[k].sha256 for k in rec["kernels"]})
+        # lazily compiled kernels (never called yet) have no machine code in the context: None, as a loader sees them
+        payloads = {k: (self.kernels[k].sha256 if k in self.kernels else None) for k in rec["kernels"]}
+        digest = context.graph_digest(rec["record"], payloads)
         parts = context.signed_parts(name, name, EP_NAME, main, embed, plan["inputs"], plan["outputs"], digest)
         notes: dict[str, Any] = {"signature": signing.sign(parts)}
         if blob_sha:
@@ -315,10 +333,19 @@ class LoadedContext:
                 ep.untrusted(cn, self.loc, verdict.reason)
             runner = self._runners.get(gname)
             if runner is None:
+                lazy = lazy_keys(g.plan)
                 for key, ks in g.sources.items():
-                    if key not in self._dispatchers:
-                        self._dispatchers[key] = self._kernel(key, ks, verdict.trusted, fail)
-                runner = GraphRunner(g.plan, {k: self._dispatchers[k] for k in g.sources}, g.weights)
+                    if key in self._dispatchers:
+                        continue
+                    if key in lazy and not (verdict.trusted and key in self.meta["kernels"]):
+                        # to be compiled, and called only when shapes break the static pattern: on first call
+                        self._dispatchers[key] = LazyKernel(key, _compiler(ks, ep.kernel_cache))
+                    else:
+                        self._dispatchers[key] = self._kernel(key, ks, verdict.trusted, fail, ep.kernel_cache)
+                try:
+                    runner = GraphRunner(g.plan, {k: self._dispatchers[k] for k in g.sources}, g.weights, ep.host())
+                except spec.SpecError as exc:  # a delegated node the reference kernels do not serve as stored
+                    raise fail(f"graph {gname!r} is not one this EP accepts: {exc}") from None
                 self._runners[gname] = runner
             return runner
 
@@ -347,7 +374,9 @@ class LoadedContext:
             out[value] = arr
         return out
 
-    def _kernel(self, key: str, ks: generate.KernelSource, trusted: bool, fail: Fail) -> Any:
+    def _kernel(
+        self, key: str, ks: generate.KernelSource, trusted: bool, fail: Fail, cache: kernel_cache.KernelCache | None
+    ) -> Any:
         entry = self.meta["kernels"].get(key)
         if trusted and entry is not None:
             if self._payloads is None:
@@ -355,7 +384,7 @@ class LoadedContext:
             payload = context.kernel_payload(self._payloads, self.meta, key, fail)
             return codegen.rebuild_kernel(key, ks.source, ks.parallel, payload, entry["sha256"], fail)
         try:
-            return codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
+            return codegen.compile_kernel(ks.source, ks.signature, ks.parallel, cache).dispatcher
         except Exception as exc:
             raise fail(f"kernel {key} does not compile: {type(exc).__name__}: {str(exc)[:300]}") from exc
 
@@ -396,6 +425,11 @@ def _check_binding(g: _Graph, gname: str, cn: ContextNode, graph: Any, fail: Fai
                 )
             ):
                 raise fail(f"its graph's {side[:-1]} {name!r} has shape {shape}, the model declares {list(dims)}")
+
+
+def _compiler(ks: generate.KernelSource, cache: kernel_cache.KernelCache | None) -> Callable[[], Any]:
+    """What a ``LazyKernel`` calls to compile ``ks`` (or load it from the kernel cache) on its first call."""
+    return lambda: codegen.compile_kernel(ks.source, ks.signature, ks.parallel, cache).dispatcher
 
 
 def _compute(runner: GraphRunner) -> Any:

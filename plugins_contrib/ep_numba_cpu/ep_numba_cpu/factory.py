@@ -14,7 +14,7 @@ class NumbaCpuFactory(HostEpFactory):
     ep_name = EP_NAME
     ep_vendor = "ep-core contrib"
     ep_version = __version__
-    option_names = ("parallel",)
+    option_names = ("parallel", "kernel_cache", "kernel_cache_dir", "kernel_cache_max_mb", "compile_workers")
 
     def ep_factory_api_version(self) -> int:
         return 2

@@ -67,12 +67,32 @@ def expand(
                 }
             )
             continue
+        if kind == "node":
+            # a delegated node: the reference kernel, unless compiled kernels serve it
+            node: dict[str, Any] = {"kind": kind, "inputs": list(step["inputs"]), "outputs": list(step["outputs"])}
+            node["node"] = step
+            served = node_sources(step)
+            if served is not None:
+                node["kernels"] = [add(ks) for ks in served]
+            steps.append(node)
+            continue
         runtime = {"kind": kind, "inputs": list(step["inputs"]), "outputs": list(step["outputs"])}
         runtime["attrs"] = dict(step.get("attrs", {}))
         if kind == "conv" and step["depthwise"] is not None:
             runtime["kernel"] = add(_depthwise(step, weights, f"plan.steps[{k}]"))
         steps.append(runtime)
     return {"inputs": list(plan["inputs"]), "outputs": list(plan["outputs"]), "steps": steps}, kernels
+
+
+def node_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
+    """Compiled kernels that replace a delegated node's reference kernel, or None (the runner
+    builds the reference kernel). The single call site of the compiled recurrent loops: with
+    kernels here, ``runtime`` builds the node's compute with ``recurrent.make_compute``."""
+    if step["op"] not in ("LSTM", "GRU") or step["domain"] not in ("", "ai.onnx"):
+        return None
+    from ep_numba_cpu import recurrent  # (imports this module)
+
+    return recurrent.kernel_sources(step)
 
 
 def broadcast_groups(full: Sequence[Sequence[bool]], rank: int) -> dict[str, Any]:

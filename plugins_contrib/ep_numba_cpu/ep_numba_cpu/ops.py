@@ -15,6 +15,8 @@ import numpy as np
 
 FLOAT_DTYPES = ("float32", "float64")
 KERNEL_DTYPES = ("float32", "float64", "int32", "int64", "bool")
+# dtypes of values delegated nodes (``delegate``) read and make, and of the weights they store
+DATA_DTYPES = KERNEL_DTYPES + ("float16", "int8", "int16", "uint8", "uint16", "uint32", "uint64")
 NB_NAMES = {"float32": "float32", "float64": "float64", "int32": "int32", "int64": "int64", "bool": "boolean"}
 
 Params = Mapping[str, Any]
@@ -349,8 +351,20 @@ SINCE: dict[str, int] = {
 OTHER_FUSED = ("BatchNormalization",)  # folded into a scale-and-shift elementwise item
 
 
-def fusable_ops() -> list[tuple[str, str, int, None]]:
-    """``(domain, op_type, since, end)`` of every op the EP can fuse (the parity report's
-    fusable-ops protocol, see ``ep_core.tools.parity.introspect``)."""
+def fusable_ops() -> list[Any]:
+    """What the EP runs inside its fused groups, for the parity report's fusable-ops protocol (see
+    ``ep_core.tools.parity.introspect``), as ``KernelDef``s: every op compiled into kernels from its
+    first opset in ``SINCE``, with the dtypes its kernels take; then the reference kernels delegated
+    steps run (their type constraints cut to the dtypes a delegated value may have)."""
+    from ep_core.sdk.kernels import KernelDef
+    from ep_numba_cpu.delegate import declared_ops, typed
+
     ops = sorted(set(ELEMENTWISE) | set(CONTRACTIONS) | set(OTHER_FUSED))
-    return [("", op, SINCE[op], None) for op in ops]
+    compiled: list[Any] = [
+        d
+        for op in ops
+        for d in typed(
+            KernelDef(op, "", SINCE[op]), FLOAT_DTYPES if op in CONTRACTIONS + OTHER_FUSED else KERNEL_DTYPES
+        )
+    ]
+    return compiled + declared_ops()

@@ -1,7 +1,9 @@
 """Choosing the groups to fuse, and turning one group into a declarative plan (``spec``).
 
-Groups are grown in topological order: a supported node joins the group of one of its producers
-unless that would make the group non-convex (a path leaving the group and re-entering at the node).
+Groups are grown in topological order: a supported node (compiled, or delegated to the reference
+kernels: ``delegate``) joins the group of one of its producers unless that would make the group
+non-convex (a path leaving the group and re-entering at the node); then groups are merged while
+they stay convex, so a graph without control flow is typically one group.
 Constant nodes whose every consumer is in one group join it, so their values travel with the
 compiled context. Inside a group, contractions are separate steps and elementwise nodes form
 clusters, each described by its items (op, arguments, dtype, parameters) from which ``generate``
@@ -11,16 +13,28 @@ stay in registers; outputs of a smaller shape are sliced back)."""
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
+from ep_numba_cpu.delegate import attributes, delegable, dtype_name
 from ep_numba_cpu.generate import depthwise_geometry
-from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, FLOAT_DTYPES, KERNEL_DTYPES, SINCE, expression, params_for
+from ep_numba_cpu.ops import (
+    CONTRACTIONS,
+    DATA_DTYPES,
+    ELEMENTWISE,
+    FLOAT_DTYPES,
+    KERNEL_DTYPES,
+    SINCE,
+    expression,
+    params_for,
+)
 
-MAX_INLINE_SIZE = 1  # constants of this many elements become literals in the kernel source
+MAX_INLINE_SIZE = 1  # constants of this many elements may become literals in the kernel source
+MAX_INLINE_MAGNITUDE = 64  # ... when they are "round" numbers (multiples of 1/8 up to this magnitude)
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
 GEMM_ATTRS = ("alpha", "beta", "transA", "transB")
 
@@ -49,7 +63,13 @@ def _known(graph: Any, names: Sequence[str], dtypes: Sequence[str] = KERNEL_DTYP
 
 
 def supported(node: Any) -> bool:
-    """Whether this EP can fuse ``node`` (types and ranks must be known: kernels are typed)."""
+    """Whether this EP takes ``node`` into a group: compiled (``compiled``), else delegated to the
+    reference kernels (``delegate.delegable``)."""
+    return compiled(node) or delegable(node)
+
+
+def compiled(node: Any) -> bool:
+    """Whether this EP compiles ``node`` (types and ranks must be known: kernels are typed)."""
     if node.domain not in ("", "ai.onnx") or node.has_subgraphs:
         return False
     g = node.graph
@@ -128,6 +148,7 @@ def choose_groups(graph: Any) -> list[list[Any]]:
         group_of[n.index] = chosen
         groups[chosen].append(n)
         gdeps[chosen] |= r - {chosen}
+    _merge_groups(graph, groups, group_of)
     # absorb Constant nodes whose every consumer is in one group
     for n in graph.nodes:
         if n.op_type != "Constant" or n.domain not in ("", "ai.onnx") or n.index in group_of:
@@ -145,6 +166,57 @@ def choose_groups(graph: Any) -> list[list[Any]]:
         if any(x.op_type != "Constant" for x in nodes):
             out.append(sorted(nodes, key=lambda x: x.index))
     return out
+
+
+def _merge_groups(graph: Any, groups: dict[int, list[Any]], group_of: dict[int, int]) -> None:
+    """Merge groups while the union stays convex: growing from producers leaves a group per node
+    that reads only values from outside (a Shape of an input, a branch from a graph input), most of
+    them mergeable. Groups ``a`` before ``b`` (in a topological order of the graph of groups and
+    other nodes) merge when no path leads from ``a`` to ``b`` through anything else, so the graph
+    of fused nodes stays acyclic. Reachability is kept as bitsets; each merge recomputes it."""
+    from ep_core.sdk.graph import topo_order
+
+    while len(groups) > 1:
+        gids = sorted(groups)
+        vid = {g: i for i, g in enumerate(gids)}
+        vertex: dict[int, int] = {}
+        for n in graph.all_nodes:
+            g = group_of.get(n.index)
+            vertex[n.index] = vid[g] if g is not None else len(gids) + n.index
+        size = len(gids) + len(graph.all_nodes)
+        succ: list[set[int]] = [set() for _ in range(size)]
+        for n in graph.all_nodes:
+            for i in tuple(n.inputs) + n.implicit_inputs:
+                p = graph.producer(i) if i else None
+                if p is not None and vertex[p.index] != vertex[n.index]:
+                    succ[vertex[p.index]].add(vertex[n.index])
+        order = topo_order(size, [sorted(x) for x in succ])
+        reach = [0] * size  # vertex -> bitset of the vertices it reaches
+        for v in reversed(order):
+            r = 0
+            for w in succ[v]:
+                r |= reach[w] | (1 << w)
+            reach[v] = r
+        pos = {v: k for k, v in enumerate(order)}
+        ranked = sorted(range(len(gids)), key=pos.__getitem__)
+        pair = None
+        for k, a in enumerate(ranked):
+            for b in ranked[k + 1 :]:
+                via = 0
+                for w in succ[a]:
+                    if w != b:
+                        via |= reach[w] | (1 << w)
+                if not (via >> b) & 1:
+                    pair = gids[a], gids[b]
+                    break
+            if pair:
+                break
+        if pair is None:
+            return
+        keep, gone = pair
+        for n in groups.pop(gone):
+            group_of[n.index] = keep
+            groups[keep].append(n)
 
 
 def _group_depends(gdeps: dict[int, set[int]], start: int, target: int) -> bool:
@@ -212,8 +284,14 @@ def build_plan(
 
     for node in members:
         op = node.op_type
-        if op == "Constant":
+        if op == "Constant" and node.domain in ("", "ai.onnx"):
             consts[node.outputs[0]] = graph.constant_value(node.outputs[0])
+            continue
+        if not compiled(node):
+            for i in node.inputs:
+                const(i)
+            steps.append(_node_step(graph, node, consts))
+            where.update((o, len(steps) - 1) for o in node.outputs if o)
             continue
         if op in CONTRACTIONS:
             for i in node.inputs:
@@ -291,18 +369,45 @@ def build_plan(
                 continue  # nothing it computes is read: dead code
             entry = made
         used_consts.update(n for n in entry["inputs"] if n in consts)
+        if entry["kind"] == "node":
+            used_consts.update(v for kind, v in entry["attrs"].values() if kind == "tensor")
         plan_steps.append(entry)
     plan = {"inputs": list(inputs), "outputs": list(outputs), "steps": plan_steps}
     types = {"inputs": [_type(graph, n) for n in inputs], "outputs": [_type(graph, n) for n in outputs]}
-    return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]) for n in used_consts}, types)
+    # (reshaped: ascontiguousarray makes a 0-d array 1-d, and a delegated node tells them apart)
+    return GroupPlan(plan, {n: np.ascontiguousarray(consts[n]).reshape(consts[n].shape) for n in used_consts}, types)
 
 
 def _type(graph: Any, name: str) -> list[Any]:
-    """``[dtype, shape]`` of a fused node's input or output (None where unknown; symbolic dims None)."""
-    shape = _static_shape(graph, name)
+    """``[dtype, shape]`` of a value (None where unknown; symbolic dims None)."""
+    value = graph.constant_value(name) if name else None
+    if value is not None:
+        return [dtype_name(value.dtype), list(value.shape)]
+    shape = _static_shape(graph, name) if name else None
     dims = None if shape is None else [d if isinstance(d, int) else None for d in shape]
-    dt = _dtype(graph, name)
-    return [dt if dt in KERNEL_DTYPES else None, dims]
+    dt = _dtype(graph, name) if name else None
+    return [dt if dt in DATA_DTYPES else None, dims]
+
+
+def _node_step(graph: Any, node: Any, consts: dict[str, np.ndarray]) -> dict[str, Any]:
+    """A delegated node's declarative step (``spec``): op, domain, opset, typed attributes (TENSOR
+    ones become weights in ``consts``), value names and types."""
+    anchor = next(o for o in node.outputs if o)
+    return {
+        "kind": "node",
+        "op": node.op_type,
+        "domain": node.domain,
+        "opset": node.opset,
+        "attrs": attributes(node, anchor, consts),
+        "inputs": list(node.inputs),
+        "outputs": list(node.outputs),
+        "in_types": [_type(graph, n) if n not in consts else _weight_type(consts[n]) for n in node.inputs],
+        "out_types": [_type(graph, n) for n in node.outputs],
+    }
+
+
+def _weight_type(value: np.ndarray) -> list[Any]:
+    return [dtype_name(value.dtype), list(value.shape)]
 
 
 class _WithSynthetic:
@@ -359,7 +464,7 @@ def _cluster_step(
         for i in it.inputs:
             if i and i not in cl.produced and i not in ext:
                 ext.append(i)
-    arrays = [n for n in ext if not (n in consts and consts[n].size <= MAX_INLINE_SIZE)]
+    arrays = [n for n in ext if not (n in consts and _inlined(consts[n]))]
     ref: dict[str, list[Any]] = {n: ["a", j] for j, n in enumerate(arrays)}
     for n in ext:
         if n not in ref:
@@ -393,6 +498,20 @@ def _cluster_step(
         "out_ranks": [_rank(graph, n) or 0 for n in outs],
         "parallel": parallel(_static_numel(graph, outs[0])),
     }
+
+
+def _inlined(value: np.ndarray) -> bool:
+    """Whether a scalar constant is spelled as a literal in the kernel source. Only structural
+    numbers (0, 1, 0.5, 3, 6, ... and non-finite ones) are: a learned scale or shift passed as a
+    one-element argument lets clusters that differ only in their weights share one kernel (PP-OCR
+    det: 38 distinct elementwise kernels became 10), where a literal would compile one kernel each."""
+    if value.size > MAX_INLINE_SIZE:
+        return False
+    v = value.reshape(-1)[0]
+    if value.dtype == np.bool_:
+        return True
+    f = float(v)
+    return not math.isfinite(f) or (abs(f) <= MAX_INLINE_MAGNITUDE and float(f * 8).is_integer())
 
 
 def _depthwise(graph: Any, node: Any, parallel: Callable[[int | None], bool]) -> dict[str, Any] | None:

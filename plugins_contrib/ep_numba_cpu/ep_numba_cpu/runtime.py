@@ -1,7 +1,8 @@
 """Running one fused group: its contraction steps through NumPy/BLAS, its elementwise clusters
-through their Numba kernels. A plan is plain data (``generate.expand`` makes it from the stored
-declarative record, naming kernels by key); the compiled kernels and the weights are handed in
-beside it."""
+through their Numba kernels, its delegated nodes through the reference EP's kernels (``delegate``).
+A plan is plain data (``generate.expand`` makes it from the stored declarative record, naming
+kernels by key); the compiled kernels and the weights are handed in beside it. Steps whose inputs
+are all constants run once when the runner is built (folded), as the core folds constant nodes."""
 
 from __future__ import annotations
 
@@ -9,6 +10,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
+
+from ep_numba_cpu import delegate
+from ep_numba_cpu.delegate import Host
+from ep_numba_cpu.spec import SpecError
 
 
 def _pads_for(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, int]:
@@ -22,6 +27,7 @@ def _pads_for(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, in
 
 
 Workspace = dict  # (step, tag) -> buffer kept between runs
+FOLD_FLOOR = 64 << 20  # bytes constant folding may always add (the core's floor is alike)
 
 
 def _buf(ws: Workspace | None, key: Any, shape: tuple[int, ...], dtype: Any, zero: bool = False) -> np.ndarray:
@@ -183,27 +189,54 @@ def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, attrs: Mapping[str,
 
 
 class GraphRunner:
-    """Executes one plan: ``run(*inputs)`` returns the fused node's outputs in order."""
+    """Executes one plan: ``run(*inputs)`` returns the fused node's outputs in order.
 
-    def __init__(self, plan: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> None:
+    Delegated nodes (``delegate``) are built once here (``host`` gives their kernel context) and
+    called with plain arrays; they may return views of their inputs or read-only arrays."""
+
+    def __init__(
+        self,
+        plan: Mapping[str, Any],
+        kernels: Mapping[str, Any],
+        weights: Mapping[str, np.ndarray],
+        host: Host | None = None,
+    ) -> None:
         self.plan = plan
         self.inputs: tuple[str, ...] = tuple(plan["inputs"])
         self.outputs: tuple[str, ...] = tuple(plan["outputs"])
         self.weights = dict(weights)
         self.steps: list[Any] = []
-        for step in plan["steps"]:
+        for k, step in enumerate(plan["steps"]):
             kind = step["kind"]
             key = step.get("kernel")
             fn = kernels[key] if key else None
             if kind == "kernel":
                 spec = step.get("kernel_spec")
                 fn = (fn, kernels[spec] if spec else None)
+            elif kind == "node":
+                fn = _node_compute(step, kernels, self.weights, host or Host(), k)
             self.steps.append((kind, step, fn))
-        # values read only inside the group: their buffers are kept between runs (no fresh pages
-        # to fault in on every run); the fused node's outputs are always fresh arrays
-        self._internal = [not any(o in self.outputs for o in _names(step)) for _, step, _ in self.steps]
-        self._pool: list[Workspace] = []  # one workspace per concurrent run
         self._shape_plans: list[dict[Any, Any]] = [{} for _ in self.steps]  # per kernel step: shapes -> call plan
+        self._live = self._fold()
+        live = [self.steps[k] for k in self._live]
+        needed = {n for _, step, _ in live for n in step["inputs"]} | set(self.outputs)
+        self.weights = {n: w for n, w in self.weights.items() if n in needed}  # what runs read, no more
+        # values whose buffers are kept between runs (no fresh pages to fault in on every run): those
+        # of compiled steps no fused-node output can alias. Delegated nodes may return views of their
+        # inputs (Reshape, Squeeze, Identity ...), so what reaches an output through them is fresh
+        escapes = set(self.outputs)
+        for kind, step, _ in reversed(live):
+            if kind == "node" and escapes.intersection(step["outputs"]):
+                escapes.update(n for n in step["inputs"] if n)
+        self._internal = [kind != "node" and not escapes.intersection(_names(step)) for kind, step, _ in self.steps]
+        # outputs that may be views of a stored weight, with those weights: copied when they are, so
+        # the caller never writes into a weight (a bounds check per run)
+        self._aliasing = tuple(
+            (i, tuple(self.weights[w] for w in ws))
+            for i, o in enumerate(self.outputs)
+            if (ws := _reached(live, o, set(self.weights)))
+        )
+        self._pool: list[Workspace] = []  # one workspace per concurrent run
 
     def __call__(self, *inputs: Any) -> list[Any]:
         try:
@@ -219,28 +252,58 @@ class GraphRunner:
         env: dict[str, Any] = dict(self.weights)
         for name, value in zip(self.inputs, inputs, strict=True):
             env[name] = value
-        for k, (kind, step, fn) in enumerate(self.steps):
-            ins = step["inputs"]
-            if kind == "kernel":
-                self._run_kernel(step, fn, env, ws if self._internal[k] else None, k, self._shape_plans[k])
-            elif kind == "conv":
-                env[step["outputs"][0]] = conv2d(
-                    env[ins[0]],
-                    env[ins[1]],
-                    env[ins[2]] if ins[2] else None,
-                    step["attrs"],
-                    fn,
-                    ws,
-                    k,
-                    self._internal[k],
-                )
-            elif kind == "matmul":
-                env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]], ws if self._internal[k] else None, k)
-            elif kind == "gemm":
-                env[step["outputs"][0]] = gemm(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"])
-            else:
-                raise RuntimeError(f"unknown step kind {kind!r}")
-        return [env[o] for o in self.outputs]
+        internal = self._internal
+        for k in self._live:
+            self._step(k, env, ws, internal[k])
+        result = [env[o] for o in self.outputs]
+        for i, weights in self._aliasing:
+            if any(np.may_share_memory(result[i], w) for w in weights):
+                result[i] = np.array(result[i], copy=True)
+        return result
+
+    def _step(self, k: int, env: dict[str, Any], ws: Workspace | None, internal: bool) -> None:
+        """Run step ``k`` over ``env``; ``internal``: its outputs may live in kept buffers of ``ws``."""
+        kind, step, fn = self.steps[k]
+        ins = step["inputs"]
+        if kind == "kernel":
+            self._run_kernel(step, fn, env, ws if internal else None, k, self._shape_plans[k])
+        elif kind == "conv":
+            env[step["outputs"][0]] = conv2d(
+                env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"], fn, ws, k, internal
+            )
+        elif kind == "matmul":
+            env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]], ws if internal else None, k)
+        elif kind == "node":
+            outs = fn(*[env[i] if i else None for i in ins])
+            for name, value in zip(step["outputs"], outs, strict=True):
+                if name:
+                    env[name] = value
+        elif kind == "gemm":
+            env[step["outputs"][0]] = gemm(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"])
+        else:
+            raise RuntimeError(f"unknown step kind {kind!r}")
+
+    def _fold(self) -> list[int]:
+        """Run once, here, every step whose inputs are all stored weights or values folded before
+        (int8 weights cast and scaled to float, shapes of constants ...), as the core folds
+        constant nodes: their values join the runner's weights (in memory only; the context keeps
+        the record). Folding stops at 4x the bytes of the stored weights (plus ``FOLD_FLOOR``), as
+        the core's budget does. Returns the steps left to run on every call."""
+        budget = 4 * sum(w.nbytes for w in self.weights.values()) + FOLD_FLOOR
+        live = []
+        for k, (_, step, _) in enumerate(self.steps):
+            if budget < 0 or not all(n in self.weights for n in step["inputs"] if n):
+                live.append(k)
+                continue
+            env = dict(self.weights)
+            try:
+                self._step(k, env, None, False)
+            except Exception as exc:
+                raise SpecError(f"plan.steps[{k}]: computing it from its constant inputs failed: {exc}") from exc
+            made = {n: np.asarray(env[n]) for n in _names(step) if n}
+            budget -= sum(v.nbytes for v in made.values())
+            self.weights.update(made)
+        return live
 
     @staticmethod
     def _run_kernel(
@@ -295,6 +358,37 @@ def _shape_plan(step: Mapping[str, Any], shapes: tuple[tuple[int, ...], ...], ha
             cut = tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full, strict=True))
         finals.append((o["name"], cut, real))
     return full, dims, _prod(full, range(rank)), [np.dtype(o["dtype"]) for o in step["outputs"]], finals
+
+
+def _node_compute(
+    step: Mapping[str, Any], kernels: Mapping[str, Any], weights: Mapping[str, np.ndarray], host: Host, k: int
+) -> Any:
+    """A delegated node's compute: compiled kernels' (``generate.node_sources``), else the reference
+    kernel. ``SpecError`` naming the step when the reference registry does not serve it as stored."""
+    if step.get("kernels"):
+        from ep_numba_cpu import recurrent
+
+        return recurrent.make_compute(step["node"], [kernels[key] for key in step["kernels"]])
+    try:
+        return delegate.build(step["node"], weights, host)
+    except delegate.BuildError as exc:
+        raise SpecError(f"plan.steps[{k}] ({step['node']['op']}): {exc}") from None
+
+
+def _reached(steps: Sequence[Any], name: str, sources: set[str]) -> list[str]:
+    """The ``sources`` value ``name`` may be (a view of) through delegated nodes."""
+    made = {o: step for kind, step, _ in steps if kind == "node" for o in step["outputs"] if o}
+    todo, seen, found = [name], set(), []
+    while todo:
+        n = todo.pop()
+        if n in seen:
+            continue
+        seen.add(n)
+        if n in sources:
+            found.append(n)
+        elif n in made:
+            todo.extend(i for i in made[n]["inputs"] if i)
+    return found
 
 
 def _names(step: Mapping[str, Any]) -> list[str]:

@@ -17,8 +17,19 @@ not yet defined) is a ``SpecError`` naming the field, which the EP reports as IN
               "depthwise": null | {"dtype": dtype, "parallel": bool}}
            | {"kind": "matmul", "inputs": [a, b], "outputs": [name]}
            | {"kind": "gemm", "inputs": [a, b, c | ""], "outputs": [name], "attrs": {...}}
+           | {"kind": "node", "op": op, "domain": domain, "opset": int, "attrs": {name: attr},
+              "inputs": [name | ""], "outputs": [name | ""], "in_types": [type], "out_types": [type]}
     item   = {"op": name, "args": [ref | null], "dtype": dtype, "params": {...}}
     ref    = ["a", array index] | ["v", earlier item index] | ["c", dtype, number]
+    attr   = ["int", int] | ["float", float] | ["string", str] | ["ints", [int]] | ["floats", [float]]
+           | ["strings", [str]] | ["tensor", weight name]
+
+A "node" step is a delegated ONNX node (``delegate``): the EP runs it through the reference EP's
+kernel for that op, domain and opset. It is checked against what the reference registry serves and
+against the op's ONNX schema (attribute names and types, input and output counts); "" names an
+absent optional input or output; a TENSOR attribute is one of the group's stored weights. Ops with
+subgraph attributes (If, Loop, Scan) are never stored, nor GRAPH, SPARSE_TENSOR or TYPE_PROTO
+attributes. The node is rebuilt from these checked fields alone when its kernel is built.
 """
 
 from __future__ import annotations
@@ -30,13 +41,18 @@ from typing import Any
 
 import numpy as np
 
-from ep_numba_cpu.ops import ARITY, FLOAT_DTYPES, KERNEL_DTYPES, MAX_ARGS, PARAMS
+from ep_numba_cpu.ops import ARITY, DATA_DTYPES, FLOAT_DTYPES, KERNEL_DTYPES, MAX_ARGS, PARAMS
 
 MAX_STEPS = 100_000
 MAX_ITEMS = 10_000
 MAX_ARRAYS = 1024
 MAX_RANK = 32
 MAX_NAME = 65_536
+MAX_ATTRS = 64
+MAX_ATTR_VALUES = 1 << 20  # entries of one INTS/FLOATS/STRINGS attribute
+MAX_OPSET = 1000
+_OP_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
+_DOMAIN = re.compile(r"[a-z][a-z0-9_.]{0,127}|")
 INT_RANGE = {"int32": (-(2**31), 2**31 - 1), "int64": (-(2**63), 2**63 - 1)}
 AUTO_PADS = ("NOTSET", "", "SAME_UPPER", "SAME_LOWER", "VALID")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -134,7 +150,7 @@ def check_record(rec: Any) -> None:
 def _check_type(t: Any, path: str) -> None:
     dtype, shape = _list(t, path, 2, 2)
     if dtype is not None:
-        _dtype(dtype, f"{path}[0]")
+        _dtype(dtype, f"{path}[0]", DATA_DTYPES)
     if shape is not None:
         for d, dim in enumerate(_list(shape, f"{path}[1]", 0, MAX_RANK)):
             if dim is not None:
@@ -161,6 +177,7 @@ _STEP_KEYS = {
     "conv": {"kind", "inputs", "outputs", "attrs", "depthwise"},
     "matmul": {"kind", "inputs", "outputs"},
     "gemm": {"kind", "inputs", "outputs", "attrs"},
+    "node": {"kind", "op", "domain", "opset", "attrs", "inputs", "outputs", "in_types", "out_types"},
 }
 
 
@@ -171,6 +188,9 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
     _obj(step, path, _STEP_KEYS[kind])
     if kind == "kernel":
         _check_cluster(step, path, defined)
+        return
+    if kind == "node":
+        _check_node(step, path, defined, weights)
         return
     n = 2 if kind == "matmul" else 3
     inputs = _list(step["inputs"], f"{path}.inputs", n, n)
@@ -195,6 +215,62 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
         for key in set(attrs) & {"transA", "transB"}:
             _int(attrs[key], f"{path}.attrs.{key}", 0, 1)
     _writes(_names(step["outputs"], f"{path}.outputs", 1, 1), f"{path}.outputs", defined)
+
+
+def _check_node(step: dict[str, Any], path: str, defined: set[str], weights: Mapping[str, str]) -> None:
+    from ep_numba_cpu import delegate
+
+    op, domain = step["op"], step["domain"]
+    if not isinstance(op, str) or not _OP_NAME.fullmatch(op):
+        raise _fail(f"{path}.op", f"{op!r:.40} is not an op name")
+    if not isinstance(domain, str) or not _DOMAIN.fullmatch(domain):
+        raise _fail(f"{path}.domain", f"{domain!r:.40} is not a domain name")
+    opset = _int(step["opset"], f"{path}.opset", 1, MAX_OPSET)
+    if not delegate.served(op, domain, opset):
+        raise _fail(f"{path}.op", f"{domain or 'ai.onnx'}::{op} at opset {opset} is not an op this EP delegates")
+    schema = delegate.schema(op, domain, opset)
+    inputs = _list(step["inputs"], f"{path}.inputs", schema.min_input, min(schema.max_input, MAX_ARRAYS))
+    outputs = _list(step["outputs"], f"{path}.outputs", schema.min_output, min(schema.max_output, MAX_ARRAYS))
+    for side, names in (("inputs", inputs), ("outputs", outputs)):
+        for i, name in enumerate(names):
+            if name != "":
+                _name(name, f"{path}.{side}[{i}]")
+    made = [n for n in outputs if n]
+    if not made or len(set(made)) != len(made):
+        raise _fail(f"{path}.outputs", "makes no value, or one value twice")
+    for side, names in (("in_types", inputs), ("out_types", outputs)):
+        for i, t in enumerate(_list(step[side], f"{path}.{side}", len(names), len(names))):
+            _check_type(t, f"{path}.{side}[{i}]")
+    attrs = step["attrs"]
+    if not isinstance(attrs, dict) or len(attrs) > MAX_ATTRS:
+        raise _fail(f"{path}.attrs", f"is not an object of at most {MAX_ATTRS} attributes")
+    for name, value in attrs.items():
+        at = f"{path}.attrs.{name!s:.60}"
+        declared = schema.attributes.get(name) if isinstance(name, str) else None
+        if declared is None:
+            raise _fail(at, f"{op} has no such attribute")
+        kind, v = _list(value, at, 2, 2)
+        if not isinstance(kind, str) or delegate.SCHEMA_KINDS.get(kind) != declared.type.name:
+            raise _fail(f"{at}[0]", f"{kind!r:.40} is not the attribute's type ({declared.type.name.lower()})")
+        _check_attr_value(kind, v, f"{at}[1]", weights)
+    _reads([n for n in inputs], f"{path}.inputs", defined, optional=tuple(i for i, n in enumerate(inputs) if n == ""))
+    _writes(made, f"{path}.outputs", defined)
+
+
+def _check_attr_value(kind: str, v: Any, path: str, weights: Mapping[str, str]) -> None:
+    if kind == "int":
+        _int(v, path, *INT_RANGE["int64"])
+    elif kind == "float":
+        _float(v, path)
+    elif kind == "string":
+        if not isinstance(v, str) or len(v) > MAX_NAME:
+            raise _fail(path, f"{v!r:.40} is not a string of at most {MAX_NAME} characters")
+    elif kind == "tensor":
+        if not isinstance(v, str) or v not in weights:
+            raise _fail(path, f"{v!r:.60} is not a stored weight")
+    else:
+        for i, x in enumerate(_list(v, path, 0, MAX_ATTR_VALUES)):
+            _check_attr_value(kind[:-1], x, f"{path}[{i}]", weights)
 
 
 def _check_conv_attrs(attrs: Any, path: str) -> None:
@@ -295,6 +371,9 @@ def check_types(rec: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> No
         shape = step.get("attrs", {}).get("kernel_shape")
         if w is not None and shape is not None and list(w.shape[2:]) != shape:
             raise _fail(f"{path}.attrs.kernel_shape", f"is {shape}, but the filter has shape {list(w.shape)}")
+        if step["kind"] == "node":
+            _check_node_types(step, path, weights, declared_in, declared_out)
+            continue
         if step["kind"] != "kernel":
             continue
         for j, (name, dtype) in enumerate(zip(step["inputs"], step["arrays"], strict=True)):
@@ -311,6 +390,34 @@ def check_types(rec: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> No
                 raise _fail(f"{path}.items[{t}].dtype", f"makes {made}, but output {name!r:.60} is declared {dtype}")
             if shape is not None and step["out_ranks"][m] != len(shape):
                 raise _fail(f"{path}.out_ranks[{m}]", f"output {name!r:.60} is declared with rank {len(shape)}")
+
+
+def _check_node_types(
+    step: Mapping[str, Any],
+    path: str,
+    weights: Mapping[str, np.ndarray],
+    declared_in: Mapping[str, Any],
+    declared_out: Mapping[str, Any],
+) -> None:
+    """A delegated node's stored types agree with its weights (dtype and shape) and with the fused
+    node's declared inputs and outputs; its TENSOR attributes are weights of a stored dtype."""
+    for i, (name, (dtype, shape)) in enumerate(zip(step["inputs"], step["in_types"], strict=True)):
+        w = weights.get(name)
+        if w is not None:
+            if dtype != _np_name(w.dtype) or (shape is not None and list(w.shape) != shape):
+                raise _fail(
+                    f"{path}.in_types[{i}]",
+                    f"is {[dtype, shape]}, but weight {name!r:.60} is {[_np_name(w.dtype), list(w.shape)]}",
+                )
+        elif name in declared_in and None not in (dtype, declared_in[name][0]) and dtype != declared_in[name][0]:
+            raise _fail(f"{path}.in_types[{i}]", f"is {dtype}, but input {name!r:.60} is {declared_in[name][0]}")
+    for i, (name, (dtype, _)) in enumerate(zip(step["outputs"], step["out_types"], strict=True)):
+        want = declared_out.get(name, [None])[0]
+        if None not in (dtype, want) and dtype != want:
+            raise _fail(f"{path}.out_types[{i}]", f"is {dtype}, but output {name!r:.60} is declared {want}")
+    for name, (kind, value) in step["attrs"].items():
+        if kind == "tensor" and _np_name(weights[value].dtype) not in DATA_DTYPES:
+            raise _fail(f"{path}.attrs.{name}", f"weight {value!r:.60} has dtype {weights[value].dtype}")
 
 
 def _np_name(dtype: np.dtype) -> str:

@@ -1,0 +1,496 @@
+"""The Numba CPU EP claims whole graphs (issue 15): nodes it does not compile join its groups as
+delegated steps run by the reference EP's kernels, so zoo models without control flow run (almost)
+entirely on it and match the reference EP; delegated steps survive an EPContext round trip without
+compiling anything; tampered delegated records are refused naming the field; buffers the runner
+keeps between runs never reach the caller through a delegated view."""
+
+from __future__ import annotations
+
+import json
+import struct
+import sys
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
+
+from ep_core import InferenceSession  # noqa: E402
+from ep_core.runtime.options import GraphOptimizationLevel, SessionOptions  # noqa: E402
+from ep_core.sdk.errors import InvalidGraph  # noqa: E402
+
+NUMBA = "NumbaCpuExecutionProvider"
+REF = "CpuReferenceExecutionProvider"
+F = TensorProto.FLOAT
+# fast zoo models without control flow (a few seconds each)
+ZOO = [
+    "magika",
+    "ppocr_cls",
+    "minilm_l6",
+    "romanizer_encoder",
+    "romanizer_decoder",
+    "captcha_crnn",
+    "orinet_qdq",
+    "svc_digits",
+    "forest_digits",
+    "eeg_seizure_lstm",
+]
+
+
+def _model_feed(name: str) -> dict[str, np.ndarray]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "cpu_reference"))
+    try:
+        from test_real_models import model_feed
+    finally:
+        sys.path.pop(0)
+    return model_feed(name)
+
+
+def _close(got: Any, want: Any) -> None:
+    got, want = np.asarray(got), np.asarray(want)
+    assert got.shape == want.shape and got.dtype == want.dtype
+    if want.dtype.kind in "fc":
+        scale = max(1.0, float(np.max(np.abs(want))) if want.size else 1.0)
+        np.testing.assert_allclose(got, want, rtol=0, atol=1e-4 * scale)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("name", ZOO)
+def test_zoo_models_run_on_the_ep_and_match_the_reference(name: str) -> None:
+    import onnx
+
+    from ep_core.tools import zoo
+
+    path = str(zoo.fetch_model(name))
+    assert not {n.op_type for n in onnx.load(path).graph.node} & {"If", "Loop", "Scan"}
+    feed = _model_feed(name)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = InferenceSession(path, providers=[NUMBA, REF])
+    assignment = sess.get_node_assignment()
+    on = [k for k, a in assignment.items() if a["ep"] == NUMBA]
+    assert len(on) >= 0.95 * len(assignment), {k: a["ep"] for k, a in assignment.items() if a["ep"] != NUMBA}
+    got = sess.run(None, feed)
+    want = InferenceSession(path, providers=[REF]).run(None, feed)
+    for g, w in zip(got, want, strict=True):
+        _close(g, w)
+
+
+# ------------------------------------------------------------------------ a small model
+def _model() -> Any:
+    """Compiled steps (Conv, elementwise tails, MatMul) around delegated ones: MaxPool, Reshape
+    with a stored shape, Concat, Transpose, Softmax, ConstantOfShape (a TENSOR attribute), Shape,
+    Gather with a scalar index (a 0-d weight), Unsqueeze and ReduceMean."""
+    rng = np.random.default_rng(3)
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal(4).astype(np.float32), "B"),
+        numpy_helper.from_array(np.array([1, 4, 16], np.int64), "shape"),
+        numpy_helper.from_array(rng.standard_normal((16, 5)).astype(np.float32), "Wm"),
+        numpy_helper.from_array(np.array(1, np.int64), "idx"),
+        numpy_helper.from_array(np.array([0], np.int64), "ax0"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "W", "B"], ["c"], pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"]),
+        helper.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[2, 2]),
+        helper.make_node("Reshape", ["p", "shape"], ["flat"]),
+        helper.make_node("MatMul", ["flat", "Wm"], ["mm"]),
+        helper.make_node("Tanh", ["mm"], ["t"]),
+        helper.make_node("Shape", ["t"], ["tshape"]),
+        helper.make_node(
+            "ConstantOfShape", ["tshape"], ["ones"], value=numpy_helper.from_array(np.array([0.5], np.float32))
+        ),
+        helper.make_node("Concat", ["t", "ones"], ["cat"], axis=1),
+        helper.make_node("Transpose", ["cat"], ["tr"], perm=[0, 2, 1]),
+        helper.make_node("Softmax", ["tr"], ["y"], axis=-1),
+        helper.make_node("Gather", ["tshape", "idx"], ["n"], axis=0),
+        helper.make_node("Unsqueeze", ["n", "ax0"], ["n1"]),
+        helper.make_node("ReduceMean", ["y"], ["m"], keepdims=0),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "whole",
+        [helper.make_tensor_value_info("x", F, [1, 3, 8, 8])],
+        [
+            helper.make_tensor_value_info("y", F, [1, 5, 8]),
+            helper.make_tensor_value_info("n1", TensorProto.INT64, [1]),
+            helper.make_tensor_value_info("m", F, []),
+        ],
+        inits,
+    )
+    return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+
+
+def _feed() -> dict[str, np.ndarray]:
+    return {"x": np.random.default_rng(4).standard_normal((1, 3, 8, 8)).astype(np.float32)}
+
+
+def _options(**entries: Any) -> SessionOptions:
+    so = SessionOptions()
+    for k, v in entries.items():
+        so.add_session_config_entry(k.replace("__", "."), str(v))
+    return so
+
+
+def test_small_model_is_one_group_with_delegated_steps_and_matches() -> None:
+    src = _model().SerializeToString()
+    sess = InferenceSession(src, providers=[NUMBA, REF])
+    a = sess.get_node_assignment()
+    assert {v["ep"] for v in a.values()} == {NUMBA} and len({v["fused_node"] for v in a.values()}) == 1
+    want = InferenceSession(src, providers=[REF]).run(None, _feed())
+    for g, w in zip(sess.run(None, _feed()), want, strict=True):
+        _close(g, w)
+
+
+@pytest.fixture(scope="module")
+def ctx_model(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[np.ndarray]]:
+    import onnx
+
+    folder = tmp_path_factory.mktemp("whole_ctx")
+    onnx.save(_model(), str(folder / "m.onnx"))
+    so = _options(ep__context_enable=1, ep__context_embed_mode=1, ep__context_file_path=folder / "m_ctx.onnx")
+    sess = InferenceSession(str(folder / "m.onnx"), so, providers=[NUMBA])
+    expected = sess.run(None, _feed())
+    return Path(sess.context_model_path), expected
+
+
+def _record(path: Path) -> tuple[Any, dict[str, Any], dict[str, np.ndarray]]:
+    """The context model, its (one) graph record's header metadata, and the blob's tensors."""
+    import onnx
+    from safetensors.numpy import load
+
+    model = onnx.load(str(path))
+    node = next(n for n in model.graph.node if n.op_type == "EPContext")
+    blob = next(a.s for a in node.attribute if a.name == "ep_cache_context")
+    (n,) = struct.unpack("<Q", blob[:8])
+    meta = json.loads(json.loads(blob[8 : 8 + n])["__metadata__"]["ep_numba_cpu"])
+    return model, meta, load(blob)
+
+
+def test_context_round_trip_runs_delegated_steps_and_compiles_nothing(
+    ctx_model: tuple[Path, list[np.ndarray]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import numba.core.compiler as nbc
+
+    path, expected = ctx_model
+    _, meta, _ = _record(path)
+    (rec,) = meta["graphs"].values()
+    kinds = [s["kind"] for s in rec["plan"]["steps"]]
+    ops = {s["op"] for s in rec["plan"]["steps"] if s["kind"] == "node"}
+    assert {"conv", "matmul", "kernel", "node"} <= set(kinds)
+    assert {"MaxPool", "Reshape", "ConstantOfShape", "Concat", "Softmax", "Transpose"} <= ops
+    cos = next(s for s in rec["plan"]["steps"] if s.get("op") == "ConstantOfShape")
+    assert cos["attrs"]["value"][0] == "tensor" and cos["attrs"]["value"][1] in rec["weights"]
+    calls: list[Any] = []
+    orig = nbc.compile_extra
+    monkeypatch.setattr(nbc, "compile_extra", lambda *a, **k: calls.append(a) or orig(*a, **k))
+    sess = InferenceSession(str(path), providers=[NUMBA])
+    got = sess.run(None, _feed())
+    assert calls == []
+    for g, w in zip(got, expected, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape
+        np.testing.assert_array_equal(g, w)
+
+
+def _tampered(path: Path, tmp: Path, edit: Any) -> Path:
+    """The context model with its record edited by ``edit(step_of_op)`` and the blob's sha256 fixed."""
+    import hashlib
+
+    import onnx
+    from safetensors.numpy import save
+
+    model, meta, tensors = _record(path)
+    (rec,) = meta["graphs"].values()
+    edit(rec)
+    blob = save(tensors, metadata={"ep_numba_cpu": json.dumps(meta)})
+    node = next(n for n in model.graph.node if n.op_type == "EPContext")
+    for a in node.attribute:
+        if a.name == "ep_cache_context":
+            a.s = blob
+        if a.name == "notes":
+            notes = json.loads(a.s)
+            notes["blob_sha256"] = hashlib.sha256(blob).hexdigest()
+            a.s = json.dumps(notes).encode()
+    out = tmp / "tampered.onnx"
+    onnx.save(model, str(out))
+    return out
+
+
+def _step(rec: dict[str, Any], op: str) -> dict[str, Any]:
+    return next(s for s in rec["plan"]["steps"] if s.get("op") == op)
+
+
+TAMPERING = {
+    "unknown op": (lambda r: _step(r, "Softmax").__setitem__("op", "NoSuchOp"), r"\.op: .*NoSuchOp"),
+    "control flow op": (lambda r: _step(r, "Softmax").__setitem__("op", "If"), r"\.op: .*If"),
+    "graph attribute": (
+        lambda r: _step(r, "Softmax")["attrs"].__setitem__("axis", ["graph", "g"]),
+        r"\.attrs\.axis\[0\]: 'graph'",
+    ),
+    "attribute value of the wrong type": (
+        lambda r: _step(r, "Softmax")["attrs"].__setitem__("axis", ["int", "1; import os"]),
+        r"\.attrs\.axis\[1\]",
+    ),
+    "attribute the op does not have": (
+        lambda r: _step(r, "Softmax")["attrs"].__setitem__("source", ["string", "x"]),
+        r"\.attrs\.source: Softmax has no such attribute",
+    ),
+    "oversize attribute": (
+        lambda r: _step(r, "Transpose")["attrs"].__setitem__("perm", ["ints", [0] * ((1 << 20) + 1)]),
+        r"\.attrs\.perm\[1\]: has 1048577 entries",
+    ),
+    "oversize name": (
+        lambda r: _step(r, "Softmax").__setitem__("op", "S" * 200),
+        r"\.op: .* is not an op name",
+    ),
+    "unknown key": (lambda r: _step(r, "Softmax").__setitem__("source", "x"), r": unexpected keys \['source'\]"),
+    "opset the reference EP does not serve": (
+        lambda r: _step(r, "Softmax").__setitem__("opset", 999),
+        r"\.op: ai.onnx::Softmax at opset 999",
+    ),
+    "tensor attribute that is no weight": (
+        lambda r: _step(r, "ConstantOfShape")["attrs"].__setitem__("value", ["tensor", "x"]),
+        r"\.attrs\.value\[1\]: 'x' is not a stored weight",
+    ),
+    "weight type that disagrees": (
+        lambda r: _step(r, "Reshape")["in_types"].__setitem__(1, ["int32", [3]]),
+        r"\.in_types\[1\]: is \['int32', \[3\]\], but weight 'shape'",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", sorted(TAMPERING))
+def test_tampered_delegated_records_are_refused_naming_the_field(
+    case: str, ctx_model: tuple[Path, list[np.ndarray]], tmp_path: Path
+) -> None:
+    edit, field = TAMPERING[case]
+    path = _tampered(ctx_model[0], tmp_path, edit)
+    with warnings.catch_warnings(), pytest.raises(InvalidGraph, match=r"plan\.steps\[\d+\]" + field):
+        warnings.simplefilter("ignore")
+        InferenceSession(str(path), providers=[NUMBA])
+
+
+def test_lstm_step_runs_compiled_loops_and_round_trips(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A delegated LSTM node is served by the compiled recurrent loop (``generate.node_sources``):
+    its kernel is in the context, so a session from the context model compiles nothing."""
+    import numba.core.compiler as nbc
+    import onnx
+
+    rng = np.random.default_rng(6)
+    hidden, size = 4, 3
+    inits = [
+        numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, size)).astype(np.float32), "W"),
+        numpy_helper.from_array(rng.standard_normal((1, 4 * hidden, hidden)).astype(np.float32), "R"),
+    ]
+    g = helper.make_graph(
+        [
+            helper.make_node("LSTM", ["x", "W", "R"], ["y", "yh"], hidden_size=hidden),
+            helper.make_node("Squeeze", ["yh"], ["h"]),
+            helper.make_node("Softmax", ["h"], ["p"], axis=-1),
+        ],
+        "lstm",
+        [helper.make_tensor_value_info("x", F, [5, 2, size])],
+        [helper.make_tensor_value_info("p", F, [2, hidden]), helper.make_tensor_value_info("y", F, [5, 1, 2, hidden])],
+        inits,
+    )
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8), str(tmp_path / "m.onnx"))
+    x = {"x": rng.standard_normal((5, 2, size)).astype(np.float32)}
+    so = _options(ep__context_enable=1, ep__context_embed_mode=1, ep__context_file_path=tmp_path / "m_ctx.onnx")
+    sess = InferenceSession(str(tmp_path / "m.onnx"), so, providers=[NUMBA])
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
+    expected = sess.run(None, x)
+    want = InferenceSession(str(tmp_path / "m.onnx"), providers=[REF]).run(None, x)
+    for got, w in zip(expected, want, strict=True):
+        np.testing.assert_allclose(got, w, rtol=1e-5, atol=1e-6)
+    _, meta, _ = _record(Path(sess.context_model_path))
+    (rec,) = meta["graphs"].values()
+    from ep_numba_cpu.generate import node_sources
+
+    assert node_sources(_step(rec, "LSTM"))  # the compiled loop serves it
+    calls: list[Any] = []
+    orig = nbc.compile_extra
+    monkeypatch.setattr(nbc, "compile_extra", lambda *a, **k: calls.append(a) or orig(*a, **k))
+    again = InferenceSession(sess.context_model_path, providers=[NUMBA]).run(None, x)
+    assert calls == []
+    for got, w in zip(again, expected, strict=True):
+        np.testing.assert_array_equal(got, w)
+
+
+# --------------------------------------------------------------------- aliasing and shapes
+def test_kept_buffers_never_reach_the_caller_through_delegated_views() -> None:
+    """A compiled cluster's output reshaped (a view) into a fused output, Identity of a stored weight
+    as an output: each run's outputs stay as they were after later runs, and writing into an output
+    never changes what the next run computes."""
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Mul", ["r", "r"], ["sq"]),
+            helper.make_node("Reshape", ["sq", "shape"], ["y"]),
+            helper.make_node("Identity", ["W"], ["wi"]),
+            helper.make_node("Squeeze", ["wi"], ["w_out"]),
+        ],
+        "alias",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [6]), helper.make_tensor_value_info("w_out", F, [2, 3])],
+        [numpy_helper.from_array(np.array([6], np.int64), "shape"), numpy_helper.from_array(w, "W")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = InferenceSession(m.SerializeToString(), providers=[NUMBA])
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
+    x1 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    y1, w1 = sess.run(None, {"x": x1})
+    keep = y1.copy()
+    y1[...] = -1
+    w1[...] = -1  # the caller owns its outputs: writing into them changes nothing the EP keeps
+    y2, w2 = sess.run(None, {"x": 2 * x1})
+    np.testing.assert_array_equal(y2, (4 * x1 * x1).reshape(6))
+    np.testing.assert_array_equal(w2, w)
+    np.testing.assert_array_equal(y1, -1)
+    assert not np.shares_memory(y2, y1) and keep[1] == 1
+
+
+def test_runner_outputs_through_delegated_views_are_fresh_every_run() -> None:
+    """The fused node's compute itself (no session copying its outputs): a compiled cluster's
+    output reaches a fused output through Reshape and Unsqueeze (views of the cluster's buffer),
+    another is a view of a stored weight (Unsqueeze); no output of one run shares memory with the next run's, with
+    a buffer the runner keeps, or with the weight."""
+    import onnx
+
+    from ep_core.sdk.graph import GraphView, opset_map
+    from ep_numba_cpu import codegen, generate
+    from ep_numba_cpu.planner import build_plan
+    from ep_numba_cpu.runtime import GraphRunner
+
+    w = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Mul", ["r", "r"], ["sq"]),
+            helper.make_node("Reshape", ["sq", "shape"], ["flat"]),
+            helper.make_node("Unsqueeze", ["flat", "ax"], ["y"]),
+            helper.make_node("Unsqueeze", ["W", "ax"], ["w_out"]),
+        ],
+        "alias",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [
+            helper.make_tensor_value_info("y", F, [1, 6]),
+            helper.make_tensor_value_info("w_out", F, [1, 2, 3]),
+        ],
+        [
+            numpy_helper.from_array(np.array([6], np.int64), "shape"),
+            numpy_helper.from_array(np.array([0], np.int64), "ax"),
+            numpy_helper.from_array(w, "W"),
+        ],
+    )
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    view = GraphView(m.graph, opset_map(m))
+    gp = build_plan(view, ["x"], ["y", "w_out"], lambda n: False)
+    assert [s["kind"] for s in gp.plan["steps"]] == ["kernel", "node", "node", "node"]
+    plan, sources = generate.expand(json.loads(json.dumps(gp.plan)), gp.weights)
+    kernels = {k: codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher for k, ks in sources.items()}
+    runner = GraphRunner(plan, kernels, gp.weights)
+    x1 = np.arange(6, dtype=np.float32).reshape(2, 3)
+    first = runner(x1)
+    kept = [a.copy() for a in first]
+    second = runner(2 * x1)
+    for a, b in zip(first, kept, strict=True):
+        np.testing.assert_array_equal(a, b)
+    assert not any(np.shares_memory(a, b) for a in first for b in second)
+    assert not any(np.shares_memory(a, v) for a in first + second for v in gp.weights.values())
+    np.testing.assert_array_equal(second[0], (4 * x1 * x1).reshape(1, 6))
+
+
+def test_steps_of_constants_run_once_when_the_runner_is_built(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An int8 weight cast (delegated: int8) and scaled (a compiled kernel) to float is folded: the
+    runner keeps the float weight and runs only the MatMul per call."""
+    from ep_numba_cpu.runtime import GraphRunner
+
+    runners: list[GraphRunner] = []
+    orig = GraphRunner.__init__
+
+    def keep(self: GraphRunner, *a: Any, **k: Any) -> None:
+        orig(self, *a, **k)
+        runners.append(self)
+
+    monkeypatch.setattr(GraphRunner, "__init__", keep)
+    q = np.arange(-6, 6, dtype=np.int8).reshape(3, 4)
+    g = helper.make_graph(
+        [
+            helper.make_node("Cast", ["Q"], ["qf"], to=TensorProto.FLOAT),
+            helper.make_node("Mul", ["qf", "scale"], ["w"]),
+            helper.make_node("MatMul", ["x", "w"], ["y"]),
+        ],
+        "fold",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 4])],
+        [numpy_helper.from_array(q, "Q"), numpy_helper.from_array(np.array(0.37, np.float32), "scale")],
+    )
+    so = SessionOptions()
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL  # the optimizer would fold it first
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = InferenceSession(m.SerializeToString(), so, providers=[NUMBA])
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
+    x = np.random.default_rng(7).standard_normal((2, 3)).astype(np.float32)
+    np.testing.assert_allclose(sess.run(None, {"x": x})[0], x @ (q.astype(np.float32) * np.float32(0.37)), rtol=1e-6)
+    (runner,) = runners
+    assert [runner.steps[k][0] for k in runner._live] == ["matmul"]
+    assert set(runner.weights) == {"w"}  # the int8 weight and the cast are not kept for runs
+
+
+def test_values_of_unknown_shape_from_delegated_nodes_feed_compiled_steps() -> None:
+    """A Reshape to a shape computed at run time makes a value of unknown shape; the elementwise
+    ops after it (typed, rank known) must still broadcast it right, for every runtime shape."""
+    g = helper.make_graph(
+        [
+            helper.make_node("Reshape", ["x", "s"], ["xr"]),
+            helper.make_node("Add", ["xr", "b"], ["a"]),
+            helper.make_node("Sigmoid", ["a"], ["y"]),
+        ],
+        "dyn",
+        [helper.make_tensor_value_info("x", F, [None]), helper.make_tensor_value_info("s", TensorProto.INT64, [2])],
+        [helper.make_tensor_value_info("y", F, [None, None])],
+        [numpy_helper.from_array(np.array([[0.5], [-0.5]], np.float32), "b")],
+        value_info=[helper.make_tensor_value_info("xr", F, [None, None])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = InferenceSession(m.SerializeToString(), providers=[NUMBA])
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
+    for shape in ((2, 6), (2, 1), (2, 3)):
+        x = np.random.default_rng(5).standard_normal(int(np.prod(shape))).astype(np.float32)
+        (y,) = sess.run(None, {"x": x, "s": np.array(shape, np.int64)})
+        want = 1 / (1 + np.exp(-(x.reshape(shape) + np.array([[0.5], [-0.5]], np.float32))))
+        np.testing.assert_allclose(y, want, rtol=1e-6, atol=1e-6)
+
+
+def test_control_flow_stays_outside_and_its_bodies_are_claimed_apart() -> None:
+    then_g = helper.make_graph(
+        [helper.make_node("Softmax", ["x"], ["t"], axis=-1)], "then", [], [helper.make_tensor_value_info("t", F, None)]
+    )
+    else_g = helper.make_graph(
+        [helper.make_node("Neg", ["x"], ["e"])], "else", [], [helper.make_tensor_value_info("e", F, None)]
+    )
+    g = helper.make_graph(
+        [
+            helper.make_node("ReduceSum", ["x"], ["s"], keepdims=0),
+            helper.make_node("Greater", ["s", "zero"], ["c"]),
+            helper.make_node("If", ["c"], ["y"], then_branch=then_g, else_branch=else_g),
+        ],
+        "cf",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+        [numpy_helper.from_array(np.array(0, np.float32), "zero")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = InferenceSession(m.SerializeToString(), providers=[NUMBA, REF])
+    eps = {k: a["ep"] for k, a in sess.get_node_assignment().items()}
+    assert eps["If_2"] == REF and {v for k, v in eps.items() if k != "If_2"} == {NUMBA}, eps
+    for x in (np.ones((2, 3), np.float32), -np.ones((2, 3), np.float32)):
+        want = InferenceSession(m.SerializeToString(), providers=[REF]).run(None, {"x": x})[0]
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)
