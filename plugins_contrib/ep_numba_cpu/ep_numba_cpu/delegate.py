@@ -155,17 +155,22 @@ def attributes(node: Any, anchor: str, weights: dict[str, np.ndarray]) -> dict[s
 
 
 class GroupRegistry(KernelRegistry):
-    """The EP's kernel registry (EPContext nodes only), whose ``has_op`` also answers for the
-    quantized integer ops delegated steps run (QLinearConv, QLinearMatMul, QGemm, ...): the core's
-    graph optimizer makes only ops the first EP "has", and its QDQ fusions are what make a QDQ
-    model compute exactly what onnxruntime computes. Float fusions (FusedConv, Gelu, ...) stay off:
-    the compiled paths serve the primitive ops they would replace."""
+    """The EP's kernel registry (EPContext nodes only), whose ``has_op`` also answers for every op
+    a group can run (compiled, or delegated to a reference kernel): the core's graph optimizer
+    makes only ops the first EP "has". Its fusions into Attention, LayerNormalization, Gelu, QDQ
+    integer ops and stacked Gemms are what make the reference EP fast and QDQ models exact, so this
+    EP takes them too; FusedConv, FusedGemm and FusedMatMul stay off: the compiled paths fuse a
+    contraction with its activation themselves (and with more of the elementwise tail)."""
 
     def has_op(self, op_type: str, domain: str = "") -> bool:
         if super().has_op(op_type, domain):
             return True
-        quantized = op_type.startswith("QLinear") or op_type in ("QGemm", "MatMulIntegerToFloat")
-        return quantized and (domain_key(domain), op_type) in _defs_by_op()
+        if op_type in COMPILED_FUSIONS:
+            return False
+        return (domain_key(domain), op_type) in _defs_by_op()
+
+
+COMPILED_FUSIONS = ("FusedConv", "FusedGemm", "FusedMatMul")
 
 
 # ------------------------------------------------------------------------------ building

@@ -518,6 +518,8 @@ class _Prepared:
 
     def __init__(self, op: str, dt: np.dtype, w: np.ndarray, r: np.ndarray, b: np.ndarray | None) -> None:
         self.src = (w, r, b)
+        # what W/R/B held: weights a graph computes (silero's, under If) arrive as new arrays every run
+        self.held = tuple(None if v is None else np.array(v) for v in (w, r, b))
         n_dir, gh, isz = w.shape
         hs = r.shape[2]
         self.wt = _readonly(np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 0, 1).reshape(isz, n_dir * gh)))
@@ -540,7 +542,14 @@ class _Prepared:
         """Whether these are the very read-only arrays prepared (stored weights: every run); a
         writable input may hold new values in the same buffer, so it is prepared again."""
         same = self.src[0] is w and self.src[1] is r and self.src[2] is b
-        return same and not (w.flags.writeable or r.flags.writeable or (b is not None and b.flags.writeable))
+        if same and not (w.flags.writeable or r.flags.writeable or (b is not None and b.flags.writeable)):
+            return True
+        # equal values: comparing costs a fraction of preparing again (transposed copies, folded biases)
+        return all(
+            (h is None and v is None)
+            or (h is not None and v is not None and h.shape == v.shape and h.dtype == v.dtype and np.array_equal(h, v))
+            for h, v in zip(self.held, (w, r, b), strict=True)
+        )
 
 
 def make_compute(

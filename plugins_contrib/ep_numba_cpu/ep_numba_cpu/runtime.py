@@ -6,7 +6,7 @@ are all constants run once when the runner is built (folded), as the core folds 
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -53,17 +53,40 @@ def conv2d(
     key: Any = 0,
     internal: bool = False,
 ) -> np.ndarray:
-    """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel
-    (or shifted multiply-adds), few output channels as one GEMM of every tap then shifted adds,
-    1x1 convolutions one BLAS call per image, the rest im2col + BLAS. Temporaries (padded input,
-    im2col columns) live in the workspace ``ws``; so does the output when ``internal`` (read only
-    inside the fused group), else it is fresh."""
-    one_d = x.ndim == 3
+    """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel,
+    the rest through the reference EP's convolution plan (``nn_conv.plan_conv``: blocked im2col,
+    few-output-channel and 1x1 fast paths; one implementation serves both EPs). The plan for an
+    input shape (geometry parsed, weights laid out) is kept in the workspace ``ws`` while ``w``
+    and ``b`` are the same read-only arrays (stored weights: every run). A depthwise output lives
+    in the workspace when ``internal`` (read only inside the fused group)."""
+    plan_key = (key, "plan", x.shape)
+    cached = ws.get(plan_key) if ws is not None else None
+    if cached is not None and cached[0] is w and cached[1] is b:
+        return cached[2](x)
+    run = _conv_plan(x.shape, x.dtype, w, b, attrs, depthwise, ws, key, internal)
+    if ws is not None and not w.flags.writeable and (b is None or not b.flags.writeable):
+        ws[plan_key] = (w, b, run)
+    return run(x)
+
+
+def _conv_plan(
+    x_shape: tuple[int, ...],
+    dt: np.dtype,
+    w: np.ndarray,
+    b: np.ndarray | None,
+    attrs: Mapping[str, Any],
+    depthwise: Any,
+    ws: Workspace | None,
+    key: Any,
+    internal: bool,
+) -> Callable[[np.ndarray], np.ndarray]:
+    from ep_cpu_reference.kernels.nn_conv import plan_conv
+
+    one_d = len(x_shape) == 3
     if one_d:
-        x, w = x[:, :, None, :], w[:, :, None, :]
-    n, c, h, wd = x.shape
+        x_shape, w = (x_shape[0], x_shape[1], 1, x_shape[2]), w[:, :, None, :]
+    n, c, h, wd = x_shape
     m, cg, kh, kw = w.shape
-    dt = x.dtype
     sh, sw = (list(attrs.get("strides") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("strides") or [1])[0])
     dh, dw = (
         (list(attrs.get("dilations") or [1, 1]) + [1])[:2] if not one_d else (1, (attrs.get("dilations") or [1])[0])
@@ -81,77 +104,24 @@ def conv2d(
         else:
             pads = pads or [0, 0, 0, 0]
             pt, pl, pb, pr = pads
-    hp, wp = h + pt + pb, wd + pl + pr
-    ho = (hp - dh * (kh - 1) - 1) // sh + 1
-    wo = (wp - dw * (kw - 1) - 1) // sw + 1
-    out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
+    ho = (h + pt + pb - dh * (kh - 1) - 1) // sh + 1
+    wo = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if group == c and cg == 1 and m == c and depthwise is not None and not one_d:
         # geometry compiled in; padding and bias handled inside the kernel: no padded copy, no extra pass
-        depthwise(
-            out,
-            _readonly(x),
-            _readonly(w.reshape(m, kh, kw)),
-            _readonly(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False)),
-        )
-        return out
-    if pt or pb or pl or pr:
-        if min(pt, pb, pl, pr) < 0:
-            x = np.pad(x, ((0, 0), (0, 0), (max(pt, 0), max(pb, 0)), (max(pl, 0), max(pr, 0))))
-            x = x[:, :, max(-pt, 0) : x.shape[2] - max(-pb, 0), max(-pl, 0) : x.shape[3] - max(-pr, 0)]
-            x = np.ascontiguousarray(x)
-        else:
-            padded = _buf(ws, (key, "pad"), (n, c, hp, wp), dt, zero=True)
-            padded[:, :, pt : pt + h, pl : pl + wd] = x
-            x = padded
-    else:
-        x = np.ascontiguousarray(x)
-    if group == 1 and kh * kw > 1 and sh == 1 and sw == 1 and c >= 32 and 4 * m <= c:
-        # few output channels: one GEMM of every tap's weights against the padded input, then the
-        # taps' shifted output planes added up (no im2col copy of kh*kw times the input)
-        wk = ws.get((key, "wk")) if ws is not None else None
-        if wk is None:
-            wk = np.ascontiguousarray(np.moveaxis(w.reshape(m, c, kh * kw), 2, 0)).reshape(kh * kw * m, c)
-            if ws is not None:
-                ws[(key, "wk")] = wk
-        z = _buf(ws, (key, "z"), (kh * kw * m, hp * wp), dt)
-        for img in range(n):
-            np.dot(wk, x[img].reshape(c, hp * wp), out=z)
-            zz = z.reshape(kh, kw, m, hp, wp)
-            acc = out[img]
-            acc[...] = zz[0, 0, :, 0:ho, 0:wo]
-            for i in range(kh):
-                for j in range(kw):
-                    if i or j:
-                        acc += zz[i, j, :, i * dh : i * dh + ho, j * dw : j * dw + wo]
-    elif kh == 1 and kw == 1 and sh == 1 and sw == 1 and group == 1:
-        wm = w.reshape(m, c)
-        xs = x.reshape(n, c, hp * wp)
-        o3 = out.reshape(n, m, ho * wo)
-        for img in range(n):
-            np.dot(wm, xs[img], out=o3[img])
-    elif group == c and cg == 1 and m == c:
-        out.fill(0)
-        for i in range(kh):
-            for j in range(kw):
-                patch = x[:, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw]
-                out += patch * w[:, 0, i, j][None, :, None, None]
-    else:
-        mg = m // group
-        cols = _buf(ws, (key, "cols"), (n, cg, kh, kw, ho, wo), dt)
-        for g in range(group):
-            xs = x[:, g * cg : (g + 1) * cg]
-            for i in range(kh):
-                for j in range(kw):
-                    cols[:, :, i, j] = xs[
-                        :, :, i * dh : i * dh + sh * (ho - 1) + 1 : sh, j * dw : j * dw + sw * (wo - 1) + 1 : sw
-                    ]
-            wg = np.ascontiguousarray(w[g * mg : (g + 1) * mg]).reshape(mg, cg * kh * kw)
-            cm = cols.reshape(n, cg * kh * kw, ho * wo)
-            for img in range(n):
-                np.dot(wg, cm[img], out=out[img, g * mg : (g + 1) * mg].reshape(mg, ho * wo))
-    if b is not None:
-        out += b.reshape(1, m, 1, 1)
-    return out[:, :, 0, :] if one_d else out
+        wr = _readonly(w.reshape(m, kh, kw))
+        br = _readonly(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False))
+
+        def run_depthwise(x: np.ndarray) -> np.ndarray:
+            out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
+            depthwise(out, _readonly(x), wr, br)
+            return out
+
+        return run_depthwise
+    bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False)).reshape(1, m, 1, 1)
+    plan = plan_conv((n, c, h, wd), dt, w, group, (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), (ho, wo), bias)
+    if one_d:
+        return lambda x: plan(x[:, :, None, :])[:, :, 0, :]
+    return plan
 
 
 def _readonly(a: np.ndarray) -> np.ndarray:
