@@ -1,5 +1,5 @@
-"""A CPU execution provider that fuses elementwise chains (and elementwise tails after Conv,
-MatMul and Gemm) into generated Numba kernels, and ships their machine code in EPContext models so
+"""A CPU execution provider that fuses elementwise chains (and elementwise tails after Conv
+and MatMul) into generated Numba kernels, and ships their machine code in EPContext models so
 that loading a compiled model runs no LLVM compilation."""
 
 EP_NAME = "NumbaCpuExecutionProvider"

@@ -1,5 +1,5 @@
 """What the EP fuses: elementwise ops as scalar expressions for generated kernels, and the
-contractions (Conv, MatMul, Gemm) it runs through NumPy/BLAS before their elementwise tails.
+contractions (Conv, MatMul) it runs through NumPy/BLAS before their elementwise tails.
 
 An elementwise op is a function ``(params, args, dtypes, out) -> expression`` over the scalar
 expressions of its inputs; it returns None when these params or types are not supported. ``params``
@@ -301,13 +301,15 @@ def expression(op: str, params: Params, args: Sequence[str], dtypes: Sequence[st
     return fn(params, args, dtypes, out) if out == want else None
 
 
-CONTRACTIONS = ("Conv", "MatMul", "Gemm")
+# Gemm is not among them: the reference kernel it is delegated to lays out a constant B once
+# (OpenBLAS's transposed-B product of a few rows is ~10x slower than the laid-out one)
+CONTRACTIONS = ("Conv", "MatMul")
 
 # The first default-domain opset whose semantics the generated code implements, per op this EP
 # fuses: ``planner.supported`` refuses nodes of older opsets, and ``fusable_ops()`` declares
 # exactly this table (with ELEMENTWISE and CONTRACTIONS) to the parity report. Binary ops start at
 # 7 and variadic ones at 8 (multidirectional broadcasting; older ones had a ``broadcast``
-# attribute), Gemm at 7 (unidirectional broadcasting of C), BatchNormalization at 9 (no
+# attribute), BatchNormalization at 9 (no
 # ``spatial`` attribute).
 SINCE: dict[str, int] = {
     "Add": 7,
@@ -345,7 +347,6 @@ SINCE: dict[str, int] = {
     "Identity": 1,
     "Conv": 1,
     "MatMul": 1,
-    "Gemm": 7,
     "BatchNormalization": 9,
 }
 OTHER_FUSED = ("BatchNormalization",)  # folded into a scale-and-shift elementwise item

@@ -36,7 +36,6 @@ from ep_numba_cpu.ops import (
 MAX_INLINE_SIZE = 1  # constants of this many elements may become literals in the kernel source
 MAX_INLINE_MAGNITUDE = 64  # ... when they are "round" numbers (multiples of 1/8 up to this magnitude)
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
-GEMM_ATTRS = ("alpha", "beta", "transA", "transB")
 
 
 def _dtype(graph: Any, name: str) -> str | None:
@@ -105,8 +104,6 @@ def compiled(node: Any) -> bool:
         return _known(g, list(node.inputs) + list(node.outputs), FLOAT_DTYPES) and all(
             (_rank(g, n) or 0) >= 1 for n in node.inputs
         )
-    if op == "Gemm":
-        return _known(g, [n for n in node.inputs if n] + list(node.outputs), FLOAT_DTYPES)
     return False
 
 
@@ -297,8 +294,8 @@ def build_plan(
             for i in node.inputs:
                 const(i)
             kind = op.lower()
-            ins = list(node.inputs) + ([""] * (3 - len(node.inputs)) if kind in ("conv", "gemm") else [])
-            known = {"conv": CONV_ATTRS, "gemm": GEMM_ATTRS}.get(kind, ())
+            ins = list(node.inputs) + ([""] * (3 - len(node.inputs)) if kind == "conv" else [])
+            known = CONV_ATTRS if kind == "conv" else ()
             body: dict[str, Any] = {"kind": kind, "inputs": ins, "outputs": [node.outputs[0]]}
             if known:
                 body["attrs"] = {k: v for k, v in node.attributes.items() if k in known}

@@ -143,21 +143,6 @@ def matmul(a: np.ndarray, b: np.ndarray, ws: Workspace | None = None, key: Any =
     return np.matmul(a, b)
 
 
-def gemm(a: np.ndarray, b: np.ndarray, c: np.ndarray | None, attrs: Mapping[str, Any]) -> np.ndarray:
-    if attrs.get("transA", 0):
-        a = a.T
-    if attrs.get("transB", 0):
-        b = b.T
-    out = np.dot(a, b)
-    alpha = attrs.get("alpha", 1.0)
-    if alpha != 1.0:
-        out *= out.dtype.type(alpha)
-    if c is not None:
-        beta = attrs.get("beta", 1.0)
-        out = out + (c if beta == 1.0 else c * c.dtype.type(beta))
-    return out
-
-
 class GraphRunner:
     """Executes one plan: ``run(*inputs)`` returns the fused node's outputs in order.
 
@@ -248,8 +233,6 @@ class GraphRunner:
             for name, value in zip(step["outputs"], outs, strict=True):
                 if name:
                     env[name] = value
-        elif kind == "gemm":
-            env[step["outputs"][0]] = gemm(env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"])
         else:
             raise RuntimeError(f"unknown step kind {kind!r}")
 

@@ -16,7 +16,6 @@ not yet defined) is a ``SpecError`` naming the field, which the EP reports as IN
            | {"kind": "conv", "inputs": [x, w, b | ""], "outputs": [name], "attrs": {...},
               "depthwise": null | {"dtype": dtype, "parallel": bool}}
            | {"kind": "matmul", "inputs": [a, b], "outputs": [name]}
-           | {"kind": "gemm", "inputs": [a, b, c | ""], "outputs": [name], "attrs": {...}}
            | {"kind": "node", "op": op, "domain": domain, "opset": int, "attrs": {name: attr},
               "inputs": [name | ""], "outputs": [name | ""], "in_types": [type], "out_types": [type]}
     item   = {"op": name, "args": [ref | null], "dtype": dtype, "params": {...}}
@@ -176,7 +175,6 @@ _STEP_KEYS = {
     "kernel": {"kind", "inputs", "arrays", "full", "rank", "items", "outputs", "exports", "out_ranks", "parallel"},
     "conv": {"kind", "inputs", "outputs", "attrs", "depthwise"},
     "matmul": {"kind", "inputs", "outputs"},
-    "gemm": {"kind", "inputs", "outputs", "attrs"},
     "node": {"kind", "op", "domain", "opset", "attrs", "inputs", "outputs", "in_types", "out_types"},
 }
 
@@ -206,14 +204,6 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
             _bool(dw["parallel"], f"{path}.depthwise.parallel")
             if inputs[1] not in weights:
                 raise _fail(f"{path}.inputs[1]", "a depthwise convolution's filter must be a stored weight")
-    elif kind == "gemm":
-        attrs = step["attrs"]
-        if not isinstance(attrs, dict) or not set(attrs) <= {"alpha", "beta", "transA", "transB"}:
-            raise _fail(f"{path}.attrs", "holds attributes Gemm does not have")
-        for key in set(attrs) & {"alpha", "beta"}:
-            _float(attrs[key], f"{path}.attrs.{key}")
-        for key in set(attrs) & {"transA", "transB"}:
-            _int(attrs[key], f"{path}.attrs.{key}", 0, 1)
     _writes(_names(step["outputs"], f"{path}.outputs", 1, 1), f"{path}.outputs", defined)
 
 
