@@ -38,10 +38,11 @@ from ep_core.sdk.kernels import KernelContext, KernelDef, KernelRegistry
 from ep_numba_cpu import EP_NAME, codegen, compile_pool, context, generate, kernel_cache, spec
 from ep_numba_cpu.delegate import GroupRegistry, Host
 from ep_numba_cpu.lazy import LazyKernel, lazy_keys
-from ep_numba_cpu.planner import build_plan, choose_groups, weight_key
+from ep_numba_cpu.planner import build_plan, choose_groups, compiled, weight_key
 from ep_numba_cpu.runtime import GraphRunner
 
 SOURCES = (EP_NAME, "NumbaCpu")
+RECURRENT = ("LSTM", "GRU")  # served by compiled loops (recurrent.py)
 Fail = Callable[[str], InvalidGraph]  # builds the error naming the node and the context file
 
 
@@ -75,6 +76,10 @@ class NumbaCpuEp:
             if node.op_type == EP_CONTEXT_OP and node.domain == MS_DOMAIN:
                 support.add_single_node(node)
         for group in choose_groups(graph):
+            # inside a control-flow body a group of delegated nodes only adds a runner's overhead on
+            # every branch taken (silero: 2x the reference EP's latency): it is left to the next EP
+            if graph.parent is not None and not any(compiled(n) or n.op_type in RECURRENT for n in group):
+                continue
             support.add_nodes_to_fuse(group, drop_constant_initializers=True)
 
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[FusedNode]) -> list[NodeComputeInfo]:

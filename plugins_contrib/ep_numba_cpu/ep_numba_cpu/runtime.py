@@ -192,6 +192,7 @@ class GraphRunner:
             if (ws := _reached(live, o, set(self.weights)))
         )
         self._pool: list[Workspace] = []  # one workspace per concurrent run
+        self._calls = [self._bind(k) for k in self._live]
 
     def __call__(self, *inputs: Any) -> list[Any]:
         try:
@@ -207,9 +208,8 @@ class GraphRunner:
         env: dict[str, Any] = dict(self.weights)
         for name, value in zip(self.inputs, inputs, strict=True):
             env[name] = value
-        internal = self._internal
-        for k in self._live:
-            self._step(k, env, ws, internal[k])
+        for call in self._calls:
+            call(env, ws)
         result = [env[o] for o in self.outputs]
         for i, weights in self._aliasing:
             if any(np.may_share_memory(result[i], w) for w in weights):
@@ -235,6 +235,48 @@ class GraphRunner:
                     env[name] = value
         else:
             raise RuntimeError(f"unknown step kind {kind!r}")
+
+    def _bind(self, k: int) -> Callable[[dict[str, Any], Workspace], None]:
+        """Step ``k`` as one call with everything that does not change between runs bound: the
+        per-step cost is what small models (silero's branches: a few microseconds a node) pay."""
+        kind, step, fn = self.steps[k]
+        internal = self._internal[k]
+        if kind == "node":
+            ins, outs = tuple(step["inputs"]), tuple(step["outputs"])
+
+            def node(env: dict[str, Any], ws: Workspace) -> None:
+                for name, value in zip(outs, fn(*[env[i] if i else None for i in ins])):
+                    if name:
+                        env[name] = value
+
+            return node
+        if kind != "kernel" or not internal:
+            return lambda env, ws: self._step(k, env, ws, internal)
+        names, spec_fn, plans = tuple(step["inputs"]), fn[1], self._shape_plans[k]
+
+        def kernel(env: dict[str, Any], ws: Workspace) -> None:
+            # outputs in kept buffers: per input shapes, the flat views the kernel writes and the
+            # views the group reads are made once
+            args = [a if type(a) is np.ndarray else np.asarray(a) for a in (env[n] for n in names)]
+            shapes = tuple([a.shape for a in args])
+            got = ws.get((k, shapes))
+            if got is None:
+                if len(ws) > 4096:  # many dynamic shapes: keep the workspace bounded
+                    ws.clear()
+                got = ws[(k, shapes)] = _kept_call(step, k, shapes, spec_fn is not None, ws)
+            if got is False:  # shapes off the specialised kernel's pattern: the general kernel
+                self._run_kernel(step, fn, env, ws, k, plans)
+                return
+            flat, dims, views = got
+            spec_fn(
+                *flat,
+                *[a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1) for a in args],
+                dims,
+            )
+            for name, view in views:
+                env[name] = view
+
+        return kernel
 
     def _fold(self) -> list[int]:
         """Run once, here, every step whose inputs are all stored weights or values folded before
@@ -311,6 +353,22 @@ def _shape_plan(step: Mapping[str, Any], shapes: tuple[tuple[int, ...], ...], ha
             cut = tuple(slice(None) if r == f else slice(0, 1) for r, f in zip(real_r, full, strict=True))
         finals.append((o["name"], cut, real))
     return full, dims, _prod(full, range(rank)), [np.dtype(o["dtype"]) for o in step["outputs"]], finals
+
+
+def _kept_call(
+    step: Mapping[str, Any], k: int, shapes: tuple[tuple[int, ...], ...], has_spec: bool, ws: Workspace
+) -> Any:
+    """``(flat outputs, dims, [(name, view)])`` of a specialised kernel call writing kept buffers of
+    ``ws``, or False when these shapes need the general kernel."""
+    full, dims, size, dtypes, finals = _shape_plan(step, shapes, has_spec)
+    if dims is None:
+        return False
+    outs = [_buf(ws, (k, m), full, dt) for m, dt in enumerate(dtypes)]
+    views = [
+        (name, (b[cut] if cut is not None else b).reshape(real))
+        for (name, cut, real), b in zip(finals, outs, strict=True)
+    ]
+    return [o.reshape(size) for o in outs], dims, views
 
 
 def _node_compute(
