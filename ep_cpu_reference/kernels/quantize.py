@@ -86,7 +86,7 @@ def _quantize_builder(node: NodeView, ctx: KernelContext) -> Fn:
             q = x / s
         if target in _INT_RANGES:
             lo, hi = _INT_RANGES[target]
-            qi = np.rint(q).astype(np.int64)
+            qi = np.rint(np.clip(q, -(2.0**62), 2.0**62)).astype(np.int64)  # +-inf saturate, as onnxruntime's
             if zp is not None:
                 qi = qi + expand_param(node, zp, x.shape, axis, block).astype(np.int64)
             return (np.clip(qi, lo, hi).astype(helper.tensor_dtype_to_np_dtype(target)),)

@@ -144,6 +144,23 @@ def _cast(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | Non
 # not; within a few float32 ulps of tanh (tests check it against NumPy over the whole range).
 # Sigmoid is 0.5 + 0.5 * tanh(x / 2). Kernels that use them get these definitions in their source.
 HELPERS = {
+    "_logistic_mlas32": """
+@njit(inline="always")
+def _logistic_mlas32(x):
+    v = np.float32(18.0) if x > np.float32(18.0) else (np.float32(-18.0) if x < np.float32(-18.0) else x)
+    v2 = np.float64(v * v)
+    p = np.float32(v2 * 4.370310016654777e-11 + 1.156273228275495e-07)
+    p = np.float32(np.float64(p) * v2 + 6.085748827899806e-05)
+    p = np.float32(np.float64(p) * v2 + 0.008513770997524261)
+    p = np.float32(np.float64(p) * v2 + 0.24828794598579407)
+    q = np.float32(v2 * 6.102473669618302e-13 + 5.761021437677982e-09)
+    q = np.float32(np.float64(q) * v2 + 6.291068075370276e-06)
+    q = np.float32(np.float64(q) * v2 + 0.0017019881634041667)
+    q = np.float32(np.float64(q) * v2 + 0.1168176531791687)
+    q = np.float32(np.float64(q) * v2 + 0.9931519031524658)
+    r = (p * v) / q + np.float32(0.5)
+    return r if r > np.float32(0.0) else (r if r != r else np.float32(0.0))
+""",
     "_tanh32": """
 @njit(inline="always")
 def _tanh32(v):
@@ -173,6 +190,8 @@ def _tanh(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | Non
 def _sigmoid(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 1 or dt[0] not in FLOAT_DTYPES:
         return None
+    if out == "float32" and p.get("exact"):
+        return f"_logistic_mlas32({a[0]})"
     if out == "float32":
         half = literal(0.5, out)
         return f"({half} + {half} * _tanh32({half} * {a[0]}))"
@@ -264,6 +283,7 @@ PARAMS: dict[str, dict[str, str]] = {
     "Clip": {"legacy": "bool", "min": "float?", "max": "float?"},
     "LeakyRelu": {"alpha": "float"},
     "HardSigmoid": {"alpha": "float", "beta": "float"},
+    "Sigmoid": {"exact": "bool"},
 }
 
 
@@ -282,7 +302,26 @@ def params_for(node: Any) -> dict[str, Any]:
         return {"alpha": float(node.attr("alpha", 0.01))}
     if op == "HardSigmoid":
         return {"alpha": float(node.attr("alpha", 0.2)), "beta": float(node.attr("beta", 0.5))}
+    if op == "Sigmoid":
+        return {"exact": _feeds_quantizer(node)}
     return {}
+
+
+QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"})
+
+
+def _feeds_quantizer(node: Any) -> bool:
+    """Whether a Sigmoid's output reaches a quantizer directly or through one Mul (SiLU). There it
+    is MLAS's logistic bit for bit (``_logistic_mlas32``, as the reference EP's): onnxruntime's
+    result differs from the fast form by ~1 ulp on a third of inputs, which a quantizer turns into
+    whole quanta (ddddocr int8's output moved by 0.16)."""
+    g = node.graph
+    for c in g.consumers(node.outputs[0]):
+        if c.op_type in QUANTIZERS or (
+            c.op_type == "Mul" and any(cc.op_type in QUANTIZERS for cc in g.consumers(c.outputs[0]))
+        ):
+            return True
+    return False
 
 
 def expression(op: str, params: Params, args: Sequence[str], dtypes: Sequence[str], out: str) -> str | None:
