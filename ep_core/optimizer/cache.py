@@ -3,8 +3,8 @@ the graph optimizer: importing onnxscript, onnx-ir and sympy (~0.3 s per process
 passes (~0.3 s for PP-OCR det).
 
 An entry is keyed by the sha256 of the checked model's bytes, the level, the folding budget, the
-session config entries the passes read (``session.*``, ``optimization.*``), ep-core's version and
-the optimizer's own source files. The passes also ask which ops the session's first EP supports
+session config entries the passes read (``session.*``, ``optimization.*``), the versions of
+ep-core, onnx, onnxscript and onnx-ir, and the optimizer's own source files. The passes also ask which ops the session's first EP supports
 (``supports``): every answer is recorded in the entry and asked again on a hit, which is a hit only
 when all agree. The optimized model is data (ONNX protobuf, no code), yet whoever can write the
 cache folder could change what a session computes: each entry is signed with this user's context
@@ -37,10 +37,17 @@ _warned: set[tuple[str, str]] = set()
 
 
 def _sources_digest() -> str:
-    """What changes when the optimizer's code does (the version alone does not, between releases)."""
-    from ep_core import __version__
+    """What changes when the optimizer's result may: its own code (the version alone does not change
+    between releases) and the versions of ep-core and the libraries its passes come from."""
+    from importlib import metadata
 
-    h = hashlib.sha256(__version__.encode())
+    versions = []
+    for dist in ("ep-core", "onnx", "onnxscript", "onnx-ir"):
+        try:
+            versions.append(f"{dist}={metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            versions.append(f"{dist}=?")
+    h = hashlib.sha256("|".join(versions).encode())
     for path in sorted(Path(__file__).parent.glob("*.py")):
         h.update(path.name.encode() + path.read_bytes())
     return h.hexdigest()
