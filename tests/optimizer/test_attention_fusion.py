@@ -205,13 +205,16 @@ def test_an_ep_lacking_the_ops_gets_nothing_fused(rng: np.random.Generator) -> N
     assert op_counts(only_rotary)["com.microsoft::RotaryEmbedding"] == 2 and op_counts(only_rotary)["Softmax"] == 1
 
 
-def test_numba_cpu_first_keeps_the_attention_nodes(rng: np.random.Generator) -> None:
+def test_numba_cpu_first_gets_the_attention_op_it_delegates(rng: np.random.Generator) -> None:
+    """The Numba CPU EP runs com.microsoft::Attention through the reference kernel (a delegated step
+    of its group): the fusion is made for it as for the reference EP, and it runs the node."""
     pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
     model, feed = encoder(rng), _encoder_feed(rng)
     first = ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
     s = session(model, LEVELS.ORT_ENABLE_ALL, providers=first)
     counts = op_counts(s._built.model)
-    assert counts["Softmax"] == 1 and "com.microsoft::Attention" not in counts
+    assert counts["com.microsoft::Attention"] == 1 and "Softmax" not in counts
+    assert {a["ep"] for a in s.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
     plain = session(model, LEVELS.ORT_DISABLE_ALL, providers=["CpuReferenceExecutionProvider"]).run(None, feed)[0]
     np.testing.assert_allclose(s.run(None, feed)[0], plain, rtol=1e-5, atol=1e-5)
 

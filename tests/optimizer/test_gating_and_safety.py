@@ -56,17 +56,31 @@ def test_a_fusion_into_an_op_the_first_ep_lacks_is_skipped_and_logged() -> None:
     assert op_counts(fused) == {"com.microsoft::Gelu": 1}
 
 
-def test_numba_cpu_first_keeps_its_nodes_reference_first_gets_the_contrib_op(rng: np.random.Generator) -> None:
+def test_numba_cpu_first_gets_the_ops_it_runs_but_keeps_conv_and_activation_apart(rng: np.random.Generator) -> None:
+    """The Numba CPU EP runs Gelu (delegated to the reference kernel): the fusion is made for it. It
+    fuses Conv with its activation itself, so FusedConv (which it has no kernel for) is not made."""
     pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
+    first = ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
     x = {"X": rng.standard_normal((2, 8)).astype(np.float32)}
-    numba = session(
-        gelu_model(), LEVELS.ORT_ENABLE_ALL, providers=["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
-    )
-    assert "com.microsoft::Gelu" not in op_counts(numba._built.model)
+    numba = session(gelu_model(), LEVELS.ORT_ENABLE_ALL, providers=first)
+    assert op_counts(numba._built.model) == {"com.microsoft::Gelu": 1}
     assert {a["ep"] for a in numba.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
     reference = session(gelu_model(), LEVELS.ORT_ENABLE_ALL, providers=["CpuReferenceExecutionProvider"])
-    assert op_counts(reference._built.model) == {"com.microsoft::Gelu": 1}
     np.testing.assert_allclose(numba.run(None, x)[0], reference.run(None, x)[0], rtol=1e-5, atol=1e-6)
+    w = rng.standard_normal((4, 3, 3, 3)).astype(np.float32)
+    conv = checked(
+        make_model(
+            [node("Conv", ["X", "W"], ["c"], pads=[1, 1, 1, 1]), node("Relu", ["c"], ["Y"])],
+            [("X", [1, 3, 8, 8])],
+            ["Y"],
+            {"W": w},
+        )
+    )
+    assert "com.microsoft::FusedConv" in op_counts(
+        session(conv, LEVELS.ORT_ENABLE_ALL, providers=["CpuReferenceExecutionProvider"])._built.model
+    )
+    kept = session(conv, LEVELS.ORT_ENABLE_ALL, providers=first)
+    assert op_counts(kept._built.model) == {"Conv": 1, "Relu": 1}
 
 
 def bomb() -> onnx.ModelProto:

@@ -21,6 +21,7 @@ from ep_core.tools.cli._common import (
     provider_list,
     provider_options,
 )
+from ep_core.tools.parity.introspect import normalize_fusable
 
 if TYPE_CHECKING:
     from ep_core.runtime.session import InferenceSession
@@ -121,7 +122,7 @@ def why_idle(sess: "InferenceSession", per_ep: list[dict[str, Any]], asked: list
         if not offered:
             out[ep.name] = "the providers before it in priority order took every node"
             continue
-        fusable = {op for op, *_ in (ep.handle.call("ep_factory_get_fusable_ops") or ())}
+        fusable = {d.op_type for d in normalize_fusable(ep.name, ep.handle.call("ep_factory_get_fusable_ops"))}
         counts = Counter(n.op_type for n in offered)
         reasons: dict[str, str] = {}
         for n in offered:
