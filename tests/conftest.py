@@ -22,6 +22,8 @@ if "EP_NUMBA_CPU_KERNEL_CACHE_DIR" not in os.environ:
 # The graph optimizer's per-machine cache (ep_core.optimizer.cache): a folder of its own per test, so
 # no test sees another's optimized models (tests that count or log optimizer passes stay exact).
 _OPT_CACHE_ROOT = tempfile.mkdtemp(prefix="ep-core-optimized-")
+# module- and session-scoped fixtures run before the per-test one: a folder of this run for them
+os.environ.setdefault("EP_CORE_OPTIMIZER_CACHE_DIR", os.path.join(_OPT_CACHE_ROOT, "run"))
 _opt_cache_tests = iter(range(1 << 62))
 
 

@@ -108,9 +108,11 @@ def _usable(directory: Path) -> str:
         info = directory.lstat()
     except FileNotFoundError:
         return ""
+    except OSError as exc:  # a path through a file, no permission ...
+        return f"it cannot be used ({exc})"
     if not stat.S_ISDIR(info.st_mode):
         return "it is not a folder"
-    if info.st_uid != os.getuid():
+    if hasattr(os, "getuid") and info.st_uid != os.getuid():
         return "another user owns it"
     if info.st_mode & 0o022:
         return f"other users may write to it (mode {stat.filemode(info.st_mode)})"
@@ -149,15 +151,22 @@ def load(key: str, supports: SupportsOp) -> tuple[Any, bool] | None:
         body = data[start:]
         if not isinstance(header, dict) or header.get("key") != key:
             raise ValueError("its header names another model")
-        verdict = signing.verify(_parts(key, header, hashlib.sha256(body).hexdigest()), header.get("signature"))
+        signature = header.get("signature")
+        verdict = signing.verify(
+            _parts(key, header, hashlib.sha256(body).hexdigest()), signature if isinstance(signature, str) else None
+        )
         if not verdict.trusted:
             raise ValueError(verdict.reason)
-    except (ValueError, TypeError, KeyError, Fail) as exc:
+        if any(supports(op, domain) != ok for op, domain, ok in header["answers"]):
+            return None  # another first EP: the passes could decide otherwise
+    except (ValueError, TypeError, KeyError, AttributeError, OSError, Fail) as exc:
+        # OSError: no readable signing key (a read-only or missing home): optimize, say why once
         _warn(path, str(exc))
         return None
-    if any(supports(op, domain) != ok for op, domain, ok in header["answers"]):
-        return None  # another first EP: the passes could decide otherwise
-    os.utime(path)  # most recently used
+    try:
+        os.utime(path)  # most recently used
+    except OSError:
+        pass  # a folder we may read but not write: the LRU order just does not move
     if header["unchanged"]:
         return None, True
     import onnx
@@ -177,11 +186,11 @@ def store(key: str, answers: Mapping[tuple[str, str], bool], model: Any, unchang
     }
     try:
         header["signature"] = signing.sign(_parts(key, header, hashlib.sha256(body).hexdigest()))
-    except Fail as exc:  # an unusable signing key: nothing cached, said once
+        directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+    except (Fail, OSError) as exc:  # no usable signing key or folder (read-only home): nothing cached, said once
         _warn(directory / f"{key}.onnxopt", str(exc))
         return
     head = json.dumps(header).encode()
-    directory.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = directory / f".{key}.{os.getpid()}.{secrets.token_hex(4)}"
     try:
         with open(tmp, "wb") as fh:

@@ -148,3 +148,23 @@ def test_the_worker_protocol_reports_a_kernel_that_does_not_compile() -> None:
         assert len(worker.compile(good)) > 1000  # the worker serves on after a failure
     finally:
         worker.close()
+
+
+def test_a_worker_never_imports_from_the_current_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """`python -m` puts the current directory first on sys.path: a booby-trapped numba.py or json.py
+    in it (a downloaded model's folder) must not run in a worker, whose kernels this process trusts."""
+    trap = tmp_path / "trap"
+    trap.mkdir()
+    marker = tmp_path / "trapped"
+    for name in ("numba.py", "json.py", "struct.py"):
+        (trap / name).write_text(f"open({str(marker)!r}, 'a').write({name!r})\nraise SystemExit(3)\n")
+    monkeypatch.chdir(trap)
+    worker = compile_pool._Worker()
+    try:
+        good = type("KS", (), {})()
+        good.source = "def kernel(x, out):\n    for i in range(x.shape[0]):\n        out[i] = x[i] * 3.0\n"
+        good.signature, good.parallel = "float32:1:C:r,float32:1:C:w", False
+        assert len(worker.compile(good)) > 1000
+    finally:
+        worker.close()
+    assert not marker.exists()

@@ -500,3 +500,56 @@ def test_control_flow_stays_outside_and_its_bodies_are_claimed_apart_when_they_c
     for x in (np.ones((2, 3), np.float32), -np.ones((2, 3), np.float32)):
         want = InferenceSession(m.SerializeToString(), providers=[REF]).run(None, {"x": x})[0]
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-6)
+
+
+def test_random_ops_are_not_folded_and_differ_between_runs() -> None:
+    """A RandomNormal has no inputs (all of them 'constant'): folding it would freeze one draw."""
+    g = helper.make_graph(
+        [
+            helper.make_node("RandomNormal", [], ["r"], shape=[2, 3], dtype=TensorProto.FLOAT),
+            helper.make_node("Add", ["x", "r"], ["y"]),
+        ],
+        "rand",
+        [helper.make_tensor_value_info("x", F, [2, 3])],
+        [helper.make_tensor_value_info("y", F, [2, 3])],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = InferenceSession(m.SerializeToString(), providers=[NUMBA, REF])
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
+    x = np.zeros((2, 3), np.float32)
+    assert not np.array_equal(sess.run(None, {"x": x})[0], sess.run(None, {"x": x})[0])
+
+
+def test_a_workspace_keeps_prepared_calls_for_a_few_shapes_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each input shape's prepared kernel call holds its buffers: with dynamic shapes a workspace
+    keeps at most SHAPES_KEPT of them per step, not one per shape ever seen."""
+    from ep_numba_cpu import runtime
+
+    made: list[Any] = []
+    init = runtime.GraphRunner.__init__
+
+    def spy(self: Any, *a: Any, **k: Any) -> None:
+        init(self, *a, **k)
+        made.append(self)
+
+    monkeypatch.setattr(runtime.GraphRunner, "__init__", spy)
+    g = helper.make_graph(
+        [
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Exp", ["r"], ["e"]),
+            helper.make_node("MatMul", ["e", "w"], ["y"]),  # e is read only inside the group: kept buffers
+        ],
+        "dyn",
+        [helper.make_tensor_value_info("x", F, ["n", 8])],
+        [helper.make_tensor_value_info("y", F, ["n", 2])],
+        [numpy_helper.from_array(np.ones((8, 2), np.float32), "w")],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    sess = InferenceSession(m.SerializeToString(), providers=[NUMBA, REF])
+    for n in range(1, 12):
+        x = np.full((n, 8), -1.0, np.float32)
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.full((n, 2), 8.0, np.float32), rtol=1e-6)
+    (runner,) = made
+    (ws,) = runner._pool
+    kept = [v for key, v in ws.items() if isinstance(key, tuple) and key[1:] == ("calls",)]
+    assert kept and all(0 < len(calls) <= runtime.SHAPES_KEPT for calls in kept)

@@ -212,3 +212,22 @@ def test_least_recently_used_entries_go_first(tmp_path: Path, monkeypatch: pytes
     _session(model, **{"session.disable_quant_qdq": "1"})
     left = _entries()
     assert len(left) == 1 and left[0] != entry
+
+
+@pytest.mark.parametrize("blocked", ["key", "folder"])
+def test_no_usable_key_or_folder_optimizes_without_the_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, blocked: str
+) -> None:
+    """A home where no signing key or cache folder can be made (read-only containers; here a path
+    through a file, which stops root too): the session is optimized and created as without the
+    cache, with one warning saying why."""
+    afile = tmp_path / "a-file"
+    afile.write_text("not a folder")
+    if blocked == "key":
+        monkeypatch.setenv("EP_CORE_KEY_DIR", str(afile / "keys"))
+    else:
+        monkeypatch.setenv(cache.ENV_DIR, str(afile / "optimized"))
+    cache._warned.clear()
+    with pytest.warns(RuntimeWarning, match="optimizer cache"):
+        s = _session(_model(tmp_path / "m.onnx"))
+    assert s.run(None, {"x": X})[0].shape == (1, 4, 8, 8)

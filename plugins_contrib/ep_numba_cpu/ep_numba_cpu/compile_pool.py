@@ -21,6 +21,7 @@ import threading
 import warnings
 from collections import deque
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ep_core.sdk.errors import ConfigError
@@ -38,7 +39,8 @@ def workers_option(ep_options: Mapping[str, str]) -> int:
     number >= 0 (0: compile in this process only); ConfigError otherwise."""
     raw = ep_options.get("compile_workers", "auto")
     if raw == "auto":
-        return min(MAX_AUTO_WORKERS, max(0, len(os.sched_getaffinity(0)) - 1))
+        cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+        return min(MAX_AUTO_WORKERS, max(0, cores - 1))
     if raw.isdigit() and int(raw) <= 64:
         return int(raw)
     raise ConfigError(
@@ -49,11 +51,20 @@ def workers_option(ep_options: Mapping[str, str]) -> int:
 
 class _Worker:
     def __init__(self) -> None:
+        # `-m` would put the current directory first on the worker's sys.path (a numba.py there would
+        # run, and its kernels be signed into the cache): the worker starts in the folder that holds
+        # this package, with Python's safe-path mode where it exists (3.11+)
+        here = Path(__file__).resolve().parent.parent
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "ep_numba_cpu.compile_worker"],
+            [sys.executable, *(["-P"] if sys.version_info >= (3, 11) else []), "-m", "ep_numba_cpu.compile_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
+            cwd=here,
+            env={
+                **os.environ,
+                "PYTHONPATH": os.pathsep.join(p for p in (str(here), os.environ.get("PYTHONPATH")) if p),
+            },
         )
 
     def compile(self, ks: Any) -> bytes:

@@ -9,6 +9,7 @@ error message. It exits when stdin closes (its parent ended or closed the pool).
 from __future__ import annotations
 
 import json
+import os
 import struct
 import sys
 from typing import IO
@@ -46,4 +47,8 @@ def serve(inp: IO[bytes], out: IO[bytes]) -> None:
 
 
 if __name__ == "__main__":
-    serve(sys.stdin.buffer, sys.stdout.buffer)
+    # the protocol gets its own copy of stdout; whatever else prints (Numba's debug settings, a .pth
+    # or sitecustomize) goes to stderr and can never corrupt a frame
+    protocol = os.fdopen(os.dup(1), "wb")
+    os.dup2(2, 1)
+    serve(sys.stdin.buffer, protocol)

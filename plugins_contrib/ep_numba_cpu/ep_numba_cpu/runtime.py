@@ -27,7 +27,12 @@ def _pads_for(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, in
 
 
 Workspace = dict  # (step, tag) -> buffer kept between runs
-FOLD_FLOOR = 64 << 20  # bytes constant folding may always add (the core's floor is alike)
+# ops whose outputs differ between runs with the same inputs: never folded
+NONDETERMINISTIC = frozenset(
+    "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Bernoulli Multinomial Dropout".split()
+)
+FOLD_FLOOR = 64 << 20
+SHAPES_KEPT = 4  # per step: input shapes whose prepared calls (buffers, conv plans) a workspace keeps  # bytes constant folding may always add (the core's floor is alike)
 
 
 def _buf(ws: Workspace | None, key: Any, shape: tuple[int, ...], dtype: Any, zero: bool = False) -> np.ndarray:
@@ -59,13 +64,15 @@ def conv2d(
     input shape (geometry parsed, weights laid out) is kept in the workspace ``ws`` while ``w``
     and ``b`` are the same read-only arrays (stored weights: every run). A depthwise output lives
     in the workspace when ``internal`` (read only inside the fused group)."""
-    plan_key = (key, "plan", x.shape)
-    cached = ws.get(plan_key) if ws is not None else None
+    plans = ws.setdefault((key, "plans"), {}) if ws is not None else {}
+    cached = plans.get(x.shape)
     if cached is not None and cached[0] is w and cached[1] is b:
         return cached[2](x)
     run = _conv_plan(x.shape, x.dtype, w, b, attrs, depthwise, ws, key, internal)
     if ws is not None and not w.flags.writeable and (b is None or not b.flags.writeable):
-        ws[plan_key] = (w, b, run)
+        if len(plans) >= SHAPES_KEPT:  # dynamic shapes: each plan holds laid-out weights
+            plans.clear()
+        plans[x.shape] = (w, b, run)
     return run(x)
 
 
@@ -259,11 +266,14 @@ class GraphRunner:
             # views the group reads are made once
             args = [a if type(a) is np.ndarray else np.asarray(a) for a in (env[n] for n in names)]
             shapes = tuple([a.shape for a in args])
-            got = ws.get((k, shapes))
+            calls = ws.get((k, "calls"))
+            if calls is None:
+                calls = ws[(k, "calls")] = {}
+            got = calls.get(shapes)
             if got is None:
-                if len(ws) > 4096:  # many dynamic shapes: keep the workspace bounded
-                    ws.clear()
-                got = ws[(k, shapes)] = _kept_call(step, k, shapes, spec_fn is not None, ws)
+                if len(calls) >= SHAPES_KEPT:  # dynamic shapes: each kept call holds its buffers alive
+                    calls.clear()
+                got = calls[shapes] = _kept_call(step, k, shapes, spec_fn is not None, ws)
             if got is False:  # shapes off the specialised kernel's pattern: the general kernel
                 self._run_kernel(step, fn, env, ws, k, plans)
                 return
@@ -286,8 +296,9 @@ class GraphRunner:
         the core's budget does. Returns the steps left to run on every call."""
         budget = 4 * sum(w.nbytes for w in self.weights.values()) + FOLD_FLOOR
         live = []
-        for k, (_, step, _) in enumerate(self.steps):
-            if budget < 0 or not all(n in self.weights for n in step["inputs"] if n):
+        for k, (kind, step, _) in enumerate(self.steps):
+            random = kind == "node" and step["node"]["op"] in NONDETERMINISTIC  # new values every run
+            if random or budget < 0 or not all(n in self.weights for n in step["inputs"] if n):
                 live.append(k)
                 continue
             env = dict(self.weights)
