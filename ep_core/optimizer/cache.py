@@ -15,6 +15,7 @@ first. ``session.optimizer_cache=0`` turns it off for a session."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
@@ -36,9 +37,11 @@ SupportsOp = Callable[[str, str], bool]
 _warned: set[tuple[str, str]] = set()
 
 
+@functools.cache
 def _sources_digest() -> str:
     """What changes when the optimizer's result may: its own code (the version alone does not change
-    between releases) and the versions of ep-core and the libraries its passes come from."""
+    between releases) and the versions of ep-core and the libraries its passes come from; read once
+    per process."""
     from importlib import metadata
 
     versions = []
