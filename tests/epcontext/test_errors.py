@@ -146,15 +146,18 @@ def test_a_context_signed_elsewhere_loads_fast_once_its_key_is_trusted(ctx0, tmp
     np.testing.assert_array_equal(sess.run(None, ctx0.feed)[0], ctx0.expected[0])
 
 
-def test_older_context_format_is_refused_with_the_way_out(ctx0):
+@pytest.mark.parametrize(
+    "fmt,why", [("ep_numba_cpu/2", "stored kernel source"), ("ep_numba_cpu/3", "no delegated node steps")]
+)
+def test_older_context_format_is_refused_with_the_way_out(ctx0, fmt, why):
     def edit(meta, head):
-        meta["format"] = "ep_numba_cpu/2"
+        meta["format"] = fmt
 
     _rewrite_blob(ctx0.ctx, ctx0.folder / BIN, edit)
     with pytest.raises(InvalidGraph) as e:
         _load(ctx0.ctx)
     msg = e.value.message
-    assert "'ep_numba_cpu/2'" in msg and "stored kernel source" in msg and "regenerate the context model" in msg
+    assert f"'{fmt}'" in msg and why in msg and "regenerate the context model" in msg
     assert _first_node(ctx0.ctx) in msg and BIN in msg
 
 

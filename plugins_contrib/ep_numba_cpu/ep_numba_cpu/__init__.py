@@ -4,5 +4,10 @@ that loading a compiled model runs no LLVM compilation."""
 
 EP_NAME = "NumbaCpuExecutionProvider"
 __version__ = "0.1.0"
-CONTEXT_FORMAT = "ep_numba_cpu/3"  # declarative specs, signed; no source
-OLD_FORMATS = ("ep_numba_cpu/1", "ep_numba_cpu/2")  # stored kernel source: refused
+CONTEXT_FORMAT = "ep_numba_cpu/4"  # declarative specs with delegated nodes, signed; no source
+# formats this EP refuses, with why (each message ends in "regenerate the context model")
+OLD_FORMATS = {
+    "ep_numba_cpu/1": "stored kernel source and unsigned machine code",
+    "ep_numba_cpu/2": "stored kernel source and unsigned machine code",
+    "ep_numba_cpu/3": "has no delegated node steps and Gemm steps this EP no longer runs",
+}

@@ -72,10 +72,11 @@ def read_header(data: bytes, fail: Callable[[str], Exception]) -> dict[str, Any]
         raise fail(f"the context header is unreadable ({type(exc).__name__}: {exc})") from None
     if not isinstance(meta, dict):
         raise fail("the context header's metadata is not an object")
-    if meta.get("format") in OLD_FORMATS:
+    fmt = meta.get("format")
+    if isinstance(fmt, str) and fmt in OLD_FORMATS:
         raise fail(
-            f"the context has the older format {meta.get('format')!r}, which stored kernel source and unsigned "
-            f"machine code; this EP reads only {CONTEXT_FORMAT!r}: regenerate the context model from the source model "
+            f"the context has the older format {fmt!r}, which {OLD_FORMATS[fmt]}; "
+            f"this EP reads only {CONTEXT_FORMAT!r}: regenerate the context model from the source model "
             "(ep.context_enable=1)"
         )
     if meta.get("format") != CONTEXT_FORMAT:
