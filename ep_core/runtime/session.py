@@ -193,10 +193,7 @@ class InferenceSession:
 
     # -------------------------------------------------------------------------------- run
     def run(
-        self,
-        output_names: Sequence[str] | None,
-        input_feed: Mapping[str, Any],
-        run_options: RunOptions | None = None,
+        self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: RunOptions | None = None
     ) -> list[Any]:
         """Run the model; outputs come back as NumPy arrays in the order asked."""
         if self._closed:

@@ -191,17 +191,29 @@ def _schema_index() -> dict[tuple[str, str], tuple[SchemaVersion, ...]]:
     by_op: dict[tuple[str, str], list[Any]] = {}
     for s in defs.get_all_schemas_with_history():
         by_op.setdefault((_domain_key(s.domain), s.name), []).append(s)
-    index = {}
-    for key, schemas in by_op.items():
-        schemas.sort(key=lambda s: s.since_version)
-        ends = [n.since_version - 1 for n in schemas[1:]] + [None]
-        index[key] = tuple(
-            SchemaVersion(
-                s.since_version, end, {tc.type_param_str: frozenset(tc.allowed_type_strs) for tc in s.type_constraints}
-            )
-            for s, end in zip(schemas, ends, strict=True)
+    return {key: _versions(schemas) for key, schemas in by_op.items()}
+
+
+def _versions(schemas: list[Any]) -> tuple[SchemaVersion, ...]:
+    schemas.sort(key=lambda s: s.since_version)
+    ends = [n.since_version - 1 for n in schemas[1:]] + [None][: len(schemas)]
+    return tuple(
+        SchemaVersion(
+            s.since_version, end, {c.type_param_str: frozenset(c.allowed_type_strs) for c in s.type_constraints}
         )
-    return index
+        for s, end in zip(schemas, ends, strict=True)
+    )
+
+
+def _history(op: str, domain_key: str) -> tuple[SchemaVersion, ...]:
+    """One op's versions, walked back from its newest (a schema registered at run time)."""
+    from onnx import defs
+
+    domain, schemas, version = "" if domain_key == "ai.onnx" else domain_key, [], 1 << 30
+    while version > 0 and defs.has(op, version, domain):
+        schemas.append(defs.get_schema(op, version, domain))
+        version = schemas[-1].since_version - 1
+    return _versions(schemas)
 
 
 @functools.cache
@@ -216,9 +228,10 @@ def schema_versions(kernel_def: KernelDef) -> tuple[SchemaVersion, ...] | None:
     key = (kernel_def.domain_key, kernel_def.op_type)
     if key[0] not in _onnx_domains():
         return None
-    if key not in _schema_index():
-        _schema_index.cache_clear()  # a schema registered at run time (onnx.defs.register_schema)
-    history = _schema_index().get(key)
+    index = _schema_index()
+    if key not in index and (found := _history(key[1], key[0])):
+        index[key] = found
+    history = index.get(key)
     if not history or history[0].since > kernel_def.since_version:
         return ()
     end = kernel_def.end_version

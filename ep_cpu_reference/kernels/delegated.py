@@ -81,16 +81,15 @@ def _register_all() -> None:
     for schema in defs.get_all_schemas_with_history():
         if schema.domain in DOMAINS and schema.name not in NEVER_DELEGATE:
             versions.setdefault((schema.domain, schema.name), []).append(schema)
+    natives: dict[tuple[str, str], list[int]] = {}
+    for e in REGISTRY:
+        natives.setdefault((e.kernel_def.domain_key, e.kernel_def.op_type), []).append(e.kernel_def.since_version)
     for (domain, op), schemas in sorted(versions.items()):
         schemas.sort(key=lambda s: s.since_version)
         first = schemas[0]
         if all(s.deprecated for s in schemas):
             continue
-        native = [
-            e.kernel_def.since_version
-            for e in REGISTRY
-            if e.kernel_def.op_type == op and e.kernel_def.domain_key == ("ai.onnx" if domain == "" else domain)
-        ]
+        native = natives.get(("ai.onnx" if domain == "" else domain, op), [])
         end = None
         if native:
             if first.since_version >= min(native):

@@ -135,6 +135,10 @@ def test_compare_where_cast_and_double():
         ((1, 6, 11, 9), (6, 1, 3, 3), {"group": 6, "dilations": [2, 1], "pads": [0, 1, 2, 1]}),
         ((2, 5, 13, 14), (5, 1, 5, 3), {"group": 5, "strides": [2, 3], "pads": [2, 0, 1, 1]}),
         ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+        # one output column (FSMN memory blocks: a (k, 1) filter over (T, 1)): the loop runs over rows
+        ((1, 6, 30, 1), (6, 1, 20, 1), {"group": 6}),
+        ((2, 4, 17, 1), (4, 1, 5, 1), {"group": 4, "strides": [2, 1], "pads": [2, 0, 3, 0]}),
+        ((1, 3, 9, 3), (3, 1, 3, 3), {"group": 3, "dilations": [2, 1]}),
     ],
 )
 def test_conv_with_bias_batchnorm_and_hardswish_tail(shape, w_shape, attrs):
@@ -175,15 +179,15 @@ def test_matmul_and_gemm_tails():
     assert len({a["fused_node"] for a in sess.get_node_assignment().values()}) == 1
 
 
-def _not_taken(x: str, out: str) -> tuple:
-    """A node the EP does not take (control flow stays outside its groups): ``out`` = x
+def _not_taken(x: str, out: str, n: int = 16) -> tuple:
+    """A node the EP does not take (control flow stays outside its groups): ``out`` = x (n x n)
     transposed, inside both branches of an If on a constant condition."""
     branches = {
         f"{b}_branch": helper.make_graph(
             [helper.make_node("Transpose", [x], [f"{out}_{b}"], perm=[1, 0])],
             b,
             [],
-            [helper.make_tensor_value_info(f"{out}_{b}", F, [3, 3])],
+            [helper.make_tensor_value_info(f"{out}_{b}", F, [n, n])],
         )
         for b in ("then", "else")
     }
@@ -198,10 +202,42 @@ def test_groups_stay_convex_around_a_node_the_ep_does_not_take():
         outside,
         helper.make_node("Add", ["a", "t"], ["y"], name="c"),
     ]
-    m = _model(nodes, [("x", F, [3, 3])], [("y", F, [3, 3])], [cond])
-    sess = _check(m, {"x": rng.standard_normal((3, 3), np.float32)}, fused_at_least=2)
+    # 16 x 16 float outputs: groups that are not the whole graph are claimed when they compute
+    m = _model(nodes, [("x", F, [16, 16])], [("y", F, [16, 16])], [cond])
+    sess = _check(m, {"x": rng.standard_normal((16, 16), np.float32)}, fused_at_least=2)
     a = sess.get_node_assignment()
     assert a["a"]["fused_node"] != a["c"]["fused_node"]
+
+
+def test_a_group_beside_control_flow_is_claimed_only_when_it_computes_floats():
+    # beside an If a group is not the whole graph: it pays a runner's call on every run, so it is
+    # claimed only when a compiled node in it computes floats (or it holds LSTM/GRU); integer shape
+    # logic and bool compares are left to the next EP
+    outside, _ = _not_taken("x", "t", 4)  # its condition computed here, from x's shape
+    nodes = [
+        helper.make_node("Shape", ["x"], ["shp"], name="shape"),
+        helper.make_node("Gather", ["shp", "zero"], ["rows"], name="gather"),
+        helper.make_node("Greater", ["rows", "two"], ["cond"], name="int_greater"),
+        outside,
+        helper.make_node("Relu", ["t"], ["r"], name="float_relu"),
+    ]
+    m = _model(
+        nodes,
+        [("x", F, [4, 4])],
+        [("r", F, [4, 4])],
+        [("zero", np.array(0, np.int64)), ("two", np.array(2, np.int64))],
+    )
+    sess = _check(m, {"x": rng.standard_normal((4, 4), np.float32)}, fused_at_least=1)
+    eps = {k: v["ep"] for k, v in sess.get_node_assignment().items()}
+    assert eps["float_relu"] == NUMBA, eps
+    assert {eps[k] for k in ("shape", "gather", "int_greater")} == {"CpuReferenceExecutionProvider"}, eps
+
+
+def test_a_tiny_graph_the_ep_takes_whole_is_still_claimed():
+    # the whole graph in one group costs one runner call instead of a call per node: claimed
+    m = _model([helper.make_node("Relu", ["x"], ["y"], name="r")], [("x", F, [2, 2])], [("y", F, [2, 2])])
+    sess = _check(m, {"x": rng.standard_normal((2, 2), np.float32)}, fused_at_least=1)
+    assert sess.get_node_assignment()["r"]["ep"] == NUMBA
 
 
 def test_dynamic_shapes_run_with_one_compiled_kernel():
@@ -349,10 +385,10 @@ def test_two_groups_never_feed_each_other():
         outside,
         helper.make_node("Add", ["t", "bu"], ["by"], name="by"),
     ]
-    m = _model(nodes, [("x", F, [3, 3]), ("y", F, [3, 3])], [("aw", F, [3, 3]), ("by", F, [3, 3])], [cond])
+    m = _model(nodes, [("x", F, [16, 16]), ("y", F, [16, 16])], [("aw", F, [16, 16]), ("by", F, [16, 16])], [cond])
     sess = _check(
         m,
-        {"x": rng.standard_normal((3, 3), np.float32), "y": rng.standard_normal((3, 3), np.float32)},
+        {"x": rng.standard_normal((16, 16), np.float32), "y": rng.standard_normal((16, 16), np.float32)},
         fused_at_least=4,
     )
     a = sess.get_node_assignment()

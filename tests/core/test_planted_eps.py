@@ -467,3 +467,32 @@ def test_wrong_output_is_an_ep_failure_naming_ep_node_and_output(plant: Callable
     message = str(err.value)
     assert "node 'neg' (op Neg) on WrongOutputExecutionProvider" in message
     assert "output 0 'y': expected float32 with shape [2], got int32 with shape [100, 100]" in message
+
+
+def test_a_schema_registered_at_run_time_joins_the_index_without_walking_every_schema() -> None:
+    """A schema registered after the index was built (the reference EP registers legacy ai.onnx
+    ops such as Affine) is found by walking that op's versions alone: its kernel is not refused,
+    and the whole index is not rebuilt (~30 ms a rebuild at session start)."""
+    from onnx import defs
+
+    from ep_core.sdk import kernels
+
+    kernels._schema_index()
+    built = kernels._schema_index.cache_info().misses
+    name = "PlantedRuntimeOp"
+    t = defs.OpSchema.FormalParameter
+    schema = defs.OpSchema(
+        name, "", 3, inputs=[t("X", "T")], outputs=[t("Y", "T")], type_constraints=[("T", ["tensor(float)"], "")]
+    )
+    defs.register_schema(schema)
+    try:
+        reg = KernelRegistry("PlantedExecutionProvider")
+        reg.register(name, since=3, types={"T": ("tensor(float)",)})(lambda n, c: None)
+        assert reg.problems == [] and [d.op_type for d in reg.kernel_defs()] == [name]
+        assert [(v.since, v.end) for v in kernels._schema_index()[("ai.onnx", name)]] == [(3, None)]
+        assert kernels._schema_index.cache_info().misses == built
+        reg.register(name, since=1)(lambda n, c: None)  # before its first version: refused with the reason
+        assert "versions begin at opsets [3]" in reg.problems[0]
+    finally:  # leave onnx's registry and the index as they were for the tests after this one
+        defs.deregister_schema(name, 3, "")
+        kernels._schema_index().pop(("ai.onnx", name), None)

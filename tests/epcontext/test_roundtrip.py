@@ -48,15 +48,16 @@ def test_fused_groups_are_substantial(compiled):
 
 
 def test_embed_mode_0_writes_one_binary_named_after_the_model(compiled):
-    c = compiled("silero_vad", 0)  # two fused groups around an If (magika is one group)
+    name = "silero_vad_16k_op15"  # two fused groups around an If (magika is one group)
+    c = compiled(name, 0)
     files = sorted(p.name for p in c.folder.iterdir())
-    assert files == ["silero_vad.onnx", "silero_vad_NumbaCpuExecutionProvider.bin", "silero_vad_ctx.onnx"]
+    assert files == [f"{name}.onnx", f"{name}_NumbaCpuExecutionProvider.bin", f"{name}_ctx.onnx"]
     model = onnx.load(str(c.ctx))
     nodes = ctx_nodes(model)
     assert len(nodes) > 1
     attrs = [{a.name: onnx.helper.get_attribute_value(a) for a in n.attribute} for n in nodes]
     assert [a["main_context"] for a in attrs] == [1] + [0] * (len(nodes) - 1)
-    assert attrs[0]["ep_cache_context"] == b"silero_vad_NumbaCpuExecutionProvider.bin"
+    assert attrs[0]["ep_cache_context"] == f"{name}_NumbaCpuExecutionProvider.bin".encode()
     assert all(a["embed_mode"] == 0 and a["source"] == NUMBA.encode() for a in attrs)
     assert all(a["partition_name"] == n.name.encode() for a, n in zip(attrs, nodes, strict=True))
 

@@ -12,6 +12,7 @@ stay in registers; outputs of a smaller shape are sliced back)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import math
 from collections.abc import Callable, Sequence
@@ -41,12 +42,18 @@ CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides
 def _dtype(graph: Any, name: str) -> str | None:
     value = graph.constant_value(name)
     if value is not None:
-        return "bool" if value.dtype == np.bool_ else str(value.dtype)
+        return _dtype_name(value.dtype)
     info = graph.value_info(name)
     if info is None or info.kind != "tensor" or not info.elem_type:
         return None
     dt = info.np_dtype
-    return None if dt is None else ("bool" if dt == np.bool_ else str(np.dtype(dt)))
+    return None if dt is None else _dtype_name(np.dtype(dt))
+
+
+@functools.cache
+def _dtype_name(dt: np.dtype) -> str:
+    """NumPy's name of ``dt`` (asked thousands of times per graph: ``str(dtype)`` costs ~8 us)."""
+    return "bool" if dt == np.bool_ else str(dt)
 
 
 def _rank(graph: Any, name: str) -> int | None:
@@ -539,6 +546,22 @@ def _same_static_shape(graph: Any, a: str, b: str) -> bool:
 def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
     info = graph.value_info(name)
     return None if info is None or info.shape is None else tuple(info.shape)
+
+
+RECURRENT = ("LSTM", "GRU")  # served by compiled loops (recurrent.py)
+
+
+def pays_a_runner(node: Any) -> bool:
+    """Whether ``node`` makes a group worth its runner's call when the group is not the whole
+    graph (inside a control-flow body the call is paid on every branch taken): a recurrent loop,
+    or a compiled node computing floats. Copies (Identity) and shape logic on integers and bools
+    run as fast on the next EP without the call (silero's nested Ifs: a dozen such groups made it
+    2x slower than the reference EP)."""
+    if node.op_type in RECURRENT:
+        return True
+    if node.op_type == "Identity" or not compiled(node) or not node.outputs:
+        return False
+    return _dtype(node.graph, node.outputs[0]) in FLOAT_DTYPES
 
 
 def _static_numel(graph: Any, name: str) -> int | None:

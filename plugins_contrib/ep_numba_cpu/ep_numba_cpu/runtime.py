@@ -6,7 +6,7 @@ are all constants run once when the runner is built (folded), as the core folds 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -162,7 +162,10 @@ class GraphRunner:
         kernels: Mapping[str, Any],
         weights: Mapping[str, np.ndarray],
         host: Host | None = None,
+        exposed: Collection[str] | None = None,
     ) -> None:
+        """``exposed``: the outputs that leave the graph the group is in (None: all of them); only
+        those are copied when they may view a weight, the rest stay read-only views."""
         self.plan = plan
         self.inputs: tuple[str, ...] = tuple(plan["inputs"])
         self.outputs: tuple[str, ...] = tuple(plan["outputs"])
@@ -191,12 +194,17 @@ class GraphRunner:
             if kind == "node" and escapes.intersection(step["outputs"]):
                 escapes.update(n for n in step["inputs"] if n)
         self._internal = [kind != "node" and not escapes.intersection(_names(step)) for kind, step, _ in self.steps]
-        # outputs that may be views of a stored weight, with those weights: copied when they are, so
-        # the caller never writes into a weight (a bounds check per run)
+        # weights (stored and folded) are read-only, so is any view of them: an output that may view
+        # one and leaves the graph is copied when it does (a bounds check per run), so the caller can
+        # write into what it gets; one read inside the graph (a folded LSTM weight under If) is not
+        for name, w in self.weights.items():
+            if w.flags.writeable:  # a read-only view: the arrays themselves may be shared
+                self.weights[name] = w = w.view()
+                w.flags.writeable = False
         self._aliasing = tuple(
             (i, tuple(self.weights[w] for w in ws))
             for i, o in enumerate(self.outputs)
-            if (ws := _reached(live, o, set(self.weights)))
+            if (exposed is None or o in exposed) and (ws := _reached(live, o, set(self.weights)))
         )
         self._pool: list[Workspace] = []  # one workspace per concurrent run
         self._calls = [self._bind(k) for k in self._live]
@@ -293,8 +301,12 @@ class GraphRunner:
         (int8 weights cast and scaled to float, shapes of constants ...), as the core folds
         constant nodes: their values join the runner's weights (in memory only; the context keeps
         the record). Folding stops at 4x the bytes of the stored weights (plus ``FOLD_FLOOR``), as
-        the core's budget does. Returns the steps left to run on every call."""
+        the core's budget does; a folded value no later step or output reads is dropped and its
+        bytes given back (the float copy of an int8 weight that a folded Mul by its scale consumed).
+        Returns the steps left to run on every call."""
         budget = 4 * sum(w.nbytes for w in self.weights.values()) + FOLD_FLOOR
+        stored, kept = set(self.weights), set(self.outputs)
+        last_read = {n: k for k, (_, step, _) in enumerate(self.steps) for n in step["inputs"] if n}
         live = []
         for k, (kind, step, _) in enumerate(self.steps):
             random = kind == "node" and step["node"]["op"] in NONDETERMINISTIC  # new values every run
@@ -307,8 +319,13 @@ class GraphRunner:
             except Exception as exc:
                 raise SpecError(f"plan.steps[{k}]: computing it from its constant inputs failed: {exc}") from exc
             made = {n: np.asarray(env[n]) for n in _names(step) if n}
+            for v in made.values():
+                v.flags.writeable = False  # computed here, from read-only weights: never written again
             budget -= sum(v.nbytes for v in made.values())
             self.weights.update(made)
+            for n in step["inputs"]:
+                if n and last_read[n] == k and n not in stored and n not in kept and n in self.weights:
+                    budget += self.weights.pop(n).nbytes
         return live
 
     @staticmethod
