@@ -139,6 +139,8 @@ def test_compare_where_cast_and_double():
         ((1, 6, 30, 1), (6, 1, 20, 1), {"group": 6}),
         ((2, 4, 17, 1), (4, 1, 5, 1), {"group": 4, "strides": [2, 1], "pads": [2, 0, 3, 0]}),
         ((1, 3, 9, 3), (3, 1, 3, 3), {"group": 3, "dilations": [2, 1]}),
+        ((1, 3, 9, 2), (3, 1, 4, 1), {"group": 3, "strides": [1, 2]}),  # one output column of two input columns
+        ((1, 3, 9, 1), (3, 1, 4, 1), {"group": 3, "pads": [1, 1, 2, 0]}),  # ... of a width-padded input
     ],
 )
 def test_conv_with_bias_batchnorm_and_hardswish_tail(shape, w_shape, attrs):

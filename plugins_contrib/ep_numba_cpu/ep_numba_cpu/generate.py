@@ -266,8 +266,9 @@ def _depthwise_source(
     """A 2-D depthwise convolution with its geometry as constants: each channel's plane is copied
     once into a zero-bordered buffer, then every output row is one loop over the output columns
     whose body is the fully unrolled sum of the taps (weights held in locals), with the bias folded
-    in; with stride 1 that loop vectorises. A one-column output (FSMN's memory blocks: a (k, 1)
-    filter over (T, 1)) loops over the rows instead, so the vectorised loop is not one long."""
+    in; with stride 1 that loop vectorises. A (k, 1) filter giving one output column (FSMN's memory
+    blocks over (T, 1)) runs tap by tap over the rows instead, so the vectorised loop is not one
+    long (a loop, not unrolled: unrolled taps in a second branch double compile time)."""
     taps = [(a, e) for a in range(kh) for e in range(kw)]
     src = [
         "import numpy as np",
@@ -294,14 +295,19 @@ def _depthwise_source(
         f"                brow[{pl} + s] = xrow[s]",
     ]
     src += [f"        w{a}_{e} = w[c, {a}, {e}]" for a, e in taps]
-    src += [
-        "        bv = bias[c]",
-        "        if wo == 1:",
-        "            o = out[b, c]",
-        "            for i in range(ho):",
-    ]
-    column = " + ".join(f"buf[i * {sh} + {a * dh}, {e * dw}] * w{a}_{e}" for a, e in taps)
-    src += [f"                o[i, 0] = bv + {column}", "            continue", "        for i in range(ho):"]
+    src += ["        bv = bias[c]"]
+    if kw == 1:  # a (k, 1) filter: one output column when the input is one; taps summed in the same order
+        # (with a one-column buffer too: no width padding, input one column) both C-contiguous vectors
+        src += [
+            "        if wo == 1 and wb == 1:",
+            "            o = out[b, c].reshape(ho)",
+            "            col = buf.reshape(hb)",
+        ]
+        src += ["            for i in range(ho):", "                o[i] = bv", f"            for a in range({kh}):"]
+        src += ["                wv = w[c, a, 0]", "                for i in range(ho):"]
+        src += [f"                    o[i] += col[i * {sh} + a * {dh}] * wv"]
+        src += ["            continue"]
+    src += ["        for i in range(ho):"]
     src += [f"            r{a} = buf[i * {sh} + {a * dh}]" for a in range(kh)]
     src += ["            o = out[b, c, i]", "            for j in range(wo):"]
     col = "j" if sw == 1 else f"j * {sw}"
