@@ -3,6 +3,8 @@ broadcasting, exported intermediate values, contractions with tails, and convexi
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
@@ -395,3 +397,60 @@ def test_two_groups_never_feed_each_other():
     )
     a = sess.get_node_assignment()
     assert a["aw"]["fused_node"] != a["ax"]["fused_node"] or a["by"]["fused_node"] != a["bu"]["fused_node"]
+
+
+def _kernel_steps(monkeypatch: pytest.MonkeyPatch, model: Any, feed: dict[str, np.ndarray]) -> list[Any]:
+    """The compiled elementwise steps of the one runner ``model`` builds (checked against onnxruntime)."""
+    from ep_numba_cpu import runtime
+
+    made: list[Any] = []
+    real = runtime.GraphRunner.__init__
+
+    def init(self: Any, *args: Any, **kwargs: Any) -> None:
+        real(self, *args, **kwargs)
+        made.append(self)
+
+    monkeypatch.setattr(runtime.GraphRunner, "__init__", init)
+    _check(model, feed, fused_at_least=1, rtol=1e-4, atol=1e-5)
+    (runner,) = made
+    return [step for kind, step, _ in runner.steps if kind == "kernel"]
+
+
+def test_elementwise_chains_over_dynamic_dims_are_one_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """With dynamic H and W static shapes say nothing, yet Conv -> bias -> HardSwish written out
+    (x * Clip(x + 3, 0, 6) / 6) -> times a per-channel scale keeps the shape of the conv output at
+    every step (only constants that broadcast into it): one kernel, one pass over memory."""
+    inits = [
+        ("w", rng.standard_normal((8, 4, 1, 1), np.float32)),
+        ("b", rng.standard_normal(8, np.float32)),
+        ("three", np.array(3.0, np.float32)),
+        ("zero", np.array(0.0, np.float32)),
+        ("six", np.array(6.0, np.float32)),
+        ("scale", rng.standard_normal((8, 1, 1), np.float32)),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w", "b"], ["c"]),
+        helper.make_node("Add", ["c", "three"], ["c3"]),
+        helper.make_node("Clip", ["c3", "zero", "six"], ["cl"]),
+        helper.make_node("Mul", ["c", "cl"], ["m"]),
+        helper.make_node("Div", ["m", "six"], ["hs"]),
+        helper.make_node("Mul", ["hs", "scale"], ["y"]),
+    ]
+    m = _model(nodes, [("x", F, [1, 4, "h", "w"])], [("y", F, [1, 8, "h", "w"])], inits)
+    kernels = _kernel_steps(monkeypatch, m, {"x": rng.standard_normal((1, 4, 7, 9), np.float32)})
+    assert len(kernels) == 1, [[o["name"] for o in k["outputs"]] for k in kernels]
+
+
+def test_a_value_of_unknown_shape_opens_its_own_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two dynamic inputs of possibly different shapes: their chains may not share a kernel (one
+    could be computed over the other's larger shape); results still match onnxruntime when the
+    shapes do broadcast."""
+    nodes = [
+        helper.make_node("Relu", ["a"], ["ra"]),
+        helper.make_node("Neg", ["b"], ["nb"]),
+        helper.make_node("Add", ["ra", "nb"], ["y"]),
+    ]
+    m = _model(nodes, [("a", F, ["n", 5]), ("b", F, ["k", 5])], [("y", F, [None, 5])])
+    feed = {"a": rng.standard_normal((4, 5), np.float32), "b": rng.standard_normal((1, 5), np.float32)}
+    kernels = _kernel_steps(monkeypatch, m, feed)
+    assert len(kernels) >= 2

@@ -15,7 +15,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -251,6 +251,7 @@ class _Item:
 class _Cluster:
     items: list[_Item] = field(default_factory=list)
     produced: set[str] = field(default_factory=set)
+    shaped: set[str] = field(default_factory=set)  # values known to have the cluster's shape
 
 
 @dataclass
@@ -332,25 +333,26 @@ def build_plan(
                 const(i)
             item = _Item(list(node.inputs), node.outputs[0], op, params_for(node))
         # join the latest cluster among the producers' if every producer runs no later
-        # and the item keeps the cluster's shape: one of its inputs made there has its output's
-        # static shape, so every value a cluster computes has the shape of its first item's output
-        # (independent chains of different shapes joining through a shared scalar never mix)
+        # and the item keeps the cluster's shape (``_keeps_shape``), so every value a cluster
+        # computes has the shape of its first item's output (independent chains of different
+        # shapes joining through a shared scalar never mix)
         deps = [where[i] for i in item.inputs if i in where]
         cl: _Cluster | None = None
         target = -1
         if deps:
             target = max(deps)
             last = steps[target]
-            if isinstance(last, _Cluster) and any(
-                i in last.produced and _same_static_shape(graph, i, item.output) for i in item.inputs if i
-            ):
+            if isinstance(last, _Cluster) and _keeps_shape(graph, item, last.shaped, consts):
                 cl = last
         if cl is None:
             cl = _Cluster()
             steps.append(cl)
             target = len(steps) - 1
+            # an input the opening item's output has the shape of: later items may read it too
+            cl.shaped.update(i for i in item.inputs if i and i not in consts and _keeps_shape(graph, item, {i}, consts))
         cl.items.append(item)
         cl.produced.add(item.output)
+        cl.shaped.add(item.output)
         where[item.output] = target
 
     # which values leave each step (read by a later step or a fused-node output)
@@ -528,6 +530,34 @@ def _depthwise(graph: Any, node: Any, parallel: Callable[[int | None], bool]) ->
     if depthwise_geometry({k: v for k, v in node.attributes.items() if k in CONV_ATTRS}, w.shape) is None:
         return None
     return {"dtype": dt, "parallel": parallel(_static_numel(graph, node.outputs[0]))}
+
+
+def _keeps_shape(graph: Any, item: _Item, shaped: set[str], consts: Mapping[str, np.ndarray]) -> bool:
+    """Whether ``item``'s output has the shape of the values in ``shaped`` (a cluster's) among its
+    inputs: one of them has its output's static shape, or every other input is in ``shaped`` too
+    or a constant (or a value of static shape) that broadcasts into them without enlarging them
+    (a bias over channels, a scalar, squeeze-excitation's (1, C, 1, 1) scales). The second form
+    holds with dynamic dims (PP-OCR's H and W), where static shapes say nothing: Conv -> bias ->
+    Relu, HardSwish's x * Clip(x + 3) / 6 stay one kernel, one pass over memory."""
+    inside = [i for i in item.inputs if i and i in shaped]
+    if not inside:
+        return False
+    if any(_same_static_shape(graph, i, item.output) for i in inside):
+        return True
+    shape = _static_shape(graph, inside[0])
+    if shape is None:
+        return False
+    for name in item.inputs:
+        if not name or name in shaped:
+            continue
+        value = consts.get(name)
+        small = value.shape if value is not None else _static_shape(graph, name)  # a computed (1, C, 1, 1) too
+        if small is None or len(small) > len(shape) or not all(isinstance(d, int) for d in small):
+            return False
+        dims = shape[len(shape) - len(small) :]
+        if any(s != 1 and s != d for s, d in zip(small, dims, strict=True)):
+            return False
+    return True
 
 
 def _same_static_shape(graph: Any, a: str, b: str) -> bool:
