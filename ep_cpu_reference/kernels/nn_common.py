@@ -70,6 +70,12 @@ def frozen(value: Any) -> Any:
     return value
 
 
+def is_frozen(a: Any) -> bool:
+    """Computed once from constants (``frozen``): the same object holds the same values on every
+    run, e.g. weights sliced and unsqueezed inside an If branch."""
+    return type(a) is np.ndarray and not a.flags.writeable and _FROZEN.get(id(a)) is a
+
+
 def fold_frozen(compute: Any, first_only: bool = False) -> Any:
     """``compute`` of a deterministic op, memoised while its data inputs (the first input with
     ``first_only``, else all) are the same frozen arrays as in the memoised call: the result is

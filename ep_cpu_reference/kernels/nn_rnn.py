@@ -15,7 +15,7 @@ import numpy as np
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels import _rnn_fast as fast
-from ep_cpu_reference.kernels.nn_common import _FROZEN, as_compute, fail, first_since
+from ep_cpu_reference.kernels.nn_common import as_compute, fail, first_since, is_frozen
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -229,12 +229,6 @@ def _check(node: Any, spec: _RnnSpec, w: np.ndarray, r: np.ndarray) -> None:
         raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} do not match {spec.num_dir} direction(s) x {g} gates")
 
 
-def _is_frozen(a: Any) -> bool:
-    """Computed once from constants (nn_common.frozen): the same object holds the same values
-    on every run, e.g. weights sliced and unsqueezed inside an If branch."""
-    return type(a) is np.ndarray and not a.flags.writeable and _FROZEN.get(id(a)) is a
-
-
 def _fast_eligible(node: Any, spec: _RnnSpec, defaults: list[str]) -> bool:
     """Default activations, no clip: the fast loops apply (per run: no peepholes/lengths)."""
     names = [a.lower() for a in (node.attr("activations") or defaults * spec.num_dir)]
@@ -292,7 +286,7 @@ class _Prepared:
             recs.append(fast.Recurrent(rs[:, lo * hs : (lo + n) * hs], n))
             lo += n
         got = (wt, recs)
-        if _is_frozen(w) and _is_frozen(r):
+        if is_frozen(w) and is_frozen(r):
             self.cache["wr"] = (w, r, dt, got)
         return got
 

@@ -213,24 +213,24 @@ def test_groups_stay_convex_around_a_node_the_ep_does_not_take():
     assert a["a"]["fused_node"] != a["c"]["fused_node"]
 
 
-def test_a_group_beside_control_flow_is_claimed_only_when_it_computes_floats():
+@pytest.mark.parametrize("two_as_constant_node", [False, True])
+def test_a_group_beside_control_flow_is_claimed_only_when_it_computes_floats(two_as_constant_node):
     # beside an If a group is not the whole graph: it pays a runner's call on every run, so it is
     # claimed only when a compiled node in it computes floats (or it holds LSTM/GRU); integer shape
-    # logic and bool compares are left to the next EP
+    # logic and bool compares are left to the next EP. A Constant node the group absorbs does not
+    # count towards "the whole graph"
     outside, _ = _not_taken("x", "t", 4)  # its condition computed here, from x's shape
+    two = helper.make_node("Constant", [], ["two"], name="const_two", value=numpy_helper.from_array(np.array(2)))
     nodes = [
+        *([two] if two_as_constant_node else []),
         helper.make_node("Shape", ["x"], ["shp"], name="shape"),
         helper.make_node("Gather", ["shp", "zero"], ["rows"], name="gather"),
         helper.make_node("Greater", ["rows", "two"], ["cond"], name="int_greater"),
         outside,
         helper.make_node("Relu", ["t"], ["r"], name="float_relu"),
     ]
-    m = _model(
-        nodes,
-        [("x", F, [4, 4])],
-        [("r", F, [4, 4])],
-        [("zero", np.array(0, np.int64)), ("two", np.array(2, np.int64))],
-    )
+    inits = [("zero", np.array(0, np.int64))] + ([] if two_as_constant_node else [("two", np.array(2, np.int64))])
+    m = _model(nodes, [("x", F, [4, 4])], [("r", F, [4, 4])], inits)
     sess = _check(m, {"x": rng.standard_normal((4, 4), np.float32)}, fused_at_least=1)
     eps = {k: v["ep"] for k, v in sess.get_node_assignment().items()}
     assert eps["float_relu"] == NUMBA, eps

@@ -278,19 +278,19 @@ def test_weights_prepared_once_only_when_read_only():
     np.testing.assert_array_equal(fn(*frozen)[0], fresh[0])
 
 
-def test_read_only_views_of_the_same_frozen_memory_reuse_the_prepared_weights(monkeypatch):
-    """A weight a graph computes once (an Unsqueeze of a folded Concat under If) arrives as a new
-    read-only view of the same memory every run: prepared once, no value comparison. A view with a
-    writable base may change under it: compared, and prepared again when it did."""
+def test_frozen_weights_are_prepared_once_and_any_other_array_is_compared(monkeypatch):
+    """A runner's weights (stored or folded, nn_common.frozen: the same object holds the same values
+    every run) are prepared once and never compared. Any other array may change under the same
+    object (a read-only view of a buffer its owner writes): its values are compared every run and
+    prepared again when they changed, so a stale preparation is never used."""
+    from ep_cpu_reference.kernels.nn_common import frozen
     from ep_numba_cpu import recurrent
 
     feeds = problem("LSTM")
     names = ["X", "W", "R", "B"]
     fn = compute(record("LSTM", {"hidden_size": 4}, names, ["Y", "Y_h"]))
-    base = {n: feeds[n].copy() for n in ("W", "R", "B")}
-    for a in base.values():
-        a.flags.writeable = False
-    preparations = []
+    weights = [frozen(feeds[n].copy()) for n in ("W", "R", "B")]
+    preparations, compared, equal = [], [], np.array_equal
     real = recurrent._Prepared.__init__
 
     def counted(self, *args):
@@ -298,21 +298,20 @@ def test_read_only_views_of_the_same_frozen_memory_reuse_the_prepared_weights(mo
         real(self, *args)
 
     monkeypatch.setattr(recurrent._Prepared, "__init__", counted)
-    compared, equal = [], np.array_equal
     monkeypatch.setattr(recurrent.np, "array_equal", lambda *a, **k: compared.append(1) or equal(*a, **k))
-    want = fn(feeds["X"], *(base[n].view() for n in ("W", "R", "B")))
+    want = fn(feeds["X"], *weights)
     for _ in range(3):
-        got = fn(feeds["X"], *(base[n][None][0] for n in ("W", "R", "B")))  # new views every call
-        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(fn(feeds["X"], *weights)[0], want[0])
     assert len(preparations) == 1 and not compared
-    writable = {n: feeds[n].copy() for n in ("W", "R", "B")}
-    views = {n: writable[n].view() for n in writable}
-    for v in views.values():
-        v.flags.writeable = False  # read-only view, writable base: the memory may change
-    fn(feeds["X"], *(views[n] for n in ("W", "R", "B")))
-    writable["W"] *= 2.0
-    changed = fn(feeds["X"], *(writable[n].view() for n in ("W", "R", "B")))
+    buffers = {n: feeds[n].copy() for n in ("W", "R", "B")}
+    views = [buffers[n].view() for n in ("W", "R", "B")]
+    for v in views:
+        v.flags.writeable = False  # read-only, but its owner can still write
+    fn(feeds["X"], *views)
+    buffers["W"] *= 2.0  # same view objects, new values
+    changed = fn(feeds["X"], *views)
+    assert compared
     fresh = compute(record("LSTM", {"hidden_size": 4}, names, ["Y", "Y_h"]))(
-        feeds["X"], writable["W"].copy(), writable["R"].copy(), writable["B"].copy()
+        feeds["X"], *(buffers[n].copy() for n in ("W", "R", "B"))
     )
     np.testing.assert_array_equal(changed[0], fresh[0])

@@ -641,3 +641,65 @@ def test_an_output_that_is_a_folded_weight_comes_back_writable_and_apart() -> No
     y2, z2 = sess.run(None, {"x": x})
     np.testing.assert_array_equal(y2, want)
     np.testing.assert_array_equal(z2, want + 1)
+
+
+def test_a_folded_value_a_live_step_reads_is_kept_when_a_later_folded_step_reads_it_last() -> None:
+    """n is folded (Reshape of a weight), read by a live MatMul, then read last by another folded
+    Reshape: dropping n at its last reader would leave the live step without it."""
+    nodes = [
+        helper.make_node("Reshape", ["w", "shp"], ["n"], name="p_folded"),
+        helper.make_node("MatMul", ["x", "n"], ["y1"], name="j_live"),
+        helper.make_node("Reshape", ["n", "shp"], ["m"], name="k_folded"),
+        helper.make_node("MatMul", ["x", "m"], ["y2"], name="l_live"),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", F, [2, 4])],
+        [helper.make_tensor_value_info("y1", F, [2, 4]), helper.make_tensor_value_info("y2", F, [2, 4])],
+        [
+            numpy_helper.from_array(np.arange(16, dtype=np.float32).reshape(4, 4), "w"),
+            numpy_helper.from_array(np.array([4, 4], np.int64), "shp"),
+        ],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    so = SessionOptions()
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = InferenceSession(model, so, providers=[NUMBA])
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
+    x = np.ones((2, 4), np.float32)
+    want = InferenceSession(model, so, providers=[REF]).run(None, {"x": x})
+    for got, w in zip(sess.run(None, {"x": x}), want, strict=True):
+        np.testing.assert_array_equal(got, w)
+
+
+def test_folding_charges_memory_once_per_array_that_owns_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A folded Slice keeps a view of the big Tile it read: dropping the Tile's name gives nothing
+    back while the view holds its memory, so folding stops within its budget."""
+    from ep_numba_cpu import runtime
+
+    monkeypatch.setattr(runtime, "FOLD_FLOOR", 3 << 20)
+    runners = _runners(monkeypatch)
+    nodes, outs = [], []
+    for k in range(6):  # each: 1 MiB of Tile, of which a 64-float view is kept
+        nodes += [
+            helper.make_node("Tile", ["w", "reps"], [f"t{k}"]),
+            helper.make_node("Slice", [f"t{k}", "starts", "ends"], [f"v{k}"]),
+            helper.make_node("Add", ["x", f"v{k}"], [f"y{k}"]),
+        ]
+        outs.append(helper.make_tensor_value_info(f"y{k}", F, [1, 64]))
+    inits_arrays = [np.full((1, 64), 0.5, np.float32), np.array([4096, 1], np.int64), np.array([0]), np.array([1])]
+    inits = [numpy_helper.from_array(a, n) for a, n in zip(inits_arrays, ("w", "reps", "starts", "ends"), strict=True)]
+    g = helper.make_graph(nodes, "tiles", [helper.make_tensor_value_info("x", F, [1, 64])], outs, inits)
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    so = SessionOptions()
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    sess = InferenceSession(model.SerializeToString(), so, providers=[NUMBA])
+    (runner,) = runners
+    owners = {id(runtime._owner(w)): runtime._owner(w) for w in runner.weights.values()}
+    held = sum(o.nbytes for o in owners.values())
+    budget = 4 * sum(i.nbytes for i in inits_arrays) + (3 << 20)
+    assert held <= budget + (1 << 20), (held, budget)  # at most one fold past the budget, as the core's
+    x = np.zeros((1, 64), np.float32)
+    for y in sess.run(None, {"x": x}):
+        np.testing.assert_array_equal(y, np.full((1, 64), 0.5, np.float32))

@@ -76,10 +76,11 @@ class NumbaCpuEp:
                 support.add_single_node(node)
         compute = [n for n in graph.nodes if n.op_type != "Constant"]
         for group in choose_groups(graph):
-            # a group without real compute that is not the whole graph (shape logic beside an If,
-            # the groups inside its bodies) only adds a runner's call and a boundary on every run:
-            # it is left to the next EP (silero: 1.45x -> 1.15x the reference EP's latency)
-            whole = graph.parent is None and len(group) >= len(compute)
+            # a group that is not the whole main graph (one beside an If or inside its bodies, one
+            # of a graph split by a node no EP here compiles) and has no compiled float node only
+            # adds a runner's call and a boundary on every run: its nodes are left to the next EP,
+            # which runs them with the same kernels (silero: 2x -> 1.05x the reference EP's latency)
+            whole = graph.parent is None and sum(n.op_type != "Constant" for n in group) >= len(compute)
             if not whole and not any(pays_a_runner(n) for n in group):
                 continue
             support.add_nodes_to_fuse(group, drop_constant_initializers=True)

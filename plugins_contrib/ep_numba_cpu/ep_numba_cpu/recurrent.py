@@ -39,6 +39,7 @@ from typing import Any
 import numpy as np
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_cpu_reference.kernels.nn_common import is_frozen
 from ep_numba_cpu.generate import KernelSource
 
 DTYPES = ("float32", "float64")
@@ -511,33 +512,6 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     return a
 
 
-def _frozen(a: np.ndarray) -> bool:
-    """No view in ``a``'s chain of bases is writable: the memory cannot change under it."""
-    v: Any = a
-    while isinstance(v, np.ndarray):
-        if v.flags.writeable:
-            return False
-        v = v.base
-    return True
-
-
-def _same_frozen(held: Any, v: Any) -> bool:
-    """``v`` is ``held`` or sees the same frozen memory the same way (a prepared ``held`` keeps
-    that memory alive, so an equal address is the same bytes)."""
-    if held is None or v is None:
-        return held is None and v is None
-    if held is v:
-        return not v.flags.writeable  # the very read-only array (a runner's weight: every run)
-    return (
-        held.__array_interface__["data"][0] == v.__array_interface__["data"][0]
-        and held.shape == v.shape
-        and held.strides == v.strides
-        and held.dtype == v.dtype
-        and _frozen(v)
-        and _frozen(held)
-    )
-
-
 class _Prepared:
     """W^T of both directions side by side (I, D*G*H), R^T per direction ((D, H, G*H) for LSTM;
     GRU's z/r columns (D, H, 2H) and h columns (D, H, H) apart, each a contiguous BLAS operand) and
@@ -566,11 +540,13 @@ class _Prepared:
         self.bias = _readonly(np.ascontiguousarray(bias))
 
     def matches(self, w: Any, r: Any, b: Any) -> bool:
-        """Whether these are the read-only arrays prepared, or read-only views of the very memory
-        they viewed (stored weights: every run; an Unsqueeze of an outer-scope weight under If: a
-        new view of it every run); a writable input may hold new values in the same buffer, so it
-        is compared with what was prepared."""
-        if all(_same_frozen(h, v) for h, v in zip(self.src, (w, r, b), strict=True)):
+        """Whether these are the frozen arrays prepared (a runner's weights, stored or folded, and
+        the reference kernels' results computed once from them: the same objects every run, see
+        ``nn_common.frozen``); any other array, read-only or not, may hold new values in the same
+        memory (a user's input over a buffer it writes), so it is compared with what was prepared."""
+        if all(
+            (h is None and v is None) or (h is v and is_frozen(v)) for h, v in zip(self.src, (w, r, b), strict=True)
+        ):
             return True
         # equal values: comparing costs a fraction of preparing again (transposed copies, folded biases)
         return all(

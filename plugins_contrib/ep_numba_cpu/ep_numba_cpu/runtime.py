@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_cpu_reference.kernels.nn_common import frozen, is_frozen
 from ep_numba_cpu import delegate
 from ep_numba_cpu.delegate import Host
 from ep_numba_cpu.spec import SpecError
@@ -194,13 +195,11 @@ class GraphRunner:
             if kind == "node" and escapes.intersection(step["outputs"]):
                 escapes.update(n for n in step["inputs"] if n)
         self._internal = [kind != "node" and not escapes.intersection(_names(step)) for kind, step, _ in self.steps]
-        # weights (stored and folded) are read-only, so is any view of them: an output that may view
-        # one and leaves the graph is copied when it does (a bounds check per run), so the caller can
-        # write into what it gets; one read inside the graph (a folded LSTM weight under If) is not
-        for name, w in self.weights.items():
-            if w.flags.writeable:  # a read-only view: the arrays themselves may be shared
-                self.weights[name] = w = w.view()
-                w.flags.writeable = False
+        # weights (stored and folded) are frozen: read-only views registered as computed from
+        # constants (nn_common.frozen), so is any view of them: an output that may view one and leaves
+        # the graph is copied when it does (a bounds check per run), so the caller can write into what
+        # it gets; one read inside the graph (a folded LSTM weight under If) is passed on as it is
+        self.weights = {n: w if is_frozen(w) else frozen(w) for n, w in self.weights.items()}
         self._aliasing = tuple(
             (i, tuple(self.weights[w] for w in ws))
             for i, o in enumerate(self.outputs)
@@ -301,31 +300,42 @@ class GraphRunner:
         (int8 weights cast and scaled to float, shapes of constants ...), as the core folds
         constant nodes: their values join the runner's weights (in memory only; the context keeps
         the record). Folding stops at 4x the bytes of the stored weights (plus ``FOLD_FLOOR``), as
-        the core's budget does; a folded value no later step or output reads is dropped and its
-        bytes given back (the float copy of an int8 weight that a folded Mul by its scale consumed).
-        Returns the steps left to run on every call."""
+        the core's budget does. Memory is charged once per array owning it (a folded view of a
+        weight costs nothing); a folded value whose last reader folded and that no live step or
+        output reads is dropped, and its owner's bytes given back once no folded value views it
+        (the float copy of an int8 weight that a folded Mul by its scale consumed). Returns the
+        steps left to run on every call."""
         budget = 4 * sum(w.nbytes for w in self.weights.values()) + FOLD_FLOOR
         stored, kept = set(self.weights), set(self.outputs)
         last_read = {n: k for k, (_, step, _) in enumerate(self.steps) for n in step["inputs"] if n}
-        live = []
+        owners = {id(_owner(w)) for w in self.weights.values()}  # memory the stored weights hold already
+        held: dict[int, list[Any]] = {}  # id(owner) -> [owner, folded values over it]: charged once
+        live: list[int] = []
         for k, (kind, step, _) in enumerate(self.steps):
             random = kind == "node" and step["node"]["op"] in NONDETERMINISTIC  # new values every run
             if random or budget < 0 or not all(n in self.weights for n in step["inputs"] if n):
                 live.append(k)
+                kept.update(n for n in step["inputs"] if n)  # read on every run: never dropped
                 continue
             env = dict(self.weights)
             try:
                 self._step(k, env, None, False)
             except Exception as exc:
                 raise SpecError(f"plan.steps[{k}]: computing it from its constant inputs failed: {exc}") from exc
-            made = {n: np.asarray(env[n]) for n in _names(step) if n}
+            made = {n: frozen(np.asarray(env[n])) for n in _names(step) if n}
             for v in made.values():
-                v.flags.writeable = False  # computed here, from read-only weights: never written again
-            budget -= sum(v.nbytes for v in made.values())
+                owner = _owner(v)
+                if id(owner) not in owners:
+                    entry = held.setdefault(id(owner), [owner, 0])
+                    budget -= owner.nbytes if entry[1] == 0 else 0
+                    entry[1] += 1
             self.weights.update(made)
             for n in step["inputs"]:
                 if n and last_read[n] == k and n not in stored and n not in kept and n in self.weights:
-                    budget += self.weights.pop(n).nbytes
+                    entry = held.get(id(_owner(self.weights.pop(n))))
+                    if entry is not None:
+                        entry[1] -= 1
+                        budget += entry[0].nbytes if entry[1] == 0 else 0  # no folded value views it any more
         return live
 
     @staticmethod
@@ -428,6 +438,13 @@ def _reached(steps: Sequence[Any], name: str, sources: set[str]) -> list[str]:
         elif n in made:
             todo.extend(i for i in made[n]["inputs"] if i)
     return found
+
+
+def _owner(a: np.ndarray) -> np.ndarray:
+    """The array at the end of ``a``'s chain of views: the one its memory is charged to."""
+    while isinstance(a.base, np.ndarray):
+        a = a.base
+    return a
 
 
 def _names(step: Mapping[str, Any]) -> list[str]:
