@@ -332,10 +332,10 @@ class GraphRunner:
             self.weights.update(made)
             for n in step["inputs"]:
                 if n and last_read[n] == k and n not in stored and n not in kept and n in self.weights:
-                    entry = held.get(id(_owner(self.weights.pop(n))))
-                    if entry is not None:
-                        entry[1] -= 1
-                        budget += entry[0].nbytes if entry[1] == 0 else 0  # no folded value views it any more
+                    freed = held.get(id(_owner(self.weights.pop(n))))
+                    if freed is not None:
+                        freed[1] -= 1
+                        budget += freed[0].nbytes if freed[1] == 0 else 0  # no folded value views it any more
         return live
 
     @staticmethod
