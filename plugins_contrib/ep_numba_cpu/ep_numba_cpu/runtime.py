@@ -257,6 +257,19 @@ class GraphRunner:
         internal = self._internal[k]
         if kind == "node":
             ins, outs = tuple(step["inputs"]), tuple(step["outputs"])
+            if len(ins) <= 2 and all(ins) and len(outs) == 1 and outs[0]:  # most nodes: no loops
+                out, first, second = outs[0], ins[0] if ins else "", ins[1] if len(ins) == 2 else ""
+
+                def unary(env: dict[str, Any], ws: Workspace) -> None:
+                    env[out] = fn(env[first])[0]
+
+                def binary(env: dict[str, Any], ws: Workspace) -> None:
+                    env[out] = fn(env[first], env[second])[0]
+
+                def nullary(env: dict[str, Any], ws: Workspace) -> None:
+                    env[out] = fn()[0]
+
+                return (nullary, unary, binary)[len(ins)]
 
             def node(env: dict[str, Any], ws: Workspace) -> None:
                 for name, value in zip(outs, fn(*[env[i] if i else None for i in ins])):
@@ -266,16 +279,19 @@ class GraphRunner:
             return node
         if kind != "kernel" or not internal:
             return lambda env, ws: self._step(k, env, ws, internal)
-        names, spec_fn, plans = tuple(step["inputs"]), fn[1], self._shape_plans[k]
+        names, spec_fn, plans, key = tuple(step["inputs"]), fn[1], self._shape_plans[k], (k, "calls")
+        ndarray = np.ndarray
 
         def kernel(env: dict[str, Any], ws: Workspace) -> None:
             # outputs in kept buffers: per input shapes, the flat views the kernel writes and the
             # views the group reads are made once
-            args = [a if type(a) is np.ndarray else np.asarray(a) for a in (env[n] for n in names)]
+            args = [env[n] for n in names]
+            if any(type(a) is not ndarray for a in args):
+                args = [np.asarray(a) for a in args]
             shapes = tuple([a.shape for a in args])
-            calls = ws.get((k, "calls"))
+            calls = ws.get(key)
             if calls is None:
-                calls = ws[(k, "calls")] = {}
+                calls = ws[key] = {}
             got = calls.get(shapes)
             if got is None:
                 if len(calls) >= SHAPES_KEPT:  # dynamic shapes: each kept call holds its buffers alive
