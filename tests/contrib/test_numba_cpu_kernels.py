@@ -441,16 +441,24 @@ def test_elementwise_chains_over_dynamic_dims_are_one_kernel(monkeypatch: pytest
     assert len(kernels) == 1, [[o["name"] for o in k["outputs"]] for k in kernels]
 
 
-def test_a_value_of_unknown_shape_opens_its_own_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two dynamic inputs of possibly different shapes: their chains may not share a kernel (one
-    could be computed over the other's larger shape); results still match onnxruntime when the
-    shapes do broadcast."""
+def test_a_scale_of_ones_over_an_unknown_map_is_not_computed_over_the_map(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A (1, C, 1, 1) squeeze-excitation chain times a (1, C, H, W) map: the map could be larger
+    along dims the chain has as 1, so the chain keeps its own kernel (else it would run H x W times)."""
     nodes = [
-        helper.make_node("Relu", ["a"], ["ra"]),
-        helper.make_node("Neg", ["b"], ["nb"]),
-        helper.make_node("Add", ["ra", "nb"], ["y"]),
+        helper.make_node("Relu", ["s"], ["sr"]),
+        helper.make_node("Sigmoid", ["sr"], ["sg"]),
+        helper.make_node("Mul", ["sg", "x"], ["y"]),
     ]
-    m = _model(nodes, [("a", F, ["n", 5]), ("b", F, ["k", 5])], [("y", F, [None, 5])])
-    feed = {"a": rng.standard_normal((4, 5), np.float32), "b": rng.standard_normal((1, 5), np.float32)}
+    m = _model(nodes, [("s", F, [1, 8, 1, 1]), ("x", F, [1, 8, "h", "w"])], [("y", F, [1, 8, "h", "w"])])
+    feed = {"s": rng.standard_normal((1, 8, 1, 1), np.float32), "x": rng.standard_normal((1, 8, 5, 7), np.float32)}
     kernels = _kernel_steps(monkeypatch, m, feed)
-    assert len(kernels) >= 2
+    assert len(kernels) == 2
+
+
+def test_an_empty_constant_in_a_cluster_is_an_array_argument_not_a_literal():
+    """A zero-size constant (0, 1) broadcast against (0, 4) or (1, 4): no element to spell as a
+    literal; it is passed as an array and the empty result matches onnxruntime."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Add", ["r", "kz"], ["y"])]
+    m = _model(nodes, [("x", F, ["n", 4])], [("y", F, None)], [("kz", np.zeros((0, 1), np.float32))])
+    for n in (0, 1):
+        _check(m, {"x": rng.standard_normal((n, 4), np.float32)}, fused_at_least=1)

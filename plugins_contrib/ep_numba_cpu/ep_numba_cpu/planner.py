@@ -511,7 +511,7 @@ def _inlined(value: np.ndarray) -> bool:
     numbers (0, 1, 0.5, 3, 6, ... and non-finite ones) are: a learned scale or shift passed as a
     one-element argument lets clusters that differ only in their weights share one kernel (PP-OCR
     det: 38 distinct elementwise kernels became 10), where a literal would compile one kernel each."""
-    if value.size > MAX_INLINE_SIZE:
+    if value.size > MAX_INLINE_SIZE or value.size == 0:  # an empty constant is an array argument
         return False
     v = value.reshape(-1)[0]
     if value.dtype == np.bool_:
