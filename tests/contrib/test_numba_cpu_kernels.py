@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _support.numba_runners import graph_runners
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
@@ -401,16 +402,7 @@ def test_two_groups_never_feed_each_other():
 
 def _kernel_steps(monkeypatch: pytest.MonkeyPatch, model: Any, feed: dict[str, np.ndarray]) -> list[Any]:
     """The compiled elementwise steps of the one runner ``model`` builds (checked against onnxruntime)."""
-    from ep_numba_cpu import runtime
-
-    made: list[Any] = []
-    real = runtime.GraphRunner.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        real(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(runtime.GraphRunner, "__init__", init)
+    made = graph_runners(monkeypatch)
     _check(model, feed, fused_at_least=1, rtol=1e-4, atol=1e-5)
     (runner,) = made
     return [step for kind, step, _ in runner.steps if kind == "kernel"]

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+from _support.numba_runners import graph_runners
 from onnx import TensorProto, helper, numpy_helper
 
 pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
@@ -527,14 +528,7 @@ def test_a_workspace_keeps_prepared_calls_for_a_few_shapes_only(monkeypatch: pyt
     keeps at most SHAPES_KEPT of them per step, not one per shape ever seen."""
     from ep_numba_cpu import runtime
 
-    made: list[Any] = []
-    init = runtime.GraphRunner.__init__
-
-    def spy(self: Any, *a: Any, **k: Any) -> None:
-        init(self, *a, **k)
-        made.append(self)
-
-    monkeypatch.setattr(runtime.GraphRunner, "__init__", spy)
+    made = graph_runners(monkeypatch)
     g = helper.make_graph(
         [
             helper.make_node("Relu", ["x"], ["r"]),
@@ -555,21 +549,6 @@ def test_a_workspace_keeps_prepared_calls_for_a_few_shapes_only(monkeypatch: pyt
     (ws,) = runner._pool
     kept = [v for key, v in ws.items() if isinstance(key, tuple) and key[1:] == ("calls",)]
     assert kept and all(0 < len(calls) <= runtime.SHAPES_KEPT for calls in kept)
-
-
-def _runners(monkeypatch: pytest.MonkeyPatch) -> list[Any]:
-    """Every GraphRunner built from now on."""
-    from ep_numba_cpu import runtime
-
-    made: list[Any] = []
-    real = runtime.GraphRunner.__init__
-
-    def init(self: Any, *args: Any, **kwargs: Any) -> None:
-        real(self, *args, **kwargs)
-        made.append(self)
-
-    monkeypatch.setattr(runtime.GraphRunner, "__init__", init)
-    return made
 
 
 def _dequantized_matmul() -> Any:
@@ -600,7 +579,7 @@ def test_folding_gives_back_the_bytes_of_values_no_later_step_reads(monkeypatch:
     from ep_numba_cpu import runtime
 
     monkeypatch.setattr(runtime, "FOLD_FLOOR", 0)
-    runners = _runners(monkeypatch)
+    runners = graph_runners(monkeypatch)
     so = SessionOptions()
     so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
     model = _dequantized_matmul().SerializeToString()
@@ -679,7 +658,7 @@ def test_folding_charges_memory_once_per_array_that_owns_it(monkeypatch: pytest.
     from ep_numba_cpu import runtime
 
     monkeypatch.setattr(runtime, "FOLD_FLOOR", 3 << 20)
-    runners = _runners(monkeypatch)
+    runners = graph_runners(monkeypatch)
     nodes, outs = [], []
     for k in range(6):  # each: 1 MiB of Tile, of which a 64-float view is kept
         nodes += [
