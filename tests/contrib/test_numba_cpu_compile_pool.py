@@ -168,3 +168,36 @@ def test_a_worker_never_imports_from_the_current_directory(tmp_path: Path, monke
     finally:
         worker.close()
     assert not marker.exists()
+
+
+IDLE_SCRIPT = """
+import json, sys, time
+import numpy as np
+from ep_numba_cpu import compile_pool
+compile_pool.IDLE_SECONDS = 0.5
+from ep_core import InferenceSession
+sess = InferenceSession(sys.argv[1], providers=[("NumbaCpuExecutionProvider", {"compile_workers": "1"})])
+procs = [w.proc for w in compile_pool._workers]
+busy = len(procs)
+time.sleep(3)
+x = np.ones((4, 8), np.float32)
+sess.run(None, {"x": x})  # the session runs on: only the compile workers went
+print(json.dumps({"busy": busy, "left": len(compile_pool._workers), "exited": [p.poll() for p in procs]}))
+"""
+
+
+def test_idle_workers_are_closed(tmp_path: Path) -> None:
+    """A worker holds a Python process with Numba loaded (~200 MB): once no batch has used the
+    workers for IDLE_SECONDS they are closed, not kept until the process exits."""
+    import os
+
+    model = _model(tmp_path / "m.onnx", 0.5)
+    script = tmp_path / "idle.py"
+    script.write_text(IDLE_SCRIPT)
+    env = {**os.environ, "EP_NUMBA_CPU_KERNEL_CACHE_DIR": str(tmp_path / "cache")}
+    proc = subprocess.run(
+        [sys.executable, str(script), str(model)], capture_output=True, text=True, env=env, timeout=300
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    got = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert got["busy"] == 1 and got["left"] == 0 and got["exited"] == [0], got

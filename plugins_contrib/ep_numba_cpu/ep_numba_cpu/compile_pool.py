@@ -7,8 +7,9 @@ kernels no cache holds are shared between this process and worker processes
 kernel's machine code, which this process rebuilds in milliseconds (``codegen.adopt``) and stores
 in the kernel cache like its own. Workers are plain subprocesses of this interpreter talking over
 pipes (not ``multiprocessing``, which would re-import the user's ``__main__``); they start on the
-first batch worth sharing and serve later sessions of the process until it exits. A worker that
-fails is retired with a warning and its kernel compiled here: the result is the same kernel."""
+first batch worth sharing and serve the process's later sessions, until they have been idle for
+``IDLE_SECONDS`` (each holds a Python process with Numba loaded, ~200 MB) or the process exits. A
+worker that fails is retired with a warning and its kernel compiled here: the same kernel."""
 
 from __future__ import annotations
 
@@ -30,8 +31,10 @@ from ep_numba_cpu.compile_worker import read_frame, write_frame
 
 MIN_SHARED = 6  # fewer kernels than this to compile: a worker's start-up (~0.5 s) would not pay
 MAX_AUTO_WORKERS = 4
+IDLE_SECONDS = 60.0  # workers no batch has used for this long are closed
 _pool_lock = threading.Lock()
 _workers: list["_Worker"] = []
+_idle_timer: list[threading.Timer] = []  # the pending close of idle workers, if any
 
 
 def workers_option(ep_options: Mapping[str, str]) -> int:
@@ -100,6 +103,16 @@ def _close_all() -> None:
             _workers.pop().close()
 
 
+def _close_when_idle() -> None:
+    """(Re)start the countdown to closing the workers; a batch starting meanwhile cancels it."""
+    for timer in _idle_timer:
+        timer.cancel()
+    timer = threading.Timer(IDLE_SECONDS, _close_all)
+    timer.daemon = True
+    _idle_timer[:] = [timer]
+    timer.start()
+
+
 atexit.register(_close_all)
 
 
@@ -121,6 +134,8 @@ def compile_all(sources: Mapping[str, Any], workers: int, cache: Any = None) -> 
             out[key] = codegen.compile_kernel(ks.source, ks.signature, ks.parallel, cache)
         return out
     with _pool_lock:  # one shared batch at a time: a worker serves one requester
+        for timer in _idle_timer:
+            timer.cancel()
         while len(_workers) < n:
             _workers.append(_Worker())
         payloads: dict[str, bytes] = {}
@@ -159,6 +174,7 @@ def compile_all(sources: Mapping[str, Any], workers: int, cache: Any = None) -> 
                 t.join()
         for key, ks in todo:  # what a retired worker gave back after this process had finished
             out[key] = codegen.compile_kernel(ks.source, ks.signature, ks.parallel, cache)
+        _close_when_idle()
     for key, payload in payloads.items():
         ks = sources[key]
         out[key] = codegen.adopt(ks.source, ks.signature, ks.parallel, payload, cache)
