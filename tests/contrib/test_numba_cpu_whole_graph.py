@@ -682,3 +682,55 @@ def test_folding_charges_memory_once_per_array_that_owns_it(monkeypatch: pytest.
     x = np.zeros((1, 64), np.float32)
     for y in sess.run(None, {"x": x}):
         np.testing.assert_array_equal(y, np.full((1, 64), 0.5, np.float32))
+
+
+@pytest.mark.parametrize("op", ["ConstantOfShape", "Expand", "Tile", "broadcast"])
+def test_a_step_is_folded_only_when_its_size_is_known_to_fit_before_it_runs(
+    op: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A few bytes of model (or of a context record) can ask a fold for gigabytes: ConstantOfShape,
+    Expand and Tile read their output's shape from a constant, a broadcast Add of (n, 1) by (1, n)
+    makes n x n. The bytes are known before the step runs (fold_size) and over the budget (here 1 MiB)
+    it is left to run with the graph; the same graph with a small n folds it. Results match."""
+    from ep_numba_cpu import runtime
+
+    monkeypatch.setattr(runtime, "FOLD_FLOOR", 1 << 20)
+
+    def model(n: int) -> bytes:
+        one = numpy_helper.from_array(np.array([1.5], np.float32), "one")
+        shp = numpy_helper.from_array(np.array([n, n], np.int64), "shp")
+        make = {
+            "ConstantOfShape": ([helper.make_node("ConstantOfShape", ["shp"], ["big"], value=one)], [shp]),
+            "Expand": ([helper.make_node("Expand", ["one", "shp"], ["big"])], [one, shp]),
+            "Tile": (
+                [helper.make_node("Tile", ["one2", "shp"], ["big"])],
+                [numpy_helper.from_array(np.full((1, 1), 1.5, np.float32), "one2"), shp],
+            ),
+            "broadcast": (
+                [helper.make_node("Add", ["col", "row"], ["big"])],
+                [
+                    numpy_helper.from_array(np.full((n, 1), 0.5, np.float32), "col"),
+                    numpy_helper.from_array(np.ones((1, n), np.float32), "row"),
+                ],
+            ),
+        }[op]
+        nodes = make[0] + [
+            helper.make_node("ReduceMean", ["big"], ["s"], keepdims=0),
+            helper.make_node("Add", ["x", "s"], ["y"]),
+        ]
+        g = helper.make_graph(
+            nodes, "h", [helper.make_tensor_value_info("x", F, [4])], [helper.make_tensor_value_info("y", F, [4])]
+        )
+        g.initializer.extend(make[1])
+        return helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+
+    so = SessionOptions()
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_DISABLE_ALL
+    x = np.arange(4, dtype=np.float32)
+    for n, folded in ((16, True), (1024, False)):  # 1024 x 1024 x 8 bytes: 8 MiB > 1 MiB
+        runners = graph_runners(monkeypatch)
+        sess = InferenceSession(model(n), so, providers=[NUMBA])
+        (runner,) = runners
+        big_live = any("big" in runtime._names(runner.steps[k][1]) for k in runner._live)
+        assert big_live is not folded, (n, [runner.steps[k][1].get("kind") for k in runner._live])
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], x + 1.5, rtol=1e-6)

@@ -209,9 +209,19 @@ class NodeContext:
 def node_view(step: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> Any:
     """The checked record ``step`` rebuilt as a one-node graph's ``NodeView``: attributes from the
     record's values only, constant inputs from ``weights``, value infos from the record's types."""
-    from onnx import helper, numpy_helper
-
     from ep_core.sdk.graph import GraphView
+
+    graph, opsets = node_graph(step, weights)
+    return GraphView(graph, opsets).all_nodes[0]
+
+
+def node_graph(
+    step: Mapping[str, Any], weights: Mapping[str, np.ndarray], inline_max: int | None = None
+) -> tuple[Any, dict[str, int]]:
+    """``step`` as a one-node ``GraphProto`` and its opsets; with ``inline_max``, a constant input of
+    more elements is a typed input of its static shape instead of an initializer (shape inference
+    needs the values of shape-like inputs only, and serializing big weights would cost)."""
+    from onnx import helper, numpy_helper
 
     attrs = []
     for name, (kind, value) in sorted(step["attrs"].items()):
@@ -230,17 +240,18 @@ def node_view(step: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> Any
         if not name or name in seen:
             continue
         seen.add(name)
-        if name in weights:
-            inits.append(numpy_helper.from_array(np.asarray(weights[name]), name))
+        value = weights.get(name)
+        if value is not None and (inline_max is None or np.size(value) <= inline_max):
+            inits.append(numpy_helper.from_array(np.asarray(value), name))
         else:
-            ins.append(_value_info(name, t))
+            ins.append(_value_info(name, t if value is None else (str(value.dtype), list(np.shape(value)))))
     outs = [_value_info(n, t) for n, t in zip(step["outputs"], step["out_types"], strict=True) if n]
     graph = helper.make_graph([node], f"delegated_{_name(step)}", ins, outs, initializer=inits)
     key = "" if step["domain"] in ("", "ai.onnx") else step["domain"]
     opsets = {key: step["opset"]}
     if key == "":
         opsets["ai.onnx"] = step["opset"]
-    return GraphView(graph, opsets).all_nodes[0]
+    return graph, opsets
 
 
 def _name(step: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ import numpy as np
 from ep_cpu_reference.kernels.nn_common import frozen, is_frozen
 from ep_numba_cpu import delegate
 from ep_numba_cpu.delegate import Host
+from ep_numba_cpu.fold_size import fold_bytes
 from ep_numba_cpu.spec import SpecError
 
 
@@ -315,8 +316,10 @@ class GraphRunner:
         """Run once, here, every step whose inputs are all stored weights or values folded before
         (int8 weights cast and scaled to float, shapes of constants ...), as the core folds
         constant nodes: their values join the runner's weights (in memory only; the context keeps
-        the record). Folding stops at 4x the bytes of the stored weights (plus ``FOLD_FLOOR``), as
-        the core's budget does. Memory is charged once per array owning it (a folded view of a
+        the record). A step folds only when the bytes it makes are known before it runs
+        (``fold_size``: a ConstantOfShape of a huge shape in a model or a context is not computed)
+        and fit what is left of 4x the bytes of the stored weights (plus ``FOLD_FLOOR``), as the
+        core's budget does. Memory is charged once per array owning it (a folded view of a
         weight costs nothing); a folded value whose last reader folded and that no live step or
         output reads is dropped, and its owner's bytes given back once no folded value views it
         (the float copy of an int8 weight that a folded Mul by its scale consumed). Returns the
@@ -329,7 +332,13 @@ class GraphRunner:
         live: list[int] = []
         for k, (kind, step, _) in enumerate(self.steps):
             random = kind == "node" and step["node"]["op"] in NONDETERMINISTIC  # new values every run
-            if random or budget < 0 or not all(n in self.weights for n in step["inputs"] if n):
+            constant = not random and all(n in self.weights for n in step["inputs"] if n)
+            size = fold_bytes(kind, step, self.weights) if constant else None  # known before it runs
+            if size is not None:  # what folding it gives back: inputs read last here, viewed by nothing else
+                last = {n for n in step["inputs"] if n and last_read[n] == k and n not in stored and n not in kept}
+                owned = [held.get(id(_owner(self.weights[n]))) for n in last]
+                size -= sum(e[0].nbytes for e in owned if e is not None and e[1] == 1)
+            if size is None or size > budget:
                 live.append(k)
                 kept.update(n for n in step["inputs"] if n)  # read on every run: never dropped
                 continue
@@ -348,10 +357,10 @@ class GraphRunner:
             self.weights.update(made)
             for n in step["inputs"]:
                 if n and last_read[n] == k and n not in stored and n not in kept and n in self.weights:
-                    freed = held.get(id(_owner(self.weights.pop(n))))
-                    if freed is not None:
-                        freed[1] -= 1
-                        budget += freed[0].nbytes if freed[1] == 0 else 0  # no folded value views it any more
+                    gone = held.get(id(_owner(self.weights.pop(n))))
+                    if gone is not None:
+                        gone[1] -= 1
+                        budget += gone[0].nbytes if gone[1] == 0 else 0  # no folded value views it any more
         return live
 
     @staticmethod
