@@ -5,8 +5,8 @@ The record comes from a model or a context file, so a 100-byte ConstantOfShape, 
 broadcast of (N, 1) by (1, N) could ask for gigabytes: the size is bounded from the input shapes
 (ops that never make more elements than they read, broadcasts, products) or inferred by onnx's
 shape inference with data propagation on the one-node graph; a step whose size neither tells is
-not folded, it runs with the graph. Elements are counted at their declared dtype's size (at most
-8 bytes, the widest a context stores)."""
+not folded, it runs with the graph. Elements are counted at their dtype's size (declared by the
+record for bounded ops, inferred otherwise; at most 8 bytes, the widest a context stores)."""
 
 from __future__ import annotations
 
@@ -98,5 +98,15 @@ def _inferred(node: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> int
         t = out.type.tensor_type
         if not t.HasField("shape") or not all(d.HasField("dim_value") for d in t.shape.dim):
             return None
-        total += _numel(tuple(d.dim_value for d in t.shape.dim)) * ITEM_BYTES
+        total += _numel(tuple(d.dim_value for d in t.shape.dim)) * _item_bytes(_np_dtype(t.elem_type))
     return total
+
+
+def _np_dtype(elem_type: int) -> Any:
+    """The inferred element type as a NumPy dtype, None when it has none (then 8 bytes count)."""
+    from onnx import helper
+
+    try:
+        return helper.tensor_dtype_to_np_dtype(elem_type)
+    except (KeyError, TypeError, ValueError):
+        return None

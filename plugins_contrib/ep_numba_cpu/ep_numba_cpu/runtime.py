@@ -33,8 +33,8 @@ Workspace = dict  # (step, tag) -> buffer kept between runs
 NONDETERMINISTIC = frozenset(
     "RandomNormal RandomUniform RandomNormalLike RandomUniformLike Bernoulli Multinomial Dropout".split()
 )
-FOLD_FLOOR = 64 << 20
-SHAPES_KEPT = 4  # per step: input shapes whose prepared calls (buffers, conv plans) a workspace keeps  # bytes constant folding may always add (the core's floor is alike)
+FOLD_FLOOR = 64 << 20  # bytes constant folding may always add (the core's floor is alike)
+SHAPES_KEPT = 4  # per step: input shapes whose prepared calls (buffers, conv plans) a workspace keeps
 
 
 def _buf(ws: Workspace | None, key: Any, shape: tuple[int, ...], dtype: Any, zero: bool = False) -> np.ndarray:
