@@ -106,8 +106,9 @@ class _Coupling:
     onnxruntime's ml_common.h, over rows of pair probabilities [N, pairs] (pairs in (0, 1), (0, 2),
     ... order) -> [N, k]. Index arrays are laid out once, per model."""
 
-    def __init__(self, k: int) -> None:
+    def __init__(self, k: int, compiled: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         self.k = k
+        self.compiled = compiled  # another EP's loop over Q [N, k, k] -> p [N, k], as ``_rows`` computes
         iu, ju = np.triu_indices(k, 1)
         self.upper, self.lower, self.diag = iu * k + ju, ju * k + iu, np.arange(k) * (k + 1)
 
@@ -126,6 +127,8 @@ class _Coupling:
 
     def __call__(self, v: np.ndarray) -> np.ndarray:
         q = self.q(v)
+        if self.compiled is not None:
+            return self.compiled(q)
         if v.shape[0] <= _PY_ROWS:
             return np.array([self._row(m) for m in q], dtype=np.float64).reshape(-1, self.k)
         return self._rows(q)
@@ -203,7 +206,7 @@ def _labels(node: NodeView) -> np.ndarray:
 class _Classifier:
     """The attributes of one SVMClassifier, checked and laid out for the vectorised run."""
 
-    def __init__(self, node: NodeView) -> None:
+    def __init__(self, node: NodeView, couple: Callable[[np.ndarray], np.ndarray] | None = None) -> None:
         where = self.where = node.describe()
         self.labels = _labels(node)
         k = self.k = self.labels.size
@@ -253,7 +256,7 @@ class _Classifier:
             self.dual[start[i] : start[i + 1], p] = c[j - 1, start[i] : start[i + 1]]
             self.dual[start[j] : start[j + 1], p] = c[i, start[j] : start[j + 1]]
             win[p, i] = lose[p, j] = 1
-        self.pairs, self.coupling = pairs, _Coupling(k)
+        self.pairs, self.coupling = pairs, _Coupling(k, couple)
         self.vote_gain, self.vote_base = win - lose, lose.sum(axis=0)  # votes = base + (d > 0) @ gain
 
     def decisions(self, x: np.ndarray) -> np.ndarray:
@@ -295,10 +298,13 @@ class _Classifier:
 
 
 @REGISTRY.register("SVMClassifier", since=1, domain=ML)
-def build_svm_classifier(node: NodeView, ctx: KernelContext) -> Fn:
+def build_svm_classifier(
+    node: NodeView, ctx: KernelContext, couple: Callable[[np.ndarray], np.ndarray] | None = None
+) -> Fn:
     """Label [N] (int64 or string) and scores: [N, classes] with probabilities or in the linear
-    mode, else [N, pairs] decision values ([N, 2] for two classes)."""
-    return _Classifier(node)
+    mode, else [N, pairs] decision values ([N, 2] for two classes). ``couple``: a compiled
+    pairwise coupling (``_Coupling._rows``'s arithmetic) another EP runs these kernels with."""
+    return _Classifier(node, couple)
 
 
 @REGISTRY.register("SVMRegressor", since=1, domain=ML)

@@ -67,6 +67,8 @@ class Forest:
     simple: Callable[..., np.ndarray] | None = None  # the one comparison when no node needs more
     kids: np.ndarray = field(default_factory=lambda: np.zeros(0, dtype=np.int64))  # (false, true) per node
     doubled: tuple[np.ndarray, ...] = ()  # kids, feature, threshold indexed by 2 * node id (2 * child in kids)
+    features: int = 0  # the columns X needs: 1 + the largest feature id an interior node reads
+    traverse: Callable[[np.ndarray], np.ndarray] | None = None  # a compiled ``leaves`` (TraverseFor)
 
     def finish(self, where: str) -> Forest:
         """Checks the links and computes the depth (the number of steps every row needs)."""
@@ -74,6 +76,12 @@ class Forest:
         for name, ids in (("true", self.true_next), ("false", self.false_next)):
             if ids.size and (ids.min() < 0 or ids.max() >= m):
                 raise InvalidGraph(f"{where}: a {name} branch points outside the tree's nodes")
+        if self.roots.size and (self.roots.min() < 0 or self.roots.max() >= m):
+            raise InvalidGraph(f"{where}: a tree root points outside the tree's nodes")
+        inner = self.feature[self.mode != LEAF]
+        if inner.size and inner.min() < 0:
+            raise InvalidGraph(f"{where}: a node reads feature {int(inner.min())}; feature ids start at 0")
+        self.features = int(inner.max()) + 1 if inner.size else 0
         self.full = bool(self.has[self.mode == LEAF].all())
         self.modes_used = tuple(sorted({int(v) for v in np.unique(self.mode)} - {LEAF}))
         self.any_missing = bool(self.missing_true.any())
@@ -98,8 +106,12 @@ class Forest:
         """The leaf every (tree, row) pair lands on, [T, N]: one flat vector of pairs, each level
         a gather of feature and threshold, a compare, and a gather of the child. Trees of one
         comparison mode without missing-value tracking (the common case) take the shortest loop:
-        at batch 1 the NumPy calls per level are the cost."""
+        at batch 1 the NumPy calls per level are the cost. ``traverse``, when set, computes the same."""
         n, f = x.shape
+        if f < self.features:
+            raise InvalidArgument(f"X has {f} features per row; the trees read feature {self.features - 1}")
+        if self.traverse is not None:
+            return self.traverse(x)
         flat = x.reshape(-1)
         kids, feature, threshold = self.kids, self.feature, self.threshold
         if n == 1:
@@ -381,9 +393,22 @@ def _option(node: NodeView, name: str, choices: Sequence[str], default: str) -> 
     return value
 
 
-def _per_dtype(node: NodeView, build: Callable[[Any], Forest]) -> Callable[[np.ndarray], tuple[Forest, Any]]:
+TraverseFor = Callable[[Forest, Any], Callable[[np.ndarray], np.ndarray] | None]
+"""A compiled traversal for a finished forest and its comparison dtype (or None: NumPy's), what
+another EP passes the builders below to run these kernels with its own ``Forest.leaves``."""
+
+
+def _per_dtype(
+    node: NodeView, build: Callable[[Any], Forest], traverse_for: TraverseFor | None
+) -> Callable[[np.ndarray], tuple[Forest, Any]]:
     """Forests are built per comparison dtype (float32 thresholds, float64 for double input), lazily."""
     cache: dict[Any, Forest] = {}
+
+    def made(acc: Any) -> Forest:
+        forest = build(acc)
+        if traverse_for is not None:
+            forest.traverse = traverse_for(forest, acc)
+        return forest
 
     by_input: dict[Any, tuple[Forest, Any]] = {}
 
@@ -392,7 +417,7 @@ def _per_dtype(node: NodeView, build: Callable[[Any], Forest]) -> Callable[[np.n
         if hit is None:
             acc = _acc_dtype(x, node.describe())
             if acc not in cache:
-                cache[acc] = build(acc)
+                cache[acc] = made(acc)
             hit = by_input[x.dtype] = (cache[acc], acc)
         return hit
 
@@ -401,7 +426,7 @@ def _per_dtype(node: NodeView, build: Callable[[Any], Forest]) -> Callable[[np.n
 
 
 @REGISTRY.register("TreeEnsembleClassifier", since=1, domain=ML)
-def build_tree_classifier(node: NodeView, ctx: KernelContext) -> Fn:
+def build_tree_classifier(node: NodeView, ctx: KernelContext, traverse_for: TraverseFor | None = None) -> Fn:
     """Label (int64 or string) and per-class scores [N, classes]."""
     ints = node.attr("classlabels_int64s")
     strings = node.attr("classlabels_strings")
@@ -414,7 +439,7 @@ def build_tree_classifier(node: NodeView, ctx: KernelContext) -> Fn:
     ids = _ids(node, "class_ids")
     binary = k == 2 and np.unique(ids).size == 1
     positive = bool((_floats(node, "class_weights", np.float64) >= 0).all())
-    forests = _per_dtype(node, lambda acc: _forest_v3(node, "class", k, acc))
+    forests = _per_dtype(node, lambda acc: _forest_v3(node, "class", k, acc), traverse_for)
 
     # two classes weighted apart: onnxruntime's label is its positive_label_/negative_label_, the
     # literal int64 1/0 whatever classlabels_int64s holds (string labels: index 1/0)
@@ -430,13 +455,13 @@ def build_tree_classifier(node: NodeView, ctx: KernelContext) -> Fn:
 
 
 @REGISTRY.register("TreeEnsembleRegressor", since=1, domain=ML)
-def build_tree_regressor(node: NodeView, ctx: KernelContext) -> Fn:
+def build_tree_regressor(node: NodeView, ctx: KernelContext, traverse_for: TraverseFor | None = None) -> Fn:
     """Regressed values [N, n_targets]."""
     k = int(node.attr("n_targets", 1))
     post = _option(node, "post_transform", POSTS, "NONE")
     agg = _option(node, "aggregate_function", AGGS, "SUM")
     base = _floats(node, "base_values", np.float64)
-    forests = _per_dtype(node, lambda acc: _forest_v3(node, "target", k, acc))
+    forests = _per_dtype(node, lambda acc: _forest_v3(node, "target", k, acc), traverse_for)
 
     def compute(x: np.ndarray) -> tuple[Any]:
         forest, acc = forests(x)
@@ -510,7 +535,7 @@ def _forest_v5(node: NodeView, k: int, dtype: Any) -> Forest:
 
 
 @REGISTRY.register("TreeEnsemble", since=5, domain=ML)
-def build_tree_ensemble(node: NodeView, ctx: KernelContext) -> Fn:
+def build_tree_ensemble(node: NodeView, ctx: KernelContext, traverse_for: TraverseFor | None = None) -> Fn:
     """Regressed values [N, n_targets] in X's dtype (onnxruntime's regression aggregators).
     post_transform is read as onnxruntime 1.31 reads it, its own enum order (1 LOGISTIC, 2 SOFTMAX),
     which swaps the spec's 1 SOFTMAX / 2 LOGISTIC: models are checked against onnxruntime."""
@@ -519,7 +544,7 @@ def build_tree_ensemble(node: NodeView, ctx: KernelContext) -> Fn:
     if not (0 <= post_i < len(POSTS)) or not (0 <= agg_i < len(AGGS)):
         raise InvalidGraph(f"{node.describe()}: post_transform must be in 0..4 and aggregate_function in 0..3")
     post, agg = POSTS[post_i], AGGS[agg_i]
-    forests = _per_dtype(node, lambda acc: _forest_v5(node, k, acc))
+    forests = _per_dtype(node, lambda acc: _forest_v5(node, k, acc), traverse_for)
 
     def compute(x: np.ndarray) -> tuple[Any]:
         forest, acc = forests(x)

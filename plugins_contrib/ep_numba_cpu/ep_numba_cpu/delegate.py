@@ -271,15 +271,18 @@ class BuildError(ValueError):
     """A delegated node the reference registry does not serve as stored (the message says why)."""
 
 
-def build(step: Mapping[str, Any], weights: Mapping[str, np.ndarray], host: Host) -> Callable[..., Sequence[Any]]:
+def build(
+    step: Mapping[str, Any], weights: Mapping[str, np.ndarray], host: Host, **loops: Any
+) -> Callable[..., Sequence[Any]]:
     """The reference kernel of a checked delegated step; ``BuildError`` when the registry has no
-    kernel for its types or its builder refuses it."""
+    kernel for its types or its builder refuses it. ``loops``: compiled loops the builder takes
+    (``ml_loops``: a tree walk, an SVM coupling)."""
     node = node_view(step, weights)
     found = reference().lookup(node)
     if found.entry is None:
         raise BuildError(found.reason)
     try:
-        return found.entry.builder(node, NodeContext(node, host))
+        return found.entry.builder(node, NodeContext(node, host), **loops)
     except Exception as exc:
         raise BuildError(f"the reference kernel refuses it: {type(exc).__name__}: {str(exc)[:300]}") from exc
 

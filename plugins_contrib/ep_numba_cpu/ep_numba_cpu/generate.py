@@ -86,13 +86,36 @@ def expand(
 
 def node_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     """Compiled kernels that replace a delegated node's reference kernel, or None (the runner
-    builds the reference kernel). The single call site of the compiled recurrent loops: with
-    kernels here, ``runtime`` builds the node's compute with ``recurrent.make_compute``."""
-    if step["op"] not in ("LSTM", "GRU") or step["domain"] not in ("", "ai.onnx"):
-        return None
-    from ep_numba_cpu import recurrent  # (imports this module)
+    builds the reference kernel): recurrent time loops (LSTM, GRU) and the loops of ai.onnx.ml
+    ops (tree walks, SVM coupling). With kernels here, ``runtime`` builds the node's compute with
+    ``node_compute``."""
+    loops = _loops_for(step)
+    return None if loops is None else loops.kernel_sources(step)
 
-    return recurrent.kernel_sources(step)
+
+def node_compute(step: Mapping[str, Any], kernels: Sequence[Any], weights: Mapping[str, np.ndarray], host: Any) -> Any:
+    """The compute of a delegated node ``node_sources`` served, from its compiled ``kernels``."""
+    from ep_numba_cpu import recurrent
+
+    loops = _loops_for(step)
+    if loops is recurrent:
+        return recurrent.make_compute(step, kernels)
+    if loops is None:
+        raise SpecError(f"{step['op']} has no compiled loops")
+    return loops.make_compute(step, kernels, weights, host)
+
+
+def _loops_for(step: Mapping[str, Any]) -> Any:
+    """The module whose compiled loops may serve this delegated node, or None."""
+    if step["op"] in ("LSTM", "GRU") and step["domain"] in ("", "ai.onnx"):
+        from ep_numba_cpu import recurrent  # (imports this module)
+
+        return recurrent
+    from ep_numba_cpu import ml_loops  # (imports this module)
+
+    if step["op"] in ml_loops.OPS and step["domain"] == ml_loops.ML:
+        return ml_loops
+    return None
 
 
 def broadcast_groups(full: Sequence[Sequence[bool]], rank: int) -> dict[str, Any]:

@@ -579,15 +579,16 @@ def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
 
 
 RECURRENT = ("LSTM", "GRU")  # served by compiled loops (recurrent.py)
+ML_LOOPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SVMClassifier")  # ml_loops.py
 
 
 def pays_a_runner(node: Any) -> bool:
     """Whether ``node`` makes a group worth its runner's call when the group is not the whole
     graph (inside a control-flow body the call is paid on every branch taken): a recurrent loop,
-    or a compiled node computing floats. Copies (Identity) and shape logic on integers and bools
+    a tree walk or SVM coupling, or a compiled node computing floats. Copies (Identity) and shape logic on integers and bools
     run as fast on the next EP without the call (silero's nested Ifs: a dozen such groups made it
     2x slower than the reference EP)."""
-    if node.op_type in RECURRENT:
+    if node.op_type in RECURRENT or (node.domain == "ai.onnx.ml" and node.op_type in ML_LOOPS):
         return True
     if node.op_type == "Identity" or not compiled(node) or not node.outputs:
         return False

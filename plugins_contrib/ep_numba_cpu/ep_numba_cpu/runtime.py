@@ -11,8 +11,9 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import EpCoreError, Fail
 from ep_cpu_reference.kernels.nn_common import frozen, is_frozen
-from ep_numba_cpu import delegate
+from ep_numba_cpu import delegate, generate
 from ep_numba_cpu.delegate import Host
 from ep_numba_cpu.fold_size import fold_bytes
 from ep_numba_cpu.spec import SpecError
@@ -223,13 +224,27 @@ class GraphRunner:
         env: dict[str, Any] = dict(self.weights)
         for name, value in zip(self.inputs, inputs, strict=True):
             env[name] = value
-        for call in self._calls:
-            call(env, ws)
+        k = -1
+        try:
+            for k, call in enumerate(self._calls):  # noqa: B007 - k names the failing step
+                call(env, ws)
+        except Exception as exc:
+            raise self._failed(self._live[k], exc) from exc
         result = [env[o] for o in self.outputs]
         for i, weights in self._aliasing:
             if any(np.may_share_memory(result[i], w) for w in weights):
                 result[i] = np.array(result[i], copy=True)
         return result
+
+    def _failed(self, k: int, exc: Exception) -> EpCoreError:
+        """``exc`` of step ``k`` naming the node or kernel inside the group (the core names the
+        fused node around it): an ep-core error keeps its status code, any other is FAIL."""
+        kind, step, _ = self.steps[k]
+        made = ", ".join(repr(n) for n in _names(step) if n)
+        what = f"{step['node']['op']} node making {made}" if kind == "node" else f"{kind} step making {made}"
+        if isinstance(exc, EpCoreError):
+            return type(exc)(f"{what}: {exc.message}")
+        return Fail(f"{what} failed: {type(exc).__name__}: {exc}")
 
     def _step(self, k: int, env: dict[str, Any], ws: Workspace | None, internal: bool) -> None:
         """Run step ``k`` over ``env``; ``internal``: its outputs may live in kept buffers of ``ws``."""
@@ -439,11 +454,9 @@ def _node_compute(
 ) -> Any:
     """A delegated node's compute: compiled kernels' (``generate.node_sources``), else the reference
     kernel. ``SpecError`` naming the step when the reference registry does not serve it as stored."""
-    if step.get("kernels"):
-        from ep_numba_cpu import recurrent
-
-        return recurrent.make_compute(step["node"], [kernels[key] for key in step["kernels"]])
     try:
+        if step.get("kernels"):
+            return generate.node_compute(step["node"], [kernels[key] for key in step["kernels"]], weights, host)
         return delegate.build(step["node"], weights, host)
     except delegate.BuildError as exc:
         raise SpecError(f"plan.steps[{k}] ({step['node']['op']}): {exc}") from None
