@@ -72,11 +72,7 @@ def _register_all() -> None:
     schema's function body) and no native kernel serves; for an op whose native kernels start
     at a later opset, delegate only the older versions, so old models still run."""
     from onnx import defs
-    from onnx.reference.ops._op_list import load_op
-    from onnx.reference.ops.aionnx_preview._op_list import load_op as load_preview_op
-    from onnx.reference.ops.aionnxml._op_list import load_op as load_ml_op
 
-    loaders = {"": load_op, "ai.onnx.ml": load_ml_op, "ai.onnx.preview": load_preview_op}
     versions: dict[tuple[str, str], list[Any]] = {}
     for schema in defs.get_all_schemas_with_history():
         if schema.domain in DOMAINS and schema.name not in NEVER_DELEGATE:
@@ -96,12 +92,29 @@ def _register_all() -> None:
                 continue
             end = min(native) - 1
         try:
-            loaders[domain](domain, op, first.since_version)
+            _loader(domain)(domain, op, first.since_version)
         except Exception:
             # no Python implementation: onnx.reference can still expand a function body
             if not first.has_function and not first.has_context_dependent_function:
                 continue
         REGISTRY.add(_delegated_def(op, domain, first.since_version, end), build_delegate)
+
+
+def _loader(domain: str) -> Any:
+    """onnx.reference's ``load_op`` for ``domain``, imported only when an op gets this far: its op
+    tables import every implementation module (~60 ms per process), and every op of the pinned
+    onnx has a native kernel, so a session normally never asks."""
+    if domain == "ai.onnx.ml":
+        from onnx.reference.ops.aionnxml._op_list import load_op as load_ml_op
+
+        return load_ml_op
+    if domain == "ai.onnx.preview":
+        from onnx.reference.ops.aionnx_preview._op_list import load_op as load_preview_op
+
+        return load_preview_op
+    from onnx.reference.ops._op_list import load_op
+
+    return load_op
 
 
 def _delegated_def(op: str, domain: str, since: int, end: int | None) -> Any:

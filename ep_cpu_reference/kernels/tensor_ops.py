@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels.nn_common import fold_frozen, frozen
@@ -105,6 +106,17 @@ def build_reshape(node: NodeView, ctx: KernelContext) -> Fn:
     # constant shape: the target dims are resolved once per input shape
     target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), shape_c, allowzero).shape)
     return fold_frozen(lambda x, shape: (x.reshape(target(x.shape)),), first_only=True)
+
+
+@REGISTRY.register("Reshape", since=1, end=4)
+def build_reshape1(node: NodeView, ctx: KernelContext) -> Fn:
+    """Opsets 1-4: the target shape is the ``shape`` attribute (0 copies the input dim, -1 is
+    inferred); ``consumed_inputs`` is a legacy optimisation hint with no effect on values."""
+    shape = node.attr("shape")
+    if shape is None:
+        raise InvalidGraph(f"{node.describe()}: Reshape before opset 5 needs the shape attribute")
+    target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), list(shape), 0).shape)
+    return fold_frozen(lambda x: (x.reshape(target(x.shape)),), first_only=True)
 
 
 @REGISTRY.register("Transpose", since=1)
@@ -398,6 +410,14 @@ def _split_fixed(node: Any, axis: int, sizes: list[int] | None, n_out: int) -> F
         return tuple(x[i] for i in index(x.shape))
 
     return compute
+
+
+@REGISTRY.register("Split", since=1, end=1, host_inputs=(1,))
+def build_split1(node: NodeView, ctx: KernelContext) -> Fn:
+    """Opset 1: sizes from the optional second input, else the ``split`` attribute, else equal parts."""
+    if len(node.inputs) >= 2 and node.inputs[1]:
+        return build_split(node, ctx)
+    return build_split2(node, ctx)
 
 
 @REGISTRY.register("Split", since=2, end=12)

@@ -3,6 +3,9 @@ say what exists, delegated kernels flagged."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper
@@ -77,6 +80,74 @@ def test_delegated_kernels_are_flagged_and_never_for_control_flow() -> None:
     for op in ("If", "Loop", "Scan", "SequenceMap"):
         assert not any(d.op_type == op for d in delegated)
         assert any(d.op_type == op and not d.delegated for d in defs)
+
+
+def test_every_op_is_native_from_its_first_version() -> None:
+    """With every ai.onnx / ai.onnx.ml / preview op native from its first schema version, the
+    delegated registration never asks onnx.reference's op tables (importing them costs every
+    process ~60 ms); an op onnx adds later is still delegated, after that check."""
+    import subprocess
+    import sys
+
+    from onnx import defs
+
+    from ep_cpu_reference.kernels import delegated
+
+    natives: dict[tuple[str, str], int] = {}
+    for d in registry().kernel_defs():
+        if not d.delegated:
+            key = (d.domain_key, d.op_type)
+            natives[key] = min(natives.get(key, d.since_version), d.since_version)
+    firsts: dict[tuple[str, str], int] = {}
+    for s in defs.get_all_schemas_with_history():
+        if s.domain in delegated.DOMAINS and s.name not in delegated.NEVER_DELEGATE and not s.deprecated:
+            key = ("ai.onnx" if s.domain == "" else s.domain, s.name)
+            firsts[key] = min(firsts.get(key, s.since_version), s.since_version)
+    late = sorted(
+        f"{d}::{op} {v} (native from {natives.get((d, op))})"
+        for (d, op), v in firsts.items()
+        if (d, op) in natives and natives[(d, op)] > v
+    )
+    assert not late, f"native kernels start after the op's first version: {late}"
+    code = (
+        "import sys, ep_cpu_reference.registry as r; r.registry(); print('onnx.reference.ops._op_list' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
+
+
+@pytest.mark.parametrize(
+    ("op", "opset", "attrs", "extra", "want"),
+    [
+        ("Reshape", 1, {"shape": [0, -1]}, {}, lambda x: [x.reshape(2, 12)]),
+        ("Reshape", 4, {"shape": [-1, 4], "consumed_inputs": [0]}, {}, lambda x: [x.reshape(6, 4)]),
+        ("Split", 1, {"axis": 2, "split": [1, 3]}, {}, lambda x: np.split(x, [1], axis=2)),
+        ("Split", 1, {"axis": 1}, {"s": [2.0, 1.0]}, lambda x: np.split(x, [2], axis=1)),
+    ],
+)
+def test_opset_1_reshape_and_split(op: str, opset: int, attrs: dict, extra: dict, want: Any) -> None:
+    """Reshape 1-4 (shape attribute) and Split 1 (sizes from the second input or the attribute):
+    onnxruntime runs the Reshapes alike; it has no Split-1 kernel, onnx.reference neither."""
+    import ep_core
+
+    x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)
+    outs = ["y"] if op == "Reshape" else ["a", "b"]
+    node = helper.make_node(op, ["x", *extra], outs, **attrs)
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ["x", *extra]]
+    outputs = [helper.make_tensor_value_info(o, TensorProto.FLOAT, None) for o in outs]
+    graph = helper.make_graph([node], "g", inputs, outputs)
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", opset)], ir_version=3).SerializeToString()
+    feed = {"x": x, **{k: np.array(v, np.float32) for k, v in extra.items()}}
+    got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    expected = want(x)
+    if op == "Reshape":
+        ort = pytest.importorskip("onnxruntime")
+        so = ort.SessionOptions()
+        so.log_severity_level = 3
+        expected = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feed)
+    assert len(got) == len(expected)
+    for g, w in zip(got, expected, strict=True):
+        np.testing.assert_array_equal(g, w)
 
 
 # ops delegated to onnx.reference that onnx's node suite does not exercise; each is proven by a
