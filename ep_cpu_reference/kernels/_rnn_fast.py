@@ -13,6 +13,7 @@ so the results are bit for bit those of ``1 / (1 + exp(-x))``."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -175,7 +176,13 @@ def exact_dtype(wq: np.ndarray) -> Any:
 
 
 def dq_lstm_loop(
-    xw: np.ndarray, rq: np.ndarray, rs: np.ndarray, bias: np.ndarray | None, h: np.ndarray, c: np.ndarray
+    xw: np.ndarray,
+    rq: np.ndarray,
+    rs: np.ndarray,
+    bias: np.ndarray | None,
+    h: np.ndarray,
+    c: np.ndarray,
+    product: Callable[[np.ndarray, np.ndarray], None] | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One direction of DynamicQuantizeLSTM. ``xw`` (T, 4, B, H): the scaled input projection,
     gates IOFC with i/o/f negated; ``rq`` (4, H, H): R - R_zp per gate (signs applied) in a
@@ -187,7 +194,9 @@ def dq_lstm_loop(
     so R is multiplied per gate, a (H, H) block keeping OpenBLAS on its small-matrix kernel, in
     zigzag order (gates 0..3, then 3..0): a step starts on the gates the last one read, still
     in L2, instead of evicting each just before it is needed (~1.7x faster at H=384). Every
-    gate's product is exact, so the order changes no result."""
+    gate's product is exact, so the order changes no result. ``product(q, g)``, when given, writes
+    the four gates' exact products of the quantized state ``q`` (B, H) into ``g`` (4, B, H) in its
+    stead (another EP's compiled integer loop: the same integers, so the same floats)."""
     ys = np.empty((xw.shape[0],) + h.shape, np.float32)
     g = np.empty(xw.shape[1:], np.float32)
     acc = g if rq.dtype == np.float32 else np.empty(g.shape, rq.dtype)
@@ -201,12 +210,15 @@ def dq_lstm_loop(
         np.rint(q, out=q)
         np.maximum(q, -zp, out=q)  # q - zp, saturated to uint8's range
         np.minimum(q, 255 - zp, out=q)
-        if qa is not q:
-            np.copyto(qa, q, casting="unsafe")
-        for j in orders[t & 1]:
-            np.matmul(qa, rq[j], out=acc[j])
-        if acc is not g:
-            np.copyto(g, acc, casting="same_kind")
+        if product is not None:
+            product(q, g)
+        else:
+            if qa is not q:
+                np.copyto(qa, q, casting="unsafe")
+            for j in orders[t & 1]:
+                np.matmul(qa, rq[j], out=acc[j])
+            if acc is not g:
+                np.copyto(g, acc, casting="same_kind")
         np.multiply(rs, sc, out=scale)  # sc * rs, in float32
         g *= scale
         g += xw[t]

@@ -453,12 +453,16 @@ def _int8_blocks(a: np.ndarray, w: np.ndarray, blk: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------- DynamicQuantizeLSTM
 @REGISTRY.register("DynamicQuantizeLSTM", domain=MS)
-def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext) -> Any:
+def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_product: Any = None) -> Any:
     """LSTM with int8/uint8 W (D, I, 4H) and R (D, H, 4H), per-tensor or per-column scales.
     As onnxruntime: X (all steps) is quantized once to uint8 per direction and the state
     before every step; products are exact, scaled by a_scale * w_scale in float32, gates
     accumulate X·W + H·R + (Wb + Rb) in IOFC order. This is onnxruntime at one thread: with more,
-    it quantizes the state per thread's batch chunk, so its own results vary with thread count."""
+    it quantizes the state per thread's batch chunk, so its own results vary with thread count.
+    ``recurrent_product(rq)``: another EP's compiled product for one direction's integer R (4, H, H)
+    (exact integers in a float dtype), ``product(q, g)`` writing ``q @ rq[j]`` to ``g[j]`` as the
+    float32 BLAS's exact product rounds to (``_rnn_fast.dq_lstm_loop``'s ``product``), or None for
+    BLAS's; the input projection of all steps stays BLAS's (faster at these row counts)."""
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     if int(node.attr("layout", 0)) != 0:
         raise fail(node, "layout=1 is not part of DynamicQuantizeLSTM")
@@ -508,10 +512,12 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext) -> Any:
         if b is not None:
             bb = (b[:, : 4 * hs].astype(F32) + b[:, 4 * hs :].astype(F32)) * sign.astype(F32)
             bias = np.ascontiguousarray(bb.reshape(n_dir, 4, hs).transpose(1, 0, 2)[:, :, None, :])
-        return per_gate(w, w_zp), scale(w_s), per_gate(r, r_zp), scale(r_s), bias
+        rq = per_gate(r, r_zp)
+        products = [None if recurrent_product is None else recurrent_product(rq[d]) for d in range(n_dir)]
+        return per_gate(w, w_zp), scale(w_s), rq, scale(r_s), bias, products
 
     def run_fast(x, h0, c0, prep):  # type: ignore[no-untyped-def]
-        wq, ws, rq, rs, bias = prep
+        wq, ws, rq, rs, bias, products = prep
         seq, batch, _ = x.shape
         hs = rq.shape[-1]
         rev = fast.reversed_dirs(spec.direction)
@@ -528,7 +534,8 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext) -> Any:
                 xw[:, j] = pj[::-1] if back else pj
             h = np.zeros((batch, hs), F32) if h0 is None else np.array(h0[d], F32)
             c = np.zeros((batch, hs), F32) if c0 is None else np.array(c0[d], F32)
-            ys, y_c[d] = fast.dq_lstm_loop(xw, rq[d], rs[:, d], None if bias is None else bias[:, d], h, c)
+            bias_d = None if bias is None else bias[:, d]
+            ys, y_c[d] = fast.dq_lstm_loop(xw, rq[d], rs[:, d], bias_d, h, c, products[d])
             y[:, d] = ys[::-1] if back else ys
             y_h[d] = ys[-1]
         return y, y_h, y_c

@@ -75,7 +75,7 @@ def _parse_signature(signature: str) -> tuple[Any, ...]:
     args = []
     for part in signature.split(","):
         dtype, ndim, layout, access = part.split(":")
-        if dtype not in ("float32", "float64", "int32", "int64", "boolean", "uint8", "int8") or layout not in (
+        if dtype not in ("float32", "float64", "int32", "int64", "boolean", "uint8", "int8", "int16") or layout not in (
             "C",
             "A",
         ):

@@ -86,8 +86,8 @@ def expand(
 
 def node_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     """Compiled kernels that replace a delegated node's reference kernel, or None (the runner
-    builds the reference kernel): recurrent time loops (LSTM, GRU) and the loops of ai.onnx.ml
-    ops (tree walks, SVM coupling). With kernels here, ``runtime`` builds the node's compute with
+    builds the reference kernel): recurrent time loops (LSTM, GRU), the loops of ai.onnx.ml ops
+    (tree walks, SVM coupling) and DynamicQuantizeLSTM's integer recurrent product. With kernels here, ``runtime`` builds the node's compute with
     ``node_compute``."""
     loops = _loops_for(step)
     return None if loops is None else loops.kernel_sources(step)
@@ -111,10 +111,11 @@ def _loops_for(step: Mapping[str, Any]) -> Any:
         from ep_numba_cpu import recurrent  # (imports this module)
 
         return recurrent
-    from ep_numba_cpu import ml_loops  # (imports this module)
+    from ep_numba_cpu import int_loops, ml_loops  # (import this module)
 
-    if step["op"] in ml_loops.OPS and step["domain"] == ml_loops.ML:
-        return ml_loops
+    for loops, domain in ((ml_loops, ml_loops.ML), (int_loops, int_loops.MS)):
+        if step["op"] in loops.OPS and step["domain"] == domain:
+            return loops
     return None
 
 

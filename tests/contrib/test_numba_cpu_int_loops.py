@@ -1,0 +1,92 @@
+"""The Numba CPU EP's compiled recurrent product of com.microsoft DynamicQuantizeLSTM
+(ep_numba_cpu.int_loops) gives the reference EP's outputs to the bit (the reference itself is
+pinned against onnxruntime in tests/cpu_reference/test_quantize_ms.py): int8 and uint8 weights with
+zero points, per-tensor and per-column scales, every direction, initial states, and a hidden size
+whose sums need float64 in the reference (|sum| >= 2^24) and int32 here."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from _support.oracle import one_node_model
+
+pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
+
+from ep_core import InferenceSession  # noqa: E402
+from ep_numba_cpu import int_loops  # noqa: E402
+
+NUMBA = ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
+
+
+def _model(direction: str, wdt: Any, per_channel: bool, h: int, states: bool, seed: int) -> tuple[bytes, dict]:
+    rng = np.random.default_rng(seed)
+    t, b, i = 5, 2, 12
+    d = 2 if direction == "bidirectional" else 1
+    info = np.iinfo(wdt)
+    shp = (d, 4 * h) if per_channel else (d,)
+    zero = rng.integers(-3, 4, shp).astype(wdt) if wdt == np.int8 else rng.integers(120, 136, shp).astype(wdt)
+    ins = [("x", rng.standard_normal((t, b, i)).astype(np.float32))]
+    ins += [("w", rng.integers(info.min, info.max + 1, (d, i, 4 * h)).astype(wdt))]
+    ins += [("r", rng.integers(info.min, info.max + 1, (d, h, 4 * h)).astype(wdt))]
+    ins += [("b", rng.standard_normal((d, 8 * h)).astype(np.float32) * 0.1), ("sl", None)]
+    for _ in range(2):
+        ins.append(("s", rng.standard_normal((d, b, h)).astype(np.float32) * 0.5 if states else None))
+    ins[-2], ins[-1] = ("h0", ins[-2][1]), ("c0", ins[-1][1])
+    ins += [("p", None), ("ws", rng.uniform(0.002, 0.006, shp).astype(np.float32)), ("wz", zero)]
+    ins += [("rs", rng.uniform(0.002, 0.006, shp).astype(np.float32)), ("rz", zero)]
+    consts = {"w", "r", "b", "ws", "wz", "rs", "rz"}
+    return one_node_model("DynamicQuantizeLSTM", ins, [np.float32] * 3, consts, hidden_size=h, direction=direction)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("wdt", [np.int8, np.uint8])
+@pytest.mark.parametrize(("per_channel", "h", "states"), [(False, 8, False), (True, 300, True)])
+def test_recurrent_product_matches_the_reference_ep(
+    direction: str, wdt: Any, per_channel: bool, h: int, states: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    served: list[bool] = []
+    real = int_loops._product
+
+    def spy(fn: Any, v: np.ndarray) -> Any:
+        got = real(fn, v)
+        served.append(got is not None)
+        return got
+
+    monkeypatch.setattr(int_loops, "_product", spy)
+    model, feed = _model(direction, wdt, per_channel, h, states, seed=h + len(direction))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = InferenceSession(model, providers=NUMBA).run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
+    assert served == [True] * (2 if direction == "bidirectional" else 1)
+
+
+def test_weights_past_the_loop_bounds_keep_blas() -> None:
+    """|R - R_zp| above 255 (not an int8/uint8 weight) or a hidden size whose sums could leave
+    int32: no compiled product."""
+    assert int_loops._product(None, np.full((4, 3, 2), 256.0)) is None
+    assert int_loops._product(None, np.zeros((4, int_loops._MAX_K + 1, 1))) is None
+    assert int_loops._product(None, np.full((4, 3, 2), -255.0)) is not None
+
+
+def test_sums_past_float32_exactness(monkeypatch: pytest.MonkeyPatch) -> None:
+    """H = 1100: the reference EP's exact product needs float64 (sums reach 2^24) and rounds it to
+    float32; the int32 loop rounds the same integer the same way."""
+    from ep_cpu_reference.kernels import _rnn_fast
+
+    dtypes: list[Any] = []
+    real = _rnn_fast.exact_dtype
+    monkeypatch.setattr(_rnn_fast, "exact_dtype", lambda w: dtypes.append(real(w)) or dtypes[-1])
+    model, feed = _model("forward", np.int8, False, 1100, True, seed=3)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = InferenceSession(model, providers=NUMBA).run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    assert np.float64 in dtypes
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
