@@ -539,15 +539,15 @@ def _zp_shift(v: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
 
 @REGISTRY.register("ConvInteger", since=first_since("ConvInteger"))
 def build_conv_integer(node: NodeView, ctx: KernelContext) -> Any:
-    """ConvInteger: exact in float64 (products of 8-bit ints stay exact), returned as int32."""
-    geom = _ConvGeom(node, None)
+    """ConvInteger: QLinearConv's exact integer conv (``_IntConv``: float32 BLAS where no partial
+    sum can reach 2^24, else float64), returned as int32."""
+    int_conv = _IntConv(
+        _ConvGeom(node, None), ctx.constant(node.inputs[1]) is not None and _const_or_absent(ctx, node, 3)
+    )
 
     def compute(x: Any, w: Any, x_zp: Any = None, w_zp: Any = None) -> tuple[np.ndarray]:
-        xf = x.astype(np.float64) - (np.float64(np.asarray(x_zp).reshape(-1)[0]) if x_zp is not None else 0.0)
-        wf = _zp_shift(w, w_zp)
-        kernel, strides, dil, pb, pe, out = geom.resolve(x.shape, w.shape)
-        y = conv_core(xf, wf, geom.group, kernel, strides, dil, pb, pe, out)
-        return (np.rint(y).astype(np.int32),)
+        acc, _ = int_conv(x, x_zp, w, w_zp, None)
+        return (np.rint(acc).astype(np.int32),)
 
     return compute
 

@@ -160,3 +160,37 @@ def test_step_quantization_params_are_dynamic_params(h: np.ndarray) -> None:
     sc, zp = fast._dynamic_params(h)
     want_sc, want_zp = dynamic_params(h)
     assert sc.dtype == np.float32 and sc == want_sc and zp == want_zp and type(zp) is int
+
+
+@pytest.mark.parametrize(
+    ("b_dtype", "k", "zp", "batched"),
+    [
+        (np.uint8, 64, 128, False),  # one float32 slice
+        (np.uint8, 1024, 0, False),  # column sums past 2^24 / 255: several float32 slices
+        (np.int8, 700, -3, True),  # a batched constant B, sliced
+    ],
+)
+def test_matmul_integer_exact_in_float32_slices(b_dtype: Any, k: int, zp: int, batched: bool) -> None:
+    """MatMulInteger with a constant B is exact (identical to int64 arithmetic) whichever layout
+    its column sums call for, and matches onnxruntime."""
+    from _support.oracle import one_node_model
+
+    rng = np.random.default_rng(k)
+    info = np.iinfo(b_dtype)
+    a = rng.integers(0, 256, (3, 5, k)).astype(np.uint8)
+    b = rng.integers(info.min, info.max + 1, ((3,) if batched else ()) + (k, 40)).astype(b_dtype)
+    ins = [("a", a), ("b", b), ("az", np.array(7, np.uint8)), ("bz", np.array(zp, b_dtype))]
+    model, feed = one_node_model("MatMulInteger", ins, [np.int32], {"b", "bz"}, domain="")
+    got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)[0]
+    want = np.matmul(a.astype(np.int64) - 7, b.astype(np.int64) - zp)
+    assert got.dtype == np.int32
+    np.testing.assert_array_equal(got, want)
+    if not batched:
+        from ep_cpu_reference.kernels.nn_matmul import _exact_slices
+
+        slices = _exact_slices(b.astype(np.float64) - zp)
+        assert all(p.dtype == np.float32 for _, p in slices) and (len(slices) > 1) == (k == 1024)
+        ort = pytest.importorskip("onnxruntime")
+        np.testing.assert_array_equal(
+            got, ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+        )
