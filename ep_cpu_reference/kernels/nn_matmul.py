@@ -65,14 +65,13 @@ def build_matmul_integer(node: NodeView, ctx: KernelContext) -> Any:
             bf = _zp(b, b_zp, 1)
             return (np.rint(np.matmul(_zp(a, a_zp, 2), bf)).astype(np.int32),)
         af = _zp(a, a_zp, 2)
+        first, part = b_fixed[0]
         if len(b_fixed) == 1:
-            sl, part = b_fixed[0]
             return (np.rint(np.matmul(af.astype(part.dtype, copy=False), part)).astype(np.int32),)
         af32 = af.astype(np.float32)
-        acc = None
-        for sl, part in b_fixed:
-            y = np.matmul(af32[..., sl], part)
-            acc = y.astype(np.float64) if acc is None else np.add(acc, y, out=acc)
+        acc = np.matmul(af32[..., first], part).astype(np.float64)
+        for sl, part in b_fixed[1:]:
+            acc += np.matmul(af32[..., sl], part)
         return (np.rint(acc).astype(np.int32),)
 
     return compute
