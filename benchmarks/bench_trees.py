@@ -4,7 +4,10 @@ on a 100-tree depth-6 random forest classifier (3 classes), a 100-tree depth-6 b
 10-class RBF SVC with probabilities and an RBF SVR, both shaped as scikit-learn's on the digits data
 (64 features, 36 support vectors per class for the SVC, 300 for the SVR).
 
-Usage: python benchmarks/bench_trees.py [--trees N] [--depth D] [--budget S]
+Usage: python benchmarks/bench_trees.py [--trees N] [--depth D] [--budget S] [--numba]
+
+``--numba`` puts NumbaCpuExecutionProvider first: its compiled tree walk and SVM coupling inside
+the reference kernels (plugins_contrib/ep_numba_cpu, ``ml_loops``).
 
 Each engine reports its median wall-clock latency over the time budget after one warm-up call;
 ep-core's outputs are checked against onnxruntime first (onnx.reference's too, except the SVC's
@@ -14,7 +17,7 @@ from __future__ import annotations
 
 import os
 
-for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ[_var] = "1"
 
 import argparse  # noqa: E402
@@ -154,7 +157,13 @@ def main() -> None:
     parser.add_argument("--trees", type=int, default=100)
     parser.add_argument("--depth", type=int, default=6)
     parser.add_argument("--budget", type=float, default=2.0, help="seconds per engine and case")
+    parser.add_argument(
+        "--numba", action="store_true", help="ep-core with NumbaCpuExecutionProvider first (its compiled loops)"
+    )
     args = parser.parse_args()
+    providers = ["CpuReferenceExecutionProvider"]
+    if args.numba:
+        providers.insert(0, "NumbaCpuExecutionProvider")
 
     import onnxruntime as ort
     from onnx.reference import ReferenceEvaluator
@@ -165,6 +174,7 @@ def main() -> None:
     opts.intra_op_num_threads = 1
     opts.inter_op_num_threads = 1
     print(f"trees: {args.trees} trees, depth {args.depth}, {F} features; SVMs: RBF, {SVM_F} features; median latency")
+    print(f"ep-core providers: {providers}")
     print(f"{'model':<16}{'batch':>6}{'ep-core us':>12}{'ort us':>10}{'ref us':>12}{'ep/ort':>9}{'ref/ep':>9}")
     cases = (
         ("tree classifier", _forest(args.trees, args.depth, 3, True), F),
@@ -175,7 +185,7 @@ def main() -> None:
     for name, model, features in cases:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            ours = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
+            ours = ep_core.InferenceSession(model, ep_core.SessionOptions(intra_op_num_threads=1), providers=providers)
         theirs = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
         ref = ReferenceEvaluator(model)
         for batch in (1, 32):

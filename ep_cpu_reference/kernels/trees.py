@@ -69,6 +69,7 @@ class Forest:
     doubled: tuple[np.ndarray, ...] = ()  # kids, feature, threshold indexed by 2 * node id (2 * child in kids)
     features: int = 0  # the columns X needs: 1 + the largest feature id an interior node reads
     traverse: Callable[[np.ndarray], np.ndarray] | None = None  # a compiled ``leaves`` (TraverseFor)
+    traverse_sum: Callable[[np.ndarray], np.ndarray] | None = None  # a compiled ``summed``
 
     def finish(self, where: str) -> Forest:
         """Checks the links and computes the depth (the number of steps every row needs)."""
@@ -148,6 +149,14 @@ class Forest:
             cur = kids[cur]
         return cur.reshape(self.roots.size, n)  # type: ignore[no-any-return]
 
+    def summed(self, x: np.ndarray) -> np.ndarray:
+        """Per row and target, the leaf weights summed tree by tree in the accumulation dtype
+        (every leaf weights every target: ``full``), [N, K]. ``traverse_sum``, when set, adds the
+        same numbers in the same order while it walks."""
+        if self.traverse_sum is not None and x.shape[1] >= self.features:
+            return self.traverse_sum(x)
+        return np.add.reduce(self.weights[self.leaves(x)], axis=0)  # type: ignore[no-any-return]
+
 
 def _erfinv(x: np.ndarray) -> np.ndarray:
     """onnxruntime's float32 ErfInv approximation (ml_common.h): float32 steps, a correctly rounded
@@ -200,7 +209,7 @@ def _aggregate(forest: Forest, x: np.ndarray, agg: str, acc: Any) -> tuple[np.nd
     weights = forest.weights  # already in the accumulation dtype
     step = max(1, _CHUNK // max(1, t * k))
     if n <= step and agg in ("SUM", "AVERAGE") and forest.full:  # the common case, fewest NumPy calls
-        return np.add.reduce(weights[forest.leaves(x)], axis=0), np.ones((n, k), dtype=bool)
+        return forest.summed(x), np.ones((n, k), dtype=bool)
     scores = np.zeros((n, k), dtype=acc)
     has = np.zeros((n, k), dtype=bool)
     for lo in range(0, n, step):
@@ -237,7 +246,7 @@ def _regress(forest: Forest, x: np.ndarray, agg: str, post: str, base: np.ndarra
     n_trees, k = forest.roots.size, forest.weights.shape[1]
     has: np.ndarray | None = None  # None: every target scored on every row
     if agg in ("SUM", "AVERAGE") and forest.full and x.shape[0] * n_trees * k <= _CHUNK:
-        scores = np.add.reduce(forest.weights[forest.leaves(x)], axis=0)  # the fewest calls at small batches
+        scores = forest.summed(x)  # the fewest calls at small batches
     else:
         scores, has = _aggregate(forest, x, agg, acc)
     if agg == "AVERAGE":
@@ -393,9 +402,11 @@ def _option(node: NodeView, name: str, choices: Sequence[str], default: str) -> 
     return value
 
 
-TraverseFor = Callable[[Forest, Any], Callable[[np.ndarray], np.ndarray] | None]
-"""A compiled traversal for a finished forest and its comparison dtype (or None: NumPy's), what
-another EP passes the builders below to run these kernels with its own ``Forest.leaves``."""
+TraverseFor = Callable[
+    [Forest, Any], tuple[Callable[[np.ndarray], np.ndarray], Callable[[np.ndarray], np.ndarray]] | None
+]
+"""Compiled ``leaves`` and ``summed`` for a finished forest and its comparison dtype (or None:
+NumPy's), what another EP passes the builders below to run these kernels with its own walk."""
 
 
 def _per_dtype(
@@ -406,8 +417,9 @@ def _per_dtype(
 
     def made(acc: Any) -> Forest:
         forest = build(acc)
-        if traverse_for is not None:
-            forest.traverse = traverse_for(forest, acc)
+        walks = traverse_for(forest, acc) if traverse_for is not None else None
+        if walks is not None:
+            forest.traverse, forest.traverse_sum = walks
         return forest
 
     by_input: dict[Any, tuple[Forest, Any]] = {}
