@@ -144,7 +144,8 @@ class _Coupling:
         for _ in range(100):
             qp = (qm @ p).tolist()
             pqp = sum(map(mul, p, qp))
-            if max(map(abs, map(sub, qp, repeat(pqp, k)))) < eps:
+            # onnxruntime's running max from 0 skips NaN (a NaN row stops at once, uniform)
+            if max((e for e in map(abs, map(sub, qp, repeat(pqp, k))) if e > 0.0), default=0.0) < eps:
                 break
             c: list[float] = []
             scale = 1.0
@@ -167,7 +168,7 @@ class _Coupling:
         for _ in range(100):
             qp = np.einsum("nij,nj->ni", q, p)
             pqp = (p * qp).sum(axis=1)
-            done = np.abs(qp - pqp[:, None]).max(axis=1) < eps
+            done = np.fmax.reduce(np.abs(qp - pqp[:, None]), axis=1, initial=0.0) < eps  # NaN skipped, as above
             if done.any():
                 out[rows[done]] = p[done]
                 keep = ~done

@@ -151,11 +151,17 @@ class Forest:
 
     def summed(self, x: np.ndarray) -> np.ndarray:
         """Per row and target, the leaf weights summed tree by tree in the accumulation dtype
-        (every leaf weights every target: ``full``), [N, K]. ``traverse_sum``, when set, adds the
-        same numbers in the same order while it walks."""
+        (every leaf weights every target: ``full``), [N, K] (``tree_sum``). ``traverse_sum``, when
+        set, adds the same numbers in the same order after its walk."""
         if self.traverse_sum is not None and x.shape[1] >= self.features:
             return self.traverse_sum(x)
-        return np.add.reduce(self.weights[self.leaves(x)], axis=0)  # type: ignore[no-any-return]
+        return tree_sum(self.weights[self.leaves(x)])
+
+
+def tree_sum(w: np.ndarray) -> np.ndarray:
+    """[T, N, K] -> [N, K]: tree by tree, as onnxruntime adds (``np.add.reduce`` would add pairwise
+    where N * K is 1, so a one-row, one-target regressor of 9+ trees rounded differently)."""
+    return np.cumsum(w, axis=0)[-1] if w.shape[0] else np.zeros(w.shape[1:], w.dtype)
 
 
 def _erfinv(x: np.ndarray) -> np.ndarray:
@@ -218,7 +224,7 @@ def _aggregate(forest: Forest, x: np.ndarray, agg: str, acc: Any) -> tuple[np.nd
         h = forest.has[cur] if agg in ("MIN", "MAX") or not forest.full else None
         has[lo : lo + step] = h.any(axis=0) if h is not None else True
         if agg in ("SUM", "AVERAGE"):
-            scores[lo : lo + step] = np.add.reduce(w, axis=0)  # tree by tree, as onnxruntime
+            scores[lo : lo + step] = tree_sum(w)
         elif h is not None:  # MIN, MAX
             fill = np.inf if agg == "MIN" else -np.inf
             scores[lo : lo + step] = (np.min if agg == "MIN" else np.max)(np.where(h, w, fill), axis=0)

@@ -271,3 +271,39 @@ def test_kernel_sources_decline_what_has_no_loop() -> None:
     assert ml_loops.kernel_sources({**base, "op": "TreeEnsemble", "domain": "", "attrs": {}}) is None
     double = {**base, "op": "TreeEnsemble", "attrs": {}, "in_types": [["float64", None]]}
     assert ml_loops.kernel_sources(double) == [ml_loops.tree_kernel("float64")]
+
+
+def test_one_target_one_row_sums_in_tree_order() -> None:
+    """150 trees, one target, one row at a time: scores added tree by tree, identical on both EPs
+    and to onnxruntime at one thread (NumPy's reduce would add that case pairwise)."""
+    ort = pytest.importorskip("onnxruntime")
+    trees = _trees(21, n_trees=150, depth=4, modes=("BRANCH_LEQ",))
+    model = _v3("TreeEnsembleRegressor", trees, 1, False, TensorProto.FLOAT, 21)
+    numba, reference = _sessions(model)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    theirs = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    x = _x(21, 60, nan=False)
+    for row in x:
+        feed = {"X": row[None]}
+        want = theirs.run(None, feed)
+        _same(numba.run(None, feed), want)
+        _same(reference.run(None, feed), want)
+
+
+@pytest.mark.parametrize("k", [3, 9])
+def test_svm_nan_row_is_uniform_as_onnxruntime(k: int) -> None:
+    """A NaN row: onnxruntime's coupling stops at once (its running max skips NaN) with 1/k each;
+    both EPs do the same, in the compiled loop, the vectorised sweeps and the per-row Python one."""
+    ort = pytest.importorskip("onnxruntime")
+    model = _svc(k, "RBF", 100 + k)
+    numba, reference = _sessions(model)
+    theirs = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    for n in (1, 8):  # one row: the reference EP's Python sweep; eight: its vectorised one
+        x = np.random.default_rng(n).standard_normal((n, F)).astype(np.float32)
+        x[0, 0] = np.nan
+        want = theirs.run(None, {"X": x})
+        for got in (numba.run(None, {"X": x}), reference.run(None, {"X": x})):
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_allclose(got[1], want[1], rtol=2e-6, atol=2e-7)
+        np.testing.assert_array_equal(want[1][0], np.full(k, 1 / k, np.float32))

@@ -219,9 +219,9 @@ def make_compute(
 def _walker(fn: Any, dtype: np.dtype, forest: Any, acc: Any) -> tuple[Callable[..., np.ndarray], ...] | None:
     """``leaves(x)`` and ``summed(x)`` for one finished forest through the kernel ``fn`` (of
     comparison ``dtype``), or None where the kernel does not serve it (another comparison dtype;
-    more nodes than int32 links address): NumPy's walk then."""
+    more nodes or a larger feature id than int32 holds): NumPy's walk then."""
     m = forest.mode.size
-    if np.dtype(acc) != dtype or 2 * m >= 2**31:
+    if np.dtype(acc) != dtype or 2 * m >= 2**31 or forest.features >= 2**31:
         return None
     ro = _readonly
     roots, feature = ro(forest.roots.astype(np.int32)), ro(forest.feature.astype(np.int32))
@@ -242,8 +242,7 @@ def _walker(fn: Any, dtype: np.dtype, forest: Any, acc: Any) -> tuple[Callable[.
         return out
 
     def summed(x: np.ndarray) -> np.ndarray:
-        """Tree by tree, as ``np.add.reduce`` over the trees axis adds (the first tree's weights,
-        then each next one's added), so the same floats."""
+        """Tree by tree, as the reference EP's ``tree_sum`` (and onnxruntime) adds: the same floats."""
         if not roots.size:  # no tree: NumPy's sum of nothing
             return np.zeros((x.shape[0], weights.shape[1]), dtype)
         out = np.empty((roots.size, x.shape[0]), dtype=np.int64)
