@@ -220,7 +220,7 @@ def dq_lstm_loop(
                 np.copyto(qa, q, casting="unsafe")
             for j in orders[t & 1]:
                 if by_row:
-                    for b in range(qa.shape[0]):
+                    for b in range(len(qa)):
                         np.dot(qa[b], rq[j], out=acc[j, b])
                 else:
                     np.matmul(qa, rq[j], out=acc[j])
