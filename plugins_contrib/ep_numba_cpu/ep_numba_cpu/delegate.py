@@ -276,7 +276,7 @@ def build(
 ) -> Callable[..., Sequence[Any]]:
     """The reference kernel of a checked delegated step; ``BuildError`` when the registry has no
     kernel for its types or its builder refuses it. ``loops``: compiled loops the builder takes
-    (``ml_loops``: a tree walk, an SVM coupling)."""
+    (``ml_loops``: a tree walk, an SVM coupling; ``int_loops``: a recurrent integer product)."""
     node = node_view(step, weights)
     found = reference().lookup(node)
     if found.entry is None:

@@ -87,8 +87,8 @@ def expand(
 def node_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     """Compiled kernels that replace a delegated node's reference kernel, or None (the runner
     builds the reference kernel): recurrent time loops (LSTM, GRU), the loops of ai.onnx.ml ops
-    (tree walks, SVM coupling) and DynamicQuantizeLSTM's integer recurrent product. With kernels here, ``runtime`` builds the node's compute with
-    ``node_compute``."""
+    (tree walks, SVM coupling) and DynamicQuantizeLSTM's integer recurrent product. With kernels
+    here, ``runtime`` builds the node's compute with ``node_compute``."""
     loops = _loops_for(step)
     return None if loops is None else loops.kernel_sources(step)
 
@@ -111,7 +111,7 @@ def _loops_for(step: Mapping[str, Any]) -> Any:
         from ep_numba_cpu import recurrent  # (imports this module)
 
         return recurrent
-    from ep_numba_cpu import int_loops, ml_loops  # (import this module)
+    from ep_numba_cpu import int_loops, ml_loops  # (they import this module)
 
     for loops, domain in ((ml_loops, ml_loops.ML), (int_loops, int_loops.MS)):
         if step["op"] in loops.OPS and step["domain"] == domain:

@@ -586,9 +586,9 @@ LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuant
 def pays_a_runner(node: Any) -> bool:
     """Whether ``node`` makes a group worth its runner's call when the group is not the whole
     graph (inside a control-flow body the call is paid on every branch taken): a recurrent loop,
-    a tree walk, SVM coupling or integer recurrent product, or a compiled node computing floats. Copies (Identity) and shape logic on integers and bools
-    run as fast on the next EP without the call (silero's nested Ifs: a dozen such groups made it
-    2x slower than the reference EP)."""
+    a tree walk, SVM coupling or integer recurrent product, or a compiled node computing floats.
+    Copies (Identity) and shape logic on integers and bools run as fast on the next EP without
+    the call (silero's nested Ifs: a dozen such groups made it 2x slower than the reference EP)."""
     if node.op_type in RECURRENT or (node.domain, node.op_type) in LOOPS:
         return True
     if node.op_type == "Identity" or not compiled(node) or not node.outputs:
