@@ -18,6 +18,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_cpu_reference.kernels.nn_matmul import few_rows
+
 
 def gate_signs(n_gates: int, n_sigmoid: int, hs: int, dtype: Any) -> np.ndarray:
     """(G*H,) of -1 over the first ``n_sigmoid`` gates' columns (the sigmoid gates: LSTM's i, o,
@@ -216,7 +218,6 @@ def dq_lstm_loop(
     qa = q if acc is g else np.empty(h.shape, acc.dtype)
     scale = np.empty(rs.shape, np.float32)
     orders = (tuple(range(rq.shape[0])), tuple(reversed(range(rq.shape[0]))))
-    by_row = h.shape[0] <= 2  # OpenBLAS's gemv per row: 2-3x its small-M gemm at one or two rows
     for t in range(xw.shape[0]):
         sc, zp = _dynamic_params(h.reshape(-1))
         np.divide(h, sc, out=q)  # as MlasQuantizeLinear: float32 division, rounded half to even
@@ -229,10 +230,7 @@ def dq_lstm_loop(
             if qa is not q:
                 np.copyto(qa, q, casting="unsafe")
             for j in orders[t & 1]:
-                if by_row:
-                    for b in range(len(qa)):
-                        np.dot(qa[b], rq[j], out=acc[j, b])
-                else:
+                if few_rows(qa, rq[j], acc[j]) is None:  # one or two rows: a gemv each
                     np.matmul(qa, rq[j], out=acc[j])
             if acc is not g:
                 np.copyto(g, acc, casting="same_kind")

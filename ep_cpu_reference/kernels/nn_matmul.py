@@ -19,10 +19,10 @@ from ep_cpu_reference.registry import REGISTRY
 def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     """NumPy's own float16 matmul (what the ONNX reference computes); bfloat16 via float32. A
     matrix B under one or two rows of A goes row by row (``few_rows``)."""
-    if b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype and a.shape[-1] == b.shape[0]:
-        rows = a.size // a.shape[-1] if a.shape[-1] else 0
-        if 0 < rows <= FEW_ROWS and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
-            return few_rows(a.reshape(rows, -1), b).reshape(a.shape[:-1] + (b.shape[1],))
+    if b.ndim == 2 and a.ndim >= 2 and a.shape[-1] == b.shape[0] and a.size:
+        y = few_rows(a.reshape(-1, a.shape[-1]), b)
+        if y is not None:
+            return y.reshape(a.shape[:-1] + (b.shape[1],))
     y = np.matmul(a, b)
     return y if y.dtype == a.dtype else y.astype(a.dtype)
 
@@ -30,10 +30,13 @@ def matmul(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 FEW_ROWS = 2
 
 
-def few_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray:
-    """``a @ b`` for a float32/float64 ``a`` of at most ``FEW_ROWS`` rows: one BLAS matrix-vector
-    product per row, which OpenBLAS runs 2-3x faster than its small-M matrix product (2 x 256 by
-    256 x 768: 15 us against 45 us on a 2-core EPYC); ``out`` (C-contiguous) when given."""
+def few_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ b`` (2-D, into ``out`` when given, C-contiguous) as one BLAS matrix-vector product per
+    row, which OpenBLAS runs 2-3x faster than its small-M matrix product (2 x 256 by 256 x 768:
+    15 us against 45 us on a 2-core EPYC); None, computing nothing, unless ``a`` has 1 to
+    ``FEW_ROWS`` rows and both are float32 or both float64."""
+    if not (0 < a.shape[0] <= FEW_ROWS and a.dtype == b.dtype and a.dtype in (np.float32, np.float64)):
+        return None
     if out is None:
         out = np.empty((a.shape[0], b.shape[1]), a.dtype)
     for i in range(a.shape[0]):
@@ -180,7 +183,9 @@ def build_gemm(node: NodeView, ctx: KernelContext) -> Any:
             raise fail(
                 node, f"A {list(a.shape)} (transA={int(ta)}) and B {list(b.shape)} (transB={int(tb)}) do not multiply"
             )
-        y = few_rows(aa, bb) if aa.shape[0] <= FEW_ROWS and aa.dtype == bb.dtype and dt.kind == "f" else aa @ bb
+        y = few_rows(aa, bb)
+        if y is None:
+            y = aa @ bb
         if cc is not None:
             y += cc
         return (y if y.dtype == odt else y.astype(odt),)

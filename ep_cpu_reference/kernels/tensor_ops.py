@@ -114,7 +114,10 @@ def build_reshape1(node: NodeView, ctx: KernelContext) -> Fn:
     inferred); ``consumed_inputs`` is a legacy optimisation hint with no effect on values."""
     shape = node.attr("shape")
     if shape is None:
-        raise InvalidGraph(f"{node.describe()}: Reshape before opset 5 needs the shape attribute")
+        raise InvalidGraph(
+            f"{node.describe()}: Reshape before opset 5 takes its target from the shape attribute, which "
+            "this node lacks: add it, or export at opset 5 or later (the shape as a second input)"
+        )
     target = per_shape(lambda xs: _reshape(node, np.empty(xs, dtype=np.uint8), list(shape), 0).shape)
     return fold_frozen(lambda x: (x.reshape(target(x.shape)),), first_only=True)
 

@@ -109,8 +109,7 @@ class Forest:
         comparison mode without missing-value tracking (the common case) take the shortest loop:
         at batch 1 the NumPy calls per level are the cost. ``traverse``, when set, computes the same."""
         n, f = x.shape
-        if f < self.features:
-            raise InvalidArgument(f"X has {f} features per row; the trees read feature {self.features - 1}")
+        self._check_width(f)
         if self.traverse is not None:
             return self.traverse(x)
         flat = x.reshape(-1)
@@ -153,9 +152,18 @@ class Forest:
         """Per row and target, the leaf weights summed tree by tree in the accumulation dtype
         (every leaf weights every target: ``full``), [N, K] (``tree_sum``). ``traverse_sum``, when
         set, adds the same numbers in the same order after its walk."""
-        if self.traverse_sum is not None and x.shape[1] >= self.features:
+        if self.traverse_sum is not None:
+            self._check_width(x.shape[1])
             return self.traverse_sum(x)
         return tree_sum(self.weights[self.leaves(x)])
+
+    def _check_width(self, f: int) -> None:
+        """Rows must hold every feature a node reads (a compiled walk does not bounds-check)."""
+        if f < self.features:
+            raise InvalidArgument(
+                f"X has {f} features per row; the trees read feature {self.features - 1}: "
+                f"feed rows of at least {self.features} features"
+            )
 
 
 def tree_sum(w: np.ndarray) -> np.ndarray:

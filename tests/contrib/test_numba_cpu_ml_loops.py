@@ -218,7 +218,8 @@ def test_narrow_input_is_a_typed_error() -> None:
     numba, reference = _sessions(_v3("TreeEnsembleRegressor", trees, 1, False, TensorProto.FLOAT, 9))
     for sess in (numba, reference):
         with pytest.raises(
-            InvalidArgument, match=r"TreeEnsembleRegressor.*: X has 3 features per row; the trees read feature 5"
+            InvalidArgument,
+            match=r"TreeEnsembleRegressor.*: X has 3 features per row; the trees read feature 5: feed rows of at least 6",
         ):
             sess.run(None, {"X": np.zeros((4, 3), np.float32)})
 

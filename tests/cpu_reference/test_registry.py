@@ -221,3 +221,18 @@ def test_shape_inputs_are_host_inputs() -> None:
     assert 1 in defs[("Reshape", 5)].host_inputs
     assert {1, 2} <= set(defs[("Slice", 10)].host_inputs)
     assert onnx.defs.has("Reshape")
+
+
+def test_opset_4_reshape_without_its_shape_attribute_is_refused() -> None:
+    import ep_core
+    from ep_core.sdk.errors import InvalidGraph
+
+    graph = helper.make_graph(
+        [helper.make_node("Reshape", ["x"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 4)], ir_version=3)
+    with pytest.raises(InvalidGraph, match="Reshape_0.*lacks: add it, or export at opset 5 or later"):
+        ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])

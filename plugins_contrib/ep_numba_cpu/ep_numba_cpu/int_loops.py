@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from ep_numba_cpu.generate import KernelSource
+from ep_numba_cpu.recurrent import readonly
 
 MS = "com.microsoft"
 OPS = ("DynamicQuantizeLSTM",)
@@ -79,12 +80,9 @@ def _product(fn: Any, v: np.ndarray) -> Callable[[np.ndarray, np.ndarray], None]
     n_gates, n_k, n_h = v.shape
     if n_k > _MAX_K or v.size == 0 or float(np.abs(v).max()) > 255:
         return None
-    w = v.transpose(0, 2, 1).reshape(n_gates * n_h, n_k).astype(np.int16)
-    w.flags.writeable = False
+    w = readonly(v.transpose(0, 2, 1).reshape(n_gates * n_h, n_k).astype(np.int16))
 
     def product(a: np.ndarray, out: np.ndarray) -> None:
-        ai = np.ascontiguousarray(a, dtype=np.int16)
-        ai.flags.writeable = False
-        fn(ai, w, out)
+        fn(readonly(np.ascontiguousarray(a, dtype=np.int16)), w, out)
 
     return product

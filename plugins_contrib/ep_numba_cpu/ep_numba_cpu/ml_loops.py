@@ -30,6 +30,7 @@ from typing import Any
 import numpy as np
 
 from ep_numba_cpu.generate import KernelSource
+from ep_numba_cpu.recurrent import readonly, record_value
 
 ML = "ai.onnx.ml"
 TREE_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble")
@@ -179,8 +180,7 @@ def coupling_kernel() -> KernelSource:
 
 
 def _attr(step: Mapping[str, Any], name: str) -> Any:
-    v = (step.get("attrs") or {}).get(name)
-    return v[1] if isinstance(v, list | tuple) and len(v) == 2 else v
+    return record_value((step.get("attrs") or {}).get(name))
 
 
 def _tree_dtype(step: Mapping[str, Any]) -> str:
@@ -223,7 +223,7 @@ def _walker(fn: Any, dtype: np.dtype, forest: Any, acc: Any) -> tuple[Callable[.
     m = forest.mode.size
     if np.dtype(acc) != dtype or 2 * m >= 2**31 or forest.features >= 2**31:
         return None
-    ro = _readonly
+    ro = readonly
     roots, feature = ro(forest.roots.astype(np.int32)), ro(forest.feature.astype(np.int32))
     threshold, mode = ro(forest.threshold.astype(dtype)), ro(forest.mode.astype(np.int8))
     kids, missing = ro(forest.kids.astype(np.int32)), ro(forest.missing_true.astype(np.bool_))
@@ -255,11 +255,5 @@ def _walker(fn: Any, dtype: np.dtype, forest: Any, acc: Any) -> tuple[Callable[.
 
 def _couple(fn: Any, q: np.ndarray) -> np.ndarray:
     out = np.empty(q.shape[:2], dtype=np.float64)
-    fn(_readonly(np.ascontiguousarray(q, dtype=np.float64)), out)
+    fn(readonly(np.ascontiguousarray(q, dtype=np.float64)), out)
     return out
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a = a.view()
-    a.flags.writeable = False
-    return a

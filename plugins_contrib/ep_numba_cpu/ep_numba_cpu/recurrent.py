@@ -426,7 +426,7 @@ def kernel_for(op: str, dtype: str) -> KernelSource:
 _KINDS = ("int", "float", "string", "ints", "floats", "strings", "tensor")
 
 
-def _value(v: Any) -> Any:
+def record_value(v: Any) -> Any:
     """An attribute's value: records hold ``[kind, value]`` (spec.py), plain Python values pass."""
     return v[1] if isinstance(v, list | tuple) and len(v) == 2 and v[0] in _KINDS else v
 
@@ -447,7 +447,7 @@ class _Attrs:
         self.produced = [bool(n) for n in step.get("outputs") or []]
         in_types = step.get("in_types") or []
         self.dtype = in_types[0][0] if in_types and in_types[0] else None
-        attrs = {k: _value(v) for k, v in (step.get("attrs") or {}).items()}
+        attrs = {k: record_value(v) for k, v in (step.get("attrs") or {}).items()}
         try:
             self.direction = _text(attrs.get("direction", "forward"))
             self.dirs = 2 if self.direction == "bidirectional" else 1
@@ -523,7 +523,8 @@ def decline_reason(step: Mapping[str, Any]) -> str | None:
     return _Attrs(step).why
 
 
-def _readonly(a: np.ndarray) -> np.ndarray:
+def readonly(a: np.ndarray) -> np.ndarray:
+    """A read-only view: what the compiled loops' read-only signatures take."""
     a = a.view()
     a.flags.writeable = False
     return a
@@ -540,21 +541,21 @@ class _Prepared:
         self.held = tuple(None if v is None else np.array(v) for v in (w, r, b))
         n_dir, gh, isz = w.shape
         hs = r.shape[2]
-        self.wt = _readonly(np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 0, 1).reshape(isz, n_dir * gh)))
+        self.wt = readonly(np.ascontiguousarray(w.astype(dt, copy=False).transpose(2, 0, 1).reshape(isz, n_dir * gh)))
         rt = r.astype(dt, copy=False).transpose(0, 2, 1)
         bb = np.zeros((n_dir, 2 * gh), dt) if b is None else b.astype(dt, copy=False)
         if op == "LSTM":
-            self.rec = [_readonly(np.ascontiguousarray(rt))]
+            self.rec = [readonly(np.ascontiguousarray(rt))]
             bias = bb[:, :gh] + bb[:, gh:]
         else:  # z, r: Wb + Rb; h: Wbh and Rbh apart (Rbh sits inside r * (...) with linear_before_reset)
             self.rec = [
-                _readonly(np.ascontiguousarray(rt[:, :, : 2 * hs])),
-                _readonly(np.ascontiguousarray(rt[:, :, 2 * hs :])),
+                readonly(np.ascontiguousarray(rt[:, :, : 2 * hs])),
+                readonly(np.ascontiguousarray(rt[:, :, 2 * hs :])),
             ]
             bias = np.concatenate(
                 [bb[:, : 2 * hs] + bb[:, gh : gh + 2 * hs], bb[:, 2 * hs : gh], bb[:, gh + 2 * hs :]], 1
             )
-        self.bias = _readonly(np.ascontiguousarray(bias))
+        self.bias = readonly(np.ascontiguousarray(bias))
 
     def matches(self, w: Any, r: Any, b: Any) -> bool:
         """Whether these are the frozen arrays prepared (a runner's weights, stored or folded, and
@@ -589,9 +590,9 @@ def make_compute(
     gates, hs, n_dir, lstm = _GATES[op], int(a.hidden), a.dirs, op == "LSTM"
     simple = a.default_acts and a.clip is None and (a.mode == 0 or not lstm)
     head = [n_dir, int(a.direction == "reverse"), a.layout, hs, int(a.clip is not None), a.mode]
-    fp = _readonly(np.array([a.clip or 0.0, *a.alphas, *a.betas], np.float64))
-    empty2, empty3 = _readonly(np.zeros((0, 0), dt)), _readonly(np.zeros((0, 0, 0), dt))
-    no_lens = _readonly(np.zeros(0, np.int32))
+    fp = readonly(np.array([a.clip or 0.0, *a.alphas, *a.betas], np.float64))
+    empty2, empty3 = readonly(np.zeros((0, 0), dt)), readonly(np.zeros((0, 0, 0), dt))
+    no_lens = readonly(np.zeros(0, np.int32))
     produced = a.produced + [False] * (_N_OUT[op] - len(a.produced))
     ip_cache: dict[tuple[int, ...], np.ndarray] = {}
     prepared: list[_Prepared] = []
@@ -603,7 +604,7 @@ def make_compute(
     def state(v: Any, shape: tuple[int, ...], what: str) -> np.ndarray:
         if v.shape != shape:
             raise bad(f"{what} has shape {list(v.shape)}; expected {list(shape)}")
-        return _readonly(np.ascontiguousarray(v, dtype=dt))
+        return readonly(np.ascontiguousarray(v, dtype=dt))
 
     def compute(*args: Any) -> tuple[np.ndarray | None, ...]:
         args = args + (None,) * (_N_IN[op] - len(args))
@@ -627,13 +628,13 @@ def make_compute(
         ip = ip_cache.get(flags)
         if ip is None:  # the kernel's int arguments (recurrent._IP, then the activation codes)
             fields = [*head[:4], *map(int, flags), *head[4:], int(simple and not flags[3]), *a.codes]
-            ip = ip_cache[flags] = _readonly(np.array(fields, np.int64))
+            ip = ip_cache[flags] = readonly(np.array(fields, np.int64))
         if lens is None:
             lens = no_lens
         elif lens.shape != (batch,):
             raise bad(f"sequence_lens has shape {list(lens.shape)}; expected [{batch}]")
         else:
-            lens = _readonly(np.ascontiguousarray(lens, dtype=np.int32))
+            lens = readonly(np.ascontiguousarray(lens, dtype=np.int32))
         h0 = empty3 if h0 is None else state(h0, sshape, "initial_h")
         yshape = (seq, n_dir, batch, hs) if a.layout == 0 else (batch, seq, n_dir, hs)
         y = np.empty(yshape, dt) if produced[0] else np.empty((0, 0, 0, 0), dt)
@@ -645,7 +646,7 @@ def make_compute(
             c0 = empty3 if c0 is None else state(c0, sshape, "initial_c")
             if p is not None and p.shape != (n_dir, 3 * hs):
                 raise bad(f"P has shape {list(p.shape)}; expected {[n_dir, 3 * hs]}")
-            p = empty2 if p is None else _readonly(np.ascontiguousarray(p, dtype=dt))
+            p = empty2 if p is None else readonly(np.ascontiguousarray(p, dtype=dt))
             yc = np.empty(sshape, dt)
             status = fn(y, yh, yc, xw, *prep.rec, prep.bias, p, h0, c0, lens, ip, fp)
             outs: list[np.ndarray | None] = [y, yh, yc]

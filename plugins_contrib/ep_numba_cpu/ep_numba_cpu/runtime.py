@@ -13,7 +13,7 @@ import numpy as np
 
 from ep_core.sdk.errors import EpCoreError, Fail
 from ep_cpu_reference.kernels.nn_common import frozen, is_frozen
-from ep_cpu_reference.kernels.nn_matmul import FEW_ROWS, few_rows
+from ep_cpu_reference.kernels.nn_matmul import few_rows
 from ep_numba_cpu import delegate, generate
 from ep_numba_cpu.delegate import Host
 from ep_numba_cpu.fold_size import fold_bytes
@@ -149,9 +149,7 @@ def matmul(a: np.ndarray, b: np.ndarray, ws: Workspace | None = None, key: Any =
     if b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype:
         a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
         out = _buf(ws, (key, "out"), (a2.shape[0], b.shape[1]), a.dtype)
-        if 0 < a2.shape[0] <= FEW_ROWS and a.dtype.kind == "f" and a.dtype.itemsize >= 4:
-            few_rows(a2, b, out)  # the reference EP's row-by-row gemv
-        else:
+        if few_rows(a2, b, out) is None:  # the reference EP's gemv per row, where it pays
             np.dot(a2, b, out=out)
         return out.reshape(a.shape[:-1] + (b.shape[1],))
     return np.matmul(a, b)
