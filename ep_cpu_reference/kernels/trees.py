@@ -167,9 +167,15 @@ class Forest:
 
 
 def tree_sum(w: np.ndarray) -> np.ndarray:
-    """[T, N, K] -> [N, K]: tree by tree, as onnxruntime adds (``np.add.reduce`` would add pairwise
-    where N * K is 1, so a one-row, one-target regressor of 9+ trees rounded differently)."""
-    return np.cumsum(w, axis=0)[-1] if w.shape[0] else np.zeros(w.shape[1:], w.dtype)
+    """[T, N, K] -> [N, K]: tree by tree, as onnxruntime adds. NumPy reduces an outer axis
+    sequentially (``out += w[t]``, vectorised across N * K: 25x faster than ``cumsum`` at
+    100x32x10) but sums pairwise along the innermost one, which it is when N * K is 1: a one-row,
+    one-target regressor of 9+ trees would round differently, so that shape takes ``cumsum``."""
+    if not w.shape[0]:
+        return np.zeros(w.shape[1:], w.dtype)
+    if w[0].size > 1:
+        return np.ascontiguousarray(w).sum(axis=0)  # type: ignore[no-any-return]
+    return np.cumsum(w, axis=0)[-1]  # type: ignore[no-any-return]
 
 
 def _erfinv(x: np.ndarray) -> np.ndarray:

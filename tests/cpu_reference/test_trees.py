@@ -366,3 +366,21 @@ def test_sklearn_converted_models() -> None:
         )
         got, want = _run_both(onx.SerializeToString(), xt[:64])
         _check(got, want, labels=classifier)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("shape", [(1, 1), (1, 2), (2, 1), (32, 10), (7, 3)])
+def test_tree_sum_adds_tree_by_tree(shape: tuple[int, int], dtype: Any) -> None:
+    """``tree_sum`` gives, to the bit, the sum taken one tree after another (onnxruntime's order)
+    in every shape, the one-row one-target shape (where NumPy would sum pairwise) included."""
+    from ep_cpu_reference.kernels.trees import tree_sum
+
+    rng = np.random.default_rng(5)
+    for trees in (1, 9, 100, 301):
+        w = (rng.standard_normal((trees, *shape)) * rng.choice([1e-4, 1.0, 1e4], (trees, *shape))).astype(dtype)
+        want = w[0].copy()
+        for t in range(1, trees):
+            want += w[t]
+        got = tree_sum(w)
+        assert got.dtype == dtype and got.shape == shape
+        np.testing.assert_array_equal(got, want)
