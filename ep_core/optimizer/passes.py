@@ -223,7 +223,7 @@ def run_passes(
         raise LibraryFailure(f"onnx-ir cannot write the optimized model: {type(exc).__name__}: {exc}") from exc
     try:
         onnx.checker.check_model(_with_shape_fields(out), full_check=False)
-        out = onnx.shape_inference.infer_shapes(out, check_type=False, strict_mode=False, data_prop=False)
+        out = _fresh_shapes(out)
     except Exception as exc:
         why = f"the model made by the passes {sorted(set(changed))} is invalid: {' '.join(str(exc).split())}"
         if not own_changed:  # onnxscript's passes alone made it: its limit, as when a pass raises
@@ -330,6 +330,42 @@ def _constant_tensor(node: ir.Node) -> Any:
         if dtype is not None:
             return ir.tensor(np.array(attr.value, dtype=dtype))
     return None
+
+
+def _fresh_shapes(proto: Any) -> Any:
+    """``proto`` with its shapes inferred anew over the optimized graph. Inference keeps the dims a
+    value_info already holds, and those written before the passes can be stale: a Slice whose ends
+    were computed got a made-up ``unk__0`` batch dim, which stays after folding makes its ends
+    constants, and two values that are both ``batch`` rows look unrelated to the EPs (the Numba EP
+    then cannot fuse a GRU cell into one kernel). Each dim inference now derives (a number, or a
+    symbol it did not make up) replaces the old one; the old one stays where inference now knows
+    less (after a contrib op, which onnx cannot infer)."""
+    import onnx
+
+    from ep_core.sdk.graph import nested_graphs
+
+    bare = onnx.ModelProto()
+    bare.CopyFrom(proto)
+    for g in nested_graphs(bare.graph):
+        del g.value_info[:]
+    fresh = onnx.shape_inference.infer_shapes(bare, check_type=False, strict_mode=False, data_prop=False)
+    out = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
+    for old_g, new_g in zip(nested_graphs(out.graph), nested_graphs(fresh.graph), strict=True):
+        known = {v.name: v for v in new_g.value_info}
+        for v in old_g.value_info:
+            got = known.get(v.name)
+            if got is None or v.type.WhichOneof("value") != "tensor_type" or got.type.WhichOneof("value") != "tensor_type":
+                continue
+            old_t, new_t = v.type.tensor_type, got.type.tensor_type
+            if not new_t.HasField("shape") or (old_t.HasField("shape") and len(old_t.shape.dim) != len(new_t.shape.dim)):
+                continue
+            if not old_t.HasField("shape"):
+                old_t.shape.CopyFrom(new_t.shape)
+                continue
+            for od, nd in zip(old_t.shape.dim, new_t.shape.dim, strict=True):
+                if nd.HasField("dim_value") or (nd.HasField("dim_param") and not nd.dim_param.startswith("unk__")):
+                    od.CopyFrom(nd)
+    return out
 
 
 def _with_shape_fields(proto: Any) -> Any:

@@ -347,3 +347,40 @@ def test_a_folded_shape_at_an_old_opset_becomes_an_initializer(rng: np.random.Ge
     out = optimized(model, BASIC, feeds)
     assert op_counts(out) == {"Reshape": 1, "Add": 1}
     assert [list(numpy_helper.to_array(t)) for t in out.graph.initializer] == [[2, 3]]
+
+
+
+def test_shapes_are_inferred_anew_after_the_passes() -> None:
+    """The optimized model's value_info is inferred anew: dims the first inference made up
+    (``unk__N``, from a Slice whose ends were computed before folding) give way to what inference
+    derives now, and a value inference cannot type (after a contrib op) keeps what it had."""
+    from ep_core.optimizer.passes import _fresh_shapes
+
+    c = {n: numpy_helper.from_array(np.array(v, np.int64), n) for n, v in (("zero", [0]), ("six", [6]), ("ax", [1]))}
+    g = helper.make_graph(
+        [
+            node("Slice", ["X", "zero", "six", "ax"], ["s1"]),
+            node("Sigmoid", ["s1"], ["g1"]),
+            node("Gelu", ["g1"], ["g2"], domain="com.microsoft"),
+            node("Relu", ["g2"], ["Y"]),
+        ],
+        "g",
+        [helper.make_tensor_value_info("X", TensorProto.FLOAT, ["batch", 12])],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+        list(c.values()),
+        value_info=[
+            helper.make_tensor_value_info("s1", TensorProto.FLOAT, ["unk__0", "unk__1"]),
+            helper.make_tensor_value_info("g1", TensorProto.FLOAT, ["unk__0", "unk__1"]),
+            helper.make_tensor_value_info("g2", TensorProto.FLOAT, ["unk__0", 6]),
+        ],
+    )
+    model = helper.make_model(
+        g, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)], ir_version=10
+    )
+    got = _fresh_shapes(model)
+    shapes = {v.name: [d.dim_param or d.dim_value for d in v.type.tensor_type.shape.dim] for v in got.graph.value_info}
+    assert shapes["s1"] == ["batch", 6] and shapes["g1"] == ["batch", 6]
+    assert shapes["g2"] == ["unk__0", 6]  # onnx cannot infer com.microsoft::Gelu: the old dims stay
+    plain = onnx.shape_inference.infer_shapes(model)  # what the passes' last step did before: stale dims kept
+    stale = next(v for v in plain.graph.value_info if v.name == "s1").type.tensor_type.shape.dim
+    assert stale[0].dim_param == "unk__0"
