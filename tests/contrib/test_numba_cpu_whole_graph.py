@@ -734,3 +734,48 @@ def test_a_step_is_folded_only_when_its_size_is_known_to_fit_before_it_runs(
         big_live = any("big" in runtime._names(runner.steps[k][1]) for k in runner._live)
         assert big_live is not folded, (n, [runner.steps[k][1].get("kind") for k in runner._live])
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], x + 1.5, rtol=1e-6)
+
+
+@pytest.mark.parametrize("batch", [2, "batch"])
+def test_chains_from_separate_slices_join_one_kernel(batch: Any) -> None:
+    """A GRU cell's gates each come from their own Slice (delegated steps that run before any
+    kernel): the chains join the cluster before them when their outputs have its static shape
+    (also with a symbolic batch dim), so the cell is one kernel, one pass, and matches NumPy."""
+    import onnx
+
+    from ep_core.sdk.graph import GraphView, opset_map
+    from ep_numba_cpu import codegen, generate
+    from ep_numba_cpu.planner import build_plan
+    from ep_numba_cpu.runtime import GraphRunner
+
+    bounds = {n: np.array([v], np.int64) for n, v in (("s0", 0), ("s6", 6), ("s12", 12), ("s18", 18), ("ax", 1))}
+    g = helper.make_graph(
+        [
+            helper.make_node("Slice", ["x", "s0", "s6", "ax"], ["r"]),
+            helper.make_node("Slice", ["x", "s6", "s12", "ax"], ["z"]),
+            helper.make_node("Slice", ["x", "s12", "s18", "ax"], ["n"]),
+            helper.make_node("Sigmoid", ["r"], ["rs"]),
+            helper.make_node("Sigmoid", ["z"], ["zs"]),
+            helper.make_node("Mul", ["rs", "n"], ["rn"]),
+            helper.make_node("Tanh", ["rn"], ["nt"]),
+            helper.make_node("Sub", ["one", "zs"], ["keep"]),
+            helper.make_node("Mul", ["keep", "nt"], ["a"]),
+            helper.make_node("Mul", ["zs", "h"], ["b"]),
+            helper.make_node("Add", ["a", "b"], ["y"]),
+        ],
+        "cell",
+        [helper.make_tensor_value_info("x", F, [batch, 18]), helper.make_tensor_value_info("h", F, [batch, 6])],
+        [helper.make_tensor_value_info("y", F, [batch, 6])],
+        [numpy_helper.from_array(v, k) for k, v in bounds.items()] + [numpy_helper.from_array(np.float32(1), "one")],
+    )
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    gp = build_plan(GraphView(m.graph, opset_map(m)), ["x", "h"], ["y"], lambda n: False)
+    assert [s["kind"] for s in gp.plan["steps"]] == ["node", "node", "node", "kernel"]
+    plan, sources = generate.expand(json.loads(json.dumps(gp.plan)), gp.weights)
+    kernels = {k: codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher for k, ks in sources.items()}
+    rng = np.random.default_rng(3)
+    x, h = rng.standard_normal((2, 18)).astype(np.float32), rng.standard_normal((2, 6)).astype(np.float32)
+    (got,) = GraphRunner(plan, kernels, gp.weights)(x, h)
+    sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
+    zs = sig(x[:, 6:12])
+    np.testing.assert_allclose(got, (1 - zs) * np.tanh(sig(x[:, :6]) * x[:, 12:]) + zs * h, rtol=1e-5, atol=1e-6)

@@ -344,6 +344,11 @@ def build_plan(
             last = steps[target]
             if isinstance(last, _Cluster) and _keeps_shape(graph, item, last.shaped, consts):
                 cl = last
+        if cl is None and steps and isinstance(steps[-1], _Cluster) and len(steps) - 1 > max(deps, default=-1):
+            # a chain whose producers all ran before the latest cluster joins it when its output
+            # has that cluster's static shape (a GRU cell's gates, each from its own Slice)
+            cl = _sibling(graph, item, steps[-1], consts)
+            target = len(steps) - 1 if cl is not None else target
         if cl is None:
             cl = _Cluster()
             steps.append(cl)
@@ -530,6 +535,19 @@ def _depthwise(graph: Any, node: Any, parallel: Callable[[int | None], bool]) ->
     if depthwise_geometry({k: v for k, v in node.attributes.items() if k in CONV_ATTRS}, w.shape) is None:
         return None
     return {"dtype": dt, "parallel": parallel(_static_numel(graph, node.outputs[0]))}
+
+
+def _sibling(graph: Any, item: _Item, cluster: _Cluster, consts: Mapping[str, np.ndarray]) -> _Cluster | None:
+    """``cluster`` when ``item``, reading none of its values, may still run in it: its output has
+    the static shape of the cluster's first value, and so has an input it keeps the shape of."""
+    first = cluster.items[0].output
+    if not _same_static_shape(graph, item.output, first):
+        return None
+    alike = {i for i in item.inputs if i and i not in consts and _same_static_shape(graph, i, first)}
+    if not alike or not _keeps_shape(graph, item, cluster.shaped | alike, consts):
+        return None
+    cluster.shaped.update(alike)
+    return cluster
 
 
 def _keeps_shape(graph: Any, item: _Item, shaped: set[str], consts: Mapping[str, np.ndarray]) -> bool:
