@@ -5,8 +5,10 @@ Usage: python benchmarks/bench_cpu_reference_models.py [--runs-seconds S] [--ref
 
 BLAS and OpenMP are pinned to one thread before NumPy loads, so every engine gets one core.
 Each engine reports its best (minimum) and median wall-clock latency and its median CPU time
-(``time.process_time``, all threads of the process) over the same time budget. On a shared
-machine the wall clock includes time the process waited for a core; CPU time does not.
+(``time.process_time``, all threads of the process) over the same time budget, taken in
+interleaved slices (``interleaved``). On a shared machine the wall clock includes time the process
+waited for a core; CPU time does not. The first line printed names the BLAS kernels NumPy runs
+(threadpoolctl) and ``OPENBLAS_CORETYPE`` when the environment forces them.
 ReferenceEvaluator runs in a child process under a time limit (it can crash or take minutes);
 its outputs are also compared with onnxruntime and a mismatch is reported, not hidden."""
 
@@ -46,6 +48,40 @@ def _latency(fn, budget_s: float, min_runs: int = 3, max_runs: int = 500) -> tup
         walls.append(time.perf_counter() - t0)
         cpus.append(time.process_time() - c0)
     return float(np.min(walls)), float(np.median(walls)), float(np.median(cpus))
+
+
+def interleaved(fns: dict, budget_s: float, rounds: int = 5) -> dict:
+    """``_latency`` of each engine in ``fns`` (name -> call), the budget split into ``rounds``
+    slices taken in turn (A B C, B C A, ...): on a shared host whose speed drifts by 10-40% over
+    minutes, engines timed one after the other would see different machines; each ratio here
+    compares samples taken over the same minutes. Returns name -> (best, median, CPU median)."""
+    for fn in fns.values():
+        fn()  # warm-up (plans, caches)
+    walls: dict = {k: [] for k in fns}
+    cpus: dict = {k: [] for k in fns}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            fn, start = fns[name], time.perf_counter()
+            while len(walls[name]) < 3 * (r + 1) or (
+                time.perf_counter() - start < budget_s / rounds and len(walls[name]) < 500 * (r + 1) // rounds
+            ):
+                c0 = time.process_time()
+                t0 = time.perf_counter()
+                fn()
+                walls[name].append(time.perf_counter() - t0)
+                cpus[name].append(time.process_time() - c0)
+    return {k: (float(np.min(walls[k])), float(np.median(walls[k])), float(np.median(cpus[k]))) for k in fns}
+
+
+def blas_note() -> str:
+    """Which BLAS kernels NumPy and SciPy run (threadpoolctl), and whether the environment chose
+    them (``OPENBLAS_CORETYPE``): conv and matmul latencies of both NumPy-based EPs follow it."""
+    from threadpoolctl import threadpool_info
+
+    libs = sorted({f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()})
+    forced = os.environ.get("OPENBLAS_CORETYPE")
+    return "BLAS: " + "; ".join(libs) + (f" (OPENBLAS_CORETYPE={forced} set by the environment)" if forced else "")
 
 
 def _max_err(got, want) -> float:
@@ -118,6 +154,9 @@ def main() -> None:
     import ep_core
     from ep_core.tools.zoo import fetch_model
 
+    import scipy.linalg  # noqa: F401  (its BLAS too, for blas_note)
+
+    print(f"# {blas_note()}", flush=True)
     rows = []
     failed: list[tuple[str, str]] = []  # (model, why): the reference EP could not run it
     for name in args.models:
@@ -133,9 +172,12 @@ def main() -> None:
                 failed.append((name, f"{type(exc).__name__}: {str(exc)[:160]}"))
                 print(f"# {name}: the reference EP failed: {failed[-1][1]}", file=sys.stderr, flush=True)
                 continue
-            ep_lat, ep_med, ep_cpu = _latency(lambda s=sess, f=feed: s.run(None, f), args.runs_seconds)
         ort_sess = _ort(path)
-        ort_lat, ort_med, ort_cpu = _latency(lambda s=ort_sess, f=feed: s.run(None, f), args.runs_seconds)
+        lat = interleaved(
+            {"ep": lambda s=sess, f=feed: s.run(None, f), "ort": lambda s=ort_sess, f=feed: s.run(None, f)},
+            args.runs_seconds,
+        )
+        (ep_lat, ep_med, ep_cpu), (ort_lat, ort_med, ort_cpu) = lat["ep"], lat["ort"]
         ep_err = _max_err(got, ort_sess.run(None, feed))
         try:
             proc = subprocess.run(

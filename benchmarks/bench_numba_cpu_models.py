@@ -13,8 +13,9 @@ Columns (issue 15's bars):
   compile; imports of ep_core, NumPy and Numba are done before the clock starts); "cached": a
   second fresh process with the cache the first one filled; "ctx": a fresh process loading the
   EPContext model a third process wrote (embed mode 0, signed by this user's key);
-- latencies: best over the time budget after one warm-up run, BLAS, Numba, the reference EP and
-  onnxruntime all pinned to one thread. A model is "convolutional" when its graph has at least 5
+- latencies: best over the time budget after one warm-up run, taken in interleaved slices (the
+  engines in turn, five rounds: each ratio compares the same minutes of a drifting host), BLAS,
+  Numba, the reference EP and onnxruntime all pinned to one thread. A model is "convolutional" when its graph has at least 5
   Conv/ConvInteger/QLinearConv nodes.
 """
 
@@ -38,7 +39,7 @@ from pathlib import Path  # noqa: E402
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent / "tests" / "cpu_reference"))
-from bench_cpu_reference_models import _latency, _max_err, _ort  # noqa: E402
+from bench_cpu_reference_models import _max_err, _ort, blas_note, interleaved  # noqa: E402
 from test_real_models import MODELS, model_feed  # noqa: E402
 
 NUMBA = "NumbaCpuExecutionProvider"
@@ -130,15 +131,16 @@ def latencies(path: str, feed: dict, budget: float) -> dict:
         warnings.simplefilter("ignore")
         ort_sess = _ort(path)
         want = ort_sess.run(None, feed)
-        out["ort"] = _latency(lambda: ort_sess.run(None, feed), budget)[0]
+        fns = {"ort": lambda: ort_sess.run(None, feed)}
         for key, providers in (("numba", [NUMBA, REF]), ("ref", [REF])):
             try:
                 s = ep_core.InferenceSession(path, _options(), providers=providers)
                 out[f"{key}_err"] = _max_err(s.run(None, feed), want)
-                out[key] = _latency(lambda s=s: s.run(None, feed), budget)[0]
+                fns[key] = lambda s=s: s.run(None, feed)
             except Exception as exc:  # reported in the table, not hidden
                 out[key] = None
                 out[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
+        out.update({k: v[0] for k, v in interleaved(fns, budget).items()})
     return out
 
 
@@ -159,9 +161,11 @@ def main() -> None:
         return
 
     import onnx
+    import scipy.linalg  # noqa: F401  (its BLAS too, for blas_note)
 
     from ep_core.tools.zoo import fetch_model
 
+    print(f"# {blas_note()}", flush=True)
     rows = []
     for name in args.models:
         path = str(fetch_model(name))
