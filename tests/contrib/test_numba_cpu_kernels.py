@@ -441,10 +441,38 @@ def test_a_scale_of_ones_over_an_unknown_map_is_not_computed_over_the_map(monkey
         helper.make_node("Sigmoid", ["sr"], ["sg"]),
         helper.make_node("Mul", ["sg", "x"], ["y"]),
     ]
-    m = _model(nodes, [("s", F, [1, 8, 1, 1]), ("x", F, [1, 8, "h", "w"])], [("y", F, [1, 8, "h", "w"])])
-    feed = {"s": rng.standard_normal((1, 8, 1, 1), np.float32), "x": rng.standard_normal((1, 8, 5, 7), np.float32)}
+    # 32 channels: a chain of at most planner.TINY elements runs as reference nodes, no kernel at all
+    m = _model(nodes, [("s", F, [1, 32, 1, 1]), ("x", F, [1, 32, "h", "w"])], [("y", F, [1, 32, "h", "w"])])
+    feed = {"s": rng.standard_normal((1, 32, 1, 1), np.float32), "x": rng.standard_normal((1, 32, 5, 7), np.float32)}
     kernels = _kernel_steps(monkeypatch, m, feed)
     assert len(kernels) == 2
+
+
+
+def test_tiny_shape_logic_runs_as_reference_steps(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A cluster of shape logic of a few elements (an Equal on dims, a Cast of them to float)
+    runs as the reference EP's NumPy calls inside the group, not as a compiled kernel (a kernel
+    call from the runner costs 3-5 us, NumPy's ~1 us); float work stays compiled; the outputs
+    match."""
+    from ep_numba_cpu import planner
+
+    nodes = [
+        helper.make_node("Equal", ["d", "three"], ["eq"]),
+        helper.make_node("Cast", ["d"], ["df"], to=TensorProto.FLOAT),
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Mul", ["r", "r"], ["y"]),
+    ]
+    m = _model(
+        nodes,
+        [("d", TensorProto.INT64, [4]), ("x", F, [32])],
+        [("y", F, [32]), ("eq", TensorProto.BOOL, [4]), ("df", F, [4])],
+        [("three", np.array(3, np.int64))],
+    )
+    feed = {"d": np.array([1, 3, 5, 3], np.int64), "x": rng.standard_normal(32).astype(np.float32)}
+    kernels = _kernel_steps(monkeypatch, m, feed)
+    assert [k["inputs"] for k in kernels] == [["x"]]  # Equal and Cast: reference steps
+    monkeypatch.setattr(planner, "TINY", 0)
+    assert len(_kernel_steps(monkeypatch, m, feed)) == 2
 
 
 def test_an_empty_constant_in_a_cluster_is_an_array_argument_not_a_literal():

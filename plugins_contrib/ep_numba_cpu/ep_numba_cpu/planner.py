@@ -34,6 +34,7 @@ from ep_numba_cpu.ops import (
     params_for,
 )
 
+TINY = 16  # elements: a cluster of shape logic making at most this many runs as delegated steps (``_tiny``)
 MAX_INLINE_SIZE = 1  # constants of this many elements may become literals in the kernel source
 MAX_INLINE_MAGNITUDE = 64  # ... when they are "round" numbers (multiples of 1/8 up to this magnitude)
 CONV_ATTRS = ("auto_pad", "dilations", "group", "kernel_shape", "pads", "strides")
@@ -245,6 +246,7 @@ class _Item:
     output: str
     op: str
     params: dict[str, Any]
+    node: Any = None  # the ONNX node it computes (none for a folded BatchNormalization or conv bias)
 
 
 @dataclass
@@ -331,7 +333,7 @@ def build_plan(
         else:
             for i in node.inputs:
                 const(i)
-            item = _Item(list(node.inputs), node.outputs[0], op, params_for(node))
+            item = _Item(list(node.inputs), node.outputs[0], op, params_for(node), node)
         # join the latest cluster among the producers' if every producer runs no later
         # and the item keeps the cluster's shape (``_keeps_shape``), so every value a cluster
         # computes has the shape of its first item's output (independent chains of different
@@ -374,6 +376,12 @@ def build_plan(
     plan_steps: list[dict[str, Any]] = []
     used_consts: set[str] = set()
     for k, entry in enumerate(steps):
+        if isinstance(entry, _Cluster) and all(it.node is not None and _tiny(graph, it.node) for it in entry.items):
+            for it in entry.items:  # shape logic: the reference kernels' NumPy calls, no kernel call
+                node_step = _node_step(graph, it.node, consts)
+                used_consts.update(n for n in node_step["inputs"] if n in consts)
+                plan_steps.append(node_step)
+            continue
         if isinstance(entry, _Cluster):
             made = _cluster_step(graph, entry, needed_later.get(k, set()), consts, parallel)
             if made is None:
@@ -612,6 +620,19 @@ def pays_a_runner(node: Any) -> bool:
     if node.op_type == "Identity" or not compiled(node) or not node.outputs:
         return False
     return _dtype(node.graph, node.outputs[0]) in FLOAT_DTYPES
+
+
+def _tiny(graph: Any, node: Any) -> bool:
+    """Shape logic: an elementwise node of at most ``TINY`` output elements that computes no
+    floats from floats (an Equal on a dim, a Cast of a sample rate). A cluster of nothing else
+    runs as reference steps: their NumPy calls (~1 us each) beat a compiled kernel's call from the
+    runner (~3-5 us); one with float work keeps its kernel (one call for all its items)."""
+    out = node.outputs[0] if node.outputs else ""
+    n = _static_numel(graph, out) if out else None
+    if n is None or n > TINY:
+        return False
+    floats = [i for i in node.inputs if i and _dtype(graph, i) in FLOAT_DTYPES]
+    return _dtype(graph, out) not in FLOAT_DTYPES or not floats
 
 
 def _static_numel(graph: Any, name: str) -> int | None:

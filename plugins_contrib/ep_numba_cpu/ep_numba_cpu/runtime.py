@@ -288,6 +288,16 @@ class GraphRunner:
                     env[out] = fn()[0]
 
                 return (nullary, unary, binary)[len(ins)]
+            rest = ins[1:]
+            if len(outs) == 1 and outs[0] and ins and ins[0] and all(not i or (i in self.weights and i not in self.inputs) for i in rest):
+                # Slice, Pad, Reshape ...: the inputs after the first are stored or folded constants
+                # (not fed: an initializer a group input overrides is read from the run)
+                out, first, fixed = outs[0], ins[0], [self.weights[i] if i else None for i in rest]
+
+                def one_value(env: dict[str, Any], ws: Workspace) -> None:
+                    env[out] = fn(env[first], *fixed)[0]
+
+                return one_value
 
             def node(env: dict[str, Any], ws: Workspace) -> None:
                 for name, value in zip(outs, fn(*[env[i] if i else None for i in ins])):
@@ -295,10 +305,12 @@ class GraphRunner:
                         env[name] = value
 
             return node
-        if kind != "kernel" or not internal:
+        if kind != "kernel":
             return lambda env, ws: self._step(k, env, ws, internal)
         names, spec_fn, plans, key = tuple(step["inputs"]), fn[1], self._shape_plans[k], (k, "calls")
         ndarray = np.ndarray
+        if not internal:
+            return self._bind_fresh(step, fn, names, plans, k)
 
         def kernel(env: dict[str, Any], ws: Workspace) -> None:
             # outputs in kept buffers: per input shapes, the flat views the kernel writes and the
@@ -328,6 +340,34 @@ class GraphRunner:
                 env[name] = view
 
         return kernel
+
+    def _bind_fresh(
+        self, step: Mapping[str, Any], fns: Any, names: tuple[str, ...], plans: dict[Any, Any], k: int
+    ) -> Callable[[dict[str, Any], Workspace], None]:
+        """A kernel step whose outputs leave the group (or may be views of what does): fresh
+        output buffers every run, the shape plan looked up once per call (``_run_kernel`` does the
+        same through ``_step``, about 2 us slower a call: what small models pay per kernel)."""
+        spec_fn, ndarray = fns[1], np.ndarray
+
+        def fresh(env: dict[str, Any], ws: Workspace) -> None:
+            args = [env[n] for n in names]
+            if any(type(a) is not ndarray for a in args):
+                args = [np.asarray(a) for a in args]
+            sp = plans.get(tuple([a.shape for a in args]))
+            if sp is None or sp[1] is None:  # a new shape plan, or the general kernel
+                self._run_kernel(step, fns, env, None, k, plans)
+                return
+            full, dims, size, dtypes, finals = sp
+            outs = [np.empty(full, dt) for dt in dtypes]
+            spec_fn(
+                *[o.reshape(size) for o in outs],
+                *[a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1) for a in args],
+                dims,
+            )
+            for (name, cut, real), buf in zip(finals, outs, strict=True):
+                env[name] = (buf[cut] if cut is not None else buf).reshape(real)
+
+        return fresh
 
     def _fold(self) -> list[int]:
         """Run once, here, every step whose inputs are all stored weights or values folded before
