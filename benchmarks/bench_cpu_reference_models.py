@@ -50,28 +50,42 @@ def _latency(fn, budget_s: float, min_runs: int = 3, max_runs: int = 500) -> tup
     return float(np.min(walls)), float(np.median(walls)), float(np.median(cpus))
 
 
-def interleaved(fns: dict, budget_s: float, rounds: int = 5) -> dict:
+def interleaved(fns: dict, budget_s: float, rounds: int = 5) -> tuple[dict, dict]:
     """``_latency`` of each engine in ``fns`` (name -> call), the budget split into ``rounds``
     slices taken in turn (A B C, B C A, ...): on a shared host whose speed drifts by 10-40% over
     minutes, engines timed one after the other would see different machines; each ratio here
-    compares samples taken over the same minutes. Returns name -> (best, median, CPU median)."""
-    for fn in fns.values():
-        fn()  # warm-up (plans, caches)
+    compares samples taken over the same minutes. Returns (name -> (best, median, CPU median),
+    name -> error of an engine that raised, which is dropped from the later rounds)."""
+    errors: dict = {}
     walls: dict = {k: [] for k in fns}
     cpus: dict = {k: [] for k in fns}
-    names = list(fns)
+
+    def sample(name: str) -> bool:
+        c0, t0 = time.process_time(), time.perf_counter()
+        try:
+            fns[name]()
+        except Exception as exc:  # reported beside the table, not hidden
+            errors[name] = f"{type(exc).__name__}: {str(exc)[:120]}"
+            return False
+        walls[name].append(time.perf_counter() - t0)
+        cpus[name].append(time.process_time() - c0)
+        return True
+
+    for name in list(fns):
+        if sample(name):  # warm-up (plans, caches): not kept
+            walls[name].clear()
+            cpus[name].clear()
+    names = [n for n in fns if n not in errors]
     for r in range(rounds):
-        for name in names[r % len(names) :] + names[: r % len(names)]:
-            fn, start = fns[name], time.perf_counter()
-            while len(walls[name]) < 3 * (r + 1) or (
-                time.perf_counter() - start < budget_s / rounds and len(walls[name]) < 500 * (r + 1) // rounds
+        for name in names[r % len(names) :] + names[: r % len(names)] if names else []:
+            start = time.perf_counter()
+            while name not in errors and (
+                len(walls[name]) <= r
+                or (time.perf_counter() - start < budget_s / rounds and len(walls[name]) < 500 * (r + 1) // rounds)
             ):
-                c0 = time.process_time()
-                t0 = time.perf_counter()
-                fn()
-                walls[name].append(time.perf_counter() - t0)
-                cpus[name].append(time.process_time() - c0)
-    return {k: (float(np.min(walls[k])), float(np.median(walls[k])), float(np.median(cpus[k]))) for k in fns}
+                sample(name)
+    done = {k: (float(np.min(walls[k])), float(np.median(walls[k])), float(np.median(cpus[k]))) for k in names}
+    return {k: v for k, v in done.items() if k not in errors}, errors
 
 
 def blas_note() -> str:
@@ -79,7 +93,13 @@ def blas_note() -> str:
     them (``OPENBLAS_CORETYPE``): conv and matmul latencies of both NumPy-based EPs follow it."""
     from threadpoolctl import threadpool_info
 
-    libs = sorted({f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}" for i in threadpool_info()})
+    libs = sorted(
+        {
+            f"{i['internal_api']} {i.get('version')} {i.get('architecture')}"
+            for i in threadpool_info()
+            if i["user_api"] == "blas"
+        }
+    )
     forced = os.environ.get("OPENBLAS_CORETYPE")
     return "BLAS: " + "; ".join(libs) + (f" (OPENBLAS_CORETYPE={forced} set by the environment)" if forced else "")
 
@@ -154,8 +174,10 @@ def main() -> None:
     import ep_core
     from ep_core.tools.zoo import fetch_model
 
-    import scipy.linalg  # noqa: F401  (its BLAS too, for blas_note)
-
+    try:
+        import scipy.linalg  # noqa: F401  (its BLAS too, for blas_note)
+    except ImportError:  # not a dependency of the reference EP
+        pass
     print(f"# {blas_note()}", flush=True)
     rows = []
     failed: list[tuple[str, str]] = []  # (model, why): the reference EP could not run it
@@ -173,10 +195,14 @@ def main() -> None:
                 print(f"# {name}: the reference EP failed: {failed[-1][1]}", file=sys.stderr, flush=True)
                 continue
         ort_sess = _ort(path)
-        lat = interleaved(
+        lat, errors = interleaved(
             {"ep": lambda s=sess, f=feed: s.run(None, f), "ort": lambda s=ort_sess, f=feed: s.run(None, f)},
             args.runs_seconds,
         )
+        if errors:  # a run that failed while being timed: reported under the table
+            failed.append((name, "; ".join(f"{k} failed while timed: {v}" for k, v in errors.items())))
+            print(f"# {name}: {failed[-1][1]}", file=sys.stderr, flush=True)
+            continue
         (ep_lat, ep_med, ep_cpu), (ort_lat, ort_med, ort_cpu) = lat["ep"], lat["ort"]
         ep_err = _max_err(got, ort_sess.run(None, feed))
         try:

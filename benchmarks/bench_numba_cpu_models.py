@@ -140,7 +140,11 @@ def latencies(path: str, feed: dict, budget: float) -> dict:
             except Exception as exc:  # reported in the table, not hidden
                 out[key] = None
                 out[f"{key}_error"] = f"{type(exc).__name__}: {str(exc)[:120]}"
-        out.update({k: v[0] for k, v in interleaved(fns, budget).items()})
+        timed, errors = interleaved(fns, budget)
+        out.update({k: v[0] for k, v in timed.items()})
+        for key, why in errors.items():  # failed while timed: reported in the table, not hidden
+            out[key] = None
+            out[f"{key}_error"] = why
     return out
 
 
@@ -161,7 +165,7 @@ def main() -> None:
         return
 
     import onnx
-    import scipy.linalg  # noqa: F401  (its BLAS too, for blas_note)
+    import scipy.linalg  # noqa: F401  (its BLAS too, for blas_note; Numba's np.dot uses it)
 
     from ep_core.tools.zoo import fetch_model
 
@@ -217,7 +221,7 @@ def report(rows: list[dict], args: argparse.Namespace) -> None:
                 f"| {vs_ref} | {r.get('numba_err', float('nan')):.2g}"
             )
         elif not args.no_latency:
-            lat = f"error: {r.get('numba_error', '?')} | | | | |"
+            lat = f"error: {r.get('numba_error') or r.get('ort_error', '?')} | | | | |"
         else:
             lat = "| | | | |"
         print(

@@ -338,34 +338,46 @@ def _fresh_shapes(proto: Any) -> Any:
     were computed got a made-up ``unk__0`` batch dim, which stays after folding makes its ends
     constants, and two values that are both ``batch`` rows look unrelated to the EPs (the Numba EP
     then cannot fuse a GRU cell into one kernel). Each dim inference now derives (a number, or a
-    symbol it did not make up) replaces the old one; the old one stays where inference now knows
-    less (after a contrib op, which onnx cannot infer)."""
+    symbol it did not make up) replaces the old one, and a shape of another rank whose every dim
+    is derived replaces the old shape; the old dims stay where inference now knows less (after a
+    contrib op, which onnx cannot infer). Should the fresh pass fail, the plain inference stands."""
     import onnx
 
     from ep_core.sdk.graph import nested_graphs
 
-    bare = onnx.ModelProto()
-    bare.CopyFrom(proto)
-    for g in nested_graphs(bare.graph):
-        del g.value_info[:]
-    fresh = onnx.shape_inference.infer_shapes(bare, check_type=False, strict_mode=False, data_prop=False)
     out = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
+    try:
+        bare = onnx.ModelProto()
+        bare.CopyFrom(proto)
+        for g in nested_graphs(bare.graph):
+            del g.value_info[:]
+        fresh = onnx.shape_inference.infer_shapes(bare, check_type=False, strict_mode=False, data_prop=False)
+    except Exception:  # noqa: BLE001 - the plain inference above is valid on its own
+        return out
     for old_g, new_g in zip(nested_graphs(out.graph), nested_graphs(fresh.graph), strict=True):
         known = {v.name: v for v in new_g.value_info}
         for v in old_g.value_info:
             got = known.get(v.name)
-            if got is None or v.type.WhichOneof("value") != "tensor_type" or got.type.WhichOneof("value") != "tensor_type":
-                continue
-            old_t, new_t = v.type.tensor_type, got.type.tensor_type
-            if not new_t.HasField("shape") or (old_t.HasField("shape") and len(old_t.shape.dim) != len(new_t.shape.dim)):
-                continue
-            if not old_t.HasField("shape"):
-                old_t.shape.CopyFrom(new_t.shape)
-                continue
-            for od, nd in zip(old_t.shape.dim, new_t.shape.dim, strict=True):
-                if nd.HasField("dim_value") or (nd.HasField("dim_param") and not nd.dim_param.startswith("unk__")):
-                    od.CopyFrom(nd)
+            if got is not None and v.type.WhichOneof("value") == got.type.WhichOneof("value") == "tensor_type":
+                _merge_dims(v.type.tensor_type, got.type.tensor_type)
     return out
+
+
+def _derived(dim: Any) -> bool:
+    return dim.HasField("dim_value") or (dim.HasField("dim_param") and not dim.dim_param.startswith("unk__"))
+
+
+def _merge_dims(old: Any, new: Any) -> None:
+    """``old``'s shape takes what ``new``'s (inferred anew) knows better (``_fresh_shapes``)."""
+    if not new.HasField("shape"):
+        return
+    if not old.HasField("shape") or len(old.shape.dim) != len(new.shape.dim):
+        if not old.HasField("shape") or all(_derived(d) for d in new.shape.dim):
+            old.shape.CopyFrom(new.shape)
+        return
+    for od, nd in zip(old.shape.dim, new.shape.dim, strict=True):
+        if _derived(nd):
+            od.CopyFrom(nd)
 
 
 def _with_shape_fields(proto: Any) -> Any:

@@ -448,7 +448,6 @@ def test_a_scale_of_ones_over_an_unknown_map_is_not_computed_over_the_map(monkey
     assert len(kernels) == 2
 
 
-
 def test_tiny_shape_logic_runs_as_reference_steps(monkeypatch: pytest.MonkeyPatch) -> None:
     """A cluster of shape logic of a few elements (an Equal on dims, a Cast of them to float)
     runs as the reference EP's NumPy calls inside the group, not as a compiled kernel (a kernel

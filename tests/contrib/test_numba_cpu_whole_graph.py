@@ -779,3 +779,40 @@ def test_chains_from_separate_slices_join_one_kernel(batch: Any) -> None:
     sig = lambda v: 1 / (1 + np.exp(-v))  # noqa: E731
     zs = sig(x[:, 6:12])
     np.testing.assert_allclose(got, (1 - zs) * np.tanh(sig(x[:, :6]) * x[:, 12:]) + zs * h, rtol=1e-5, atol=1e-6)
+
+
+def test_a_chain_of_constants_does_not_join_a_live_cluster() -> None:
+    """A chain computed from weights only (Sigmoid of a Slice of W) keeps its own cluster even when
+    its shape matches the latest live cluster's: the runner folds it once when it is built,
+    instead of every run computing it inside the live kernel."""
+    import onnx
+
+    from ep_core.sdk.graph import GraphView, opset_map
+    from ep_numba_cpu import codegen, generate
+    from ep_numba_cpu.planner import build_plan
+    from ep_numba_cpu.runtime import GraphRunner
+
+    w = np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 12)
+    consts = {n: np.array([v], np.int64) for n, v in (("s0", 0), ("s6", 6), ("ax", 1))}
+    g = helper.make_graph(
+        [
+            helper.make_node("Slice", ["W", "s0", "s6", "ax"], ["wsl"]),
+            helper.make_node("Relu", ["x"], ["r"]),
+            helper.make_node("Sigmoid", ["wsl"], ["sg"]),
+            helper.make_node("Concat", ["r", "sg"], ["y"], axis=0),
+        ],
+        "folded",
+        [helper.make_tensor_value_info("x", F, [2, 6])],
+        [helper.make_tensor_value_info("y", F, [4, 6])],
+        [numpy_helper.from_array(w, "W")] + [numpy_helper.from_array(v, k) for k, v in consts.items()],
+    )
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    gp = build_plan(GraphView(m.graph, opset_map(m)), ["x"], ["y"], lambda n: False)
+    assert [s["kind"] for s in gp.plan["steps"]] == ["node", "kernel", "kernel", "node"]
+    plan, sources = generate.expand(json.loads(json.dumps(gp.plan)), gp.weights)
+    kernels = {k: codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher for k, ks in sources.items()}
+    runner = GraphRunner(plan, kernels, gp.weights)
+    assert [runner.steps[k][0] for k in runner._live] == ["kernel", "node"]  # the Sigmoid chain was folded
+    x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
+    (got,) = runner(x)
+    np.testing.assert_allclose(got, np.concatenate([np.maximum(x, 0), 1 / (1 + np.exp(-w[:, :6]))]), rtol=1e-6)

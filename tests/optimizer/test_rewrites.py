@@ -4,6 +4,7 @@ sessions at ORT_DISABLE_ALL and at the level), and the rewrite did happen (op co
 from __future__ import annotations
 
 import math
+from typing import Any
 
 import numpy as np
 import onnx
@@ -349,7 +350,6 @@ def test_a_folded_shape_at_an_old_opset_becomes_an_initializer(rng: np.random.Ge
     assert [list(numpy_helper.to_array(t)) for t in out.graph.initializer] == [[2, 3]]
 
 
-
 def test_shapes_are_inferred_anew_after_the_passes() -> None:
     """The optimized model's value_info is inferred anew: dims the first inference made up
     (``unk__N``, from a Slice whose ends were computed before folding) give way to what inference
@@ -384,3 +384,19 @@ def test_shapes_are_inferred_anew_after_the_passes() -> None:
     plain = onnx.shape_inference.infer_shapes(model)  # what the passes' last step did before: stale dims kept
     stale = next(v for v in plain.graph.value_info if v.name == "s1").type.tensor_type.shape.dim
     assert stale[0].dim_param == "unk__0"
+
+
+def test_a_shape_of_another_rank_is_replaced_only_when_all_derived() -> None:
+    """A value_info of a stale rank gives way to a shape inference derives in full; a fresh shape
+    with made-up dims of another rank does not replace it."""
+    from ep_core.optimizer.passes import _merge_dims
+
+    def tensor(dims: list[Any]) -> Any:
+        return helper.make_tensor_value_info("v", TensorProto.FLOAT, dims).type.tensor_type
+
+    old = tensor(["unk__0", "unk__1", "unk__2"])
+    _merge_dims(old, tensor(["batch", 6]))
+    assert [d.dim_param or d.dim_value for d in old.shape.dim] == ["batch", 6]
+    old = tensor(["batch", 6, 1])
+    _merge_dims(old, tensor(["unk__3", 6]))
+    assert [d.dim_param or d.dim_value for d in old.shape.dim] == ["batch", 6, 1]

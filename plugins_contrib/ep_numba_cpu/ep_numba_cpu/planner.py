@@ -276,6 +276,10 @@ def build_plan(
     members = list(view.nodes)
     steps: list[dict[str, Any] | _Cluster] = []  # a contraction's plan step, or a cluster of elementwise items
     where: dict[str, int] = {}  # value -> index of the step producing it
+    derived: set[str] = set()  # values computed from constants only (the runner folds their steps)
+
+    def from_constants(names: Sequence[str]) -> bool:
+        return all(n in consts or n in derived for n in names if n)
 
     def const(name: str) -> np.ndarray | None:
         if not name:
@@ -297,6 +301,8 @@ def build_plan(
         if not compiled(node):
             for i in node.inputs:
                 const(i)
+            if from_constants(node.inputs):
+                derived.update(o for o in node.outputs if o)
             steps.append(_node_step(graph, node, consts))
             where.update((o, len(steps) - 1) for o in node.outputs if o)
             continue
@@ -346,9 +352,19 @@ def build_plan(
             last = steps[target]
             if isinstance(last, _Cluster) and _keeps_shape(graph, item, last.shaped, consts):
                 cl = last
-        if cl is None and steps and isinstance(steps[-1], _Cluster) and len(steps) - 1 > max(deps, default=-1):
+        constant = from_constants(item.inputs)
+        if constant:
+            derived.add(item.output)
+        if (
+            cl is None
+            and not constant
+            and steps
+            and isinstance(steps[-1], _Cluster)
+            and len(steps) - 1 > max(deps, default=-1)
+        ):
             # a chain whose producers all ran before the latest cluster joins it when its output
-            # has that cluster's static shape (a GRU cell's gates, each from its own Slice)
+            # has that cluster's static shape (a GRU cell's gates, each from its own Slice); one
+            # of constants only does not (its own cluster is folded once, not run every time)
             cl = _sibling(graph, item, steps[-1], consts)
             target = len(steps) - 1 if cl is not None else target
         if cl is None:
@@ -377,6 +393,8 @@ def build_plan(
     used_consts: set[str] = set()
     for k, entry in enumerate(steps):
         if isinstance(entry, _Cluster) and all(it.node is not None and _tiny(graph, it.node) for it in entry.items):
+            if not needed_later.get(k):
+                continue  # nothing it computes is read: dead code, as for a kernel
             for it in entry.items:  # shape logic: the reference kernels' NumPy calls, no kernel call
                 node_step = _node_step(graph, it.node, consts)
                 used_consts.update(n for n in node_step["inputs"] if n in consts)
@@ -632,7 +650,7 @@ def _tiny(graph: Any, node: Any) -> bool:
     if n is None or n > TINY:
         return False
     floats = [i for i in node.inputs if i and _dtype(graph, i) in FLOAT_DTYPES]
-    return _dtype(graph, out) not in FLOAT_DTYPES or not floats
+    return (_dtype(graph, out) not in FLOAT_DTYPES or not floats) and delegable(node)
 
 
 def _static_numel(graph: Any, name: str) -> int | None:
