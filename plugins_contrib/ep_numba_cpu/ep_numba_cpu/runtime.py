@@ -289,7 +289,13 @@ class GraphRunner:
 
                 return (nullary, unary, binary)[len(ins)]
             rest = ins[1:]
-            if len(outs) == 1 and outs[0] and ins and ins[0] and all(not i or (i in self.weights and i not in self.inputs) for i in rest):
+            if (
+                len(outs) == 1
+                and outs[0]
+                and ins
+                and ins[0]
+                and all(not i or (i in self.weights and i not in self.inputs) for i in rest)
+            ):
                 # Slice, Pad, Reshape ...: the inputs after the first are stored or folded constants
                 # (not fed: an initializer a group input overrides is read from the run)
                 out, first, fixed = outs[0], ins[0], [self.weights[i] if i else None for i in rest]
