@@ -24,13 +24,18 @@ def test_declared_ops_are_the_compiled_op_table_and_the_delegated_reference_kern
     from ep_core.sdk.kernels import KernelDef
     from ep_cpu_reference.registry import registry
     from ep_numba_cpu.factory import factory
-    from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, SINCE, fusable_ops
+    from ep_numba_cpu.ops import CONTRACTIONS, ELEMENTWISE, MS_SINCE, SINCE, fusable_ops
 
     declared = fusable_ops()
     assert all(isinstance(d, KernelDef) for d in declared)
     assert factory.ep_factory_get_fusable_ops() == declared
     assert factory.ep_factory_api_version() == 2  # the hook is version 2: an older factory is never asked
-    compiled = set(ELEMENTWISE) | set(CONTRACTIONS) | {"BatchNormalization"}
+    compiled = (set(ELEMENTWISE) - set(MS_SINCE).difference(SINCE)) | set(CONTRACTIONS) | {"BatchNormalization"}
+    # com.microsoft ops compiled (the optimizer's Gelu fusions), declared in their domain, float32
+    for op, since in MS_SINCE.items():
+        ms = [d for d in declared if d.op_type == op and d.domain == "com.microsoft"]
+        assert ms and min(d.since_version for d in ms) == since
+        assert all(set(t) == {"tensor(float)"} for d in ms for t in d.type_constraints.values()), ms
     # compiled ops from the first opset of the op table, with the dtypes the kernels take
     for op in compiled:
         first = min(d.since_version for d in declared if d.op_type == op and d.domain == "")

@@ -17,6 +17,7 @@ from ep_core import InferenceSession  # noqa: E402
 from ep_core.runtime.options import GraphOptimizationLevel, SessionOptions  # noqa: E402
 
 NUMBA = "NumbaCpuExecutionProvider"
+REF = "CpuReferenceExecutionProvider"
 F = TensorProto.FLOAT
 
 
@@ -270,6 +271,82 @@ def test_parallel_kernels_compile_and_match():
     x = rng.standard_normal((64, 33), np.float32)
     sess = InferenceSession(m.SerializeToString(), providers=[(NUMBA, {"parallel": "1"})])
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.tanh(x * np.float32(1.7)), rtol=1e-6)
+
+
+def test_float32_erf_is_the_reference_erff_within_an_ulp():
+    """The float32 Erf kernel is a vectorisable erff (MLAS's, as the reference EP computes it,
+    with an exp of its own), not libm's float64 erf called per element: within 1 ulp of the
+    reference EP over [-6, 6] and at the edges (signed zeros, tiny values, the branch point,
+    infinities, NaN), the sign of -0.0 kept."""
+    from ep_cpu_reference.kernels.special import erf
+
+    x = np.concatenate(
+        [
+            np.linspace(-6, 6, 400001, dtype=np.float32),
+            np.array([0.0, -0.0, 1e-30, -1e-30, 0.921875, -0.921875, 3.925, np.inf, -np.inf, np.nan], np.float32),
+        ]
+    ).reshape(1, -1)
+    m = _model([helper.make_node("Erf", ["x"], ["y"])], [("x", F, list(x.shape))], [("y", F, list(x.shape))])
+    (got,) = InferenceSession(m.SerializeToString(), providers=[NUMBA]).run(None, {"x": x})
+    want = erf(x)
+    fin = np.isfinite(want)
+    ulps = np.abs(got[fin].view(np.int32).astype(np.int64) - want[fin].view(np.int32).astype(np.int64))
+    assert ulps.max() <= 1, ulps.max()
+    assert np.isnan(got[~fin]).all()
+    assert np.signbit(got[0, -9]) and got[0, -3] == 1 and got[0, -2] == -1
+
+
+@pytest.mark.parametrize("form", ["erf pattern", "bias erf pattern", "ai.onnx", "ai.onnx tanh"])
+def test_gelu_compiles_into_the_cluster_and_matches_the_reference(monkeypatch: pytest.MonkeyPatch, form: str) -> None:
+    """Gelu with erf (the com.microsoft::Gelu and BiasGelu the graph optimizer fuses from x * 0.5 *
+    (1 + erf(x / sqrt 2)), and ai.onnx's opset 20 approximate="none") is compiled into the elementwise
+    cluster around it: one kernel with the bias add before it, matching the reference EP's Gelu
+    to an ulp of erf (near x = -4 Gelu cancels, so the bound is absolute there); the tanh form stays
+    a delegated reference step."""
+    from ep_core.runtime.options import GraphOptimizationLevel, SessionOptions
+
+    x = np.concatenate([np.linspace(-8, 8, 4001, dtype=np.float32), [np.nan, np.inf, 0.0]]).astype(np.float32)
+    x = x.reshape(1, -1)
+    add = helper.make_node("Add", ["x", "b"], ["a"])
+    bias = np.linspace(-0.5, 0.5, x.shape[1], dtype=np.float32) if form.startswith("bias") else np.float32(0.25)
+    inits = [numpy_helper.from_array(bias, "b")]
+    if form.endswith("erf pattern"):
+        nodes = [
+            add,
+            helper.make_node("Div", ["a", "sqrt2"], ["d"]),
+            helper.make_node("Erf", ["d"], ["e"]),
+            helper.make_node("Add", ["e", "one"], ["e1"]),
+            helper.make_node("Mul", ["a", "e1"], ["m"]),
+            helper.make_node("Mul", ["m", "half"], ["y"]),
+        ]
+        inits += [numpy_helper.from_array(np.float32(v), n) for n, v in (("sqrt2", 2**0.5), ("one", 1), ("half", 0.5))]
+    else:
+        attrs = {"approximate": "tanh"} if form.endswith("tanh") else {}
+        nodes = [add, helper.make_node("Gelu", ["a"], ["y"], **attrs)]
+    g = helper.make_graph(
+        nodes,
+        "gelu",
+        [helper.make_tensor_value_info("x", F, list(x.shape))],
+        [helper.make_tensor_value_info("y", F, list(x.shape))],
+        inits,
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 20)])
+    so = SessionOptions()
+    so.graph_optimization_level = GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    made = graph_runners(monkeypatch)
+    sess = InferenceSession(m.SerializeToString(), so, providers=[NUMBA, REF])
+    (got,) = sess.run(None, {"x": x})
+    (want,) = InferenceSession(m.SerializeToString(), so, providers=[REF]).run(None, {"x": x})
+    (runner,) = made
+    kinds = [kind for kind, _, _ in runner.steps]
+    assert kinds == (["kernel", "node"] if form.endswith("tanh") else ["kernel"]), kinds
+    made_ops = [(n.domain, n.op_type) for n in sess._built.model.graph.node]
+    if form == "erf pattern":  # the optimizer made com.microsoft::Gelu, which the kernel computes
+        assert made_ops == [("", "Add"), ("com.microsoft", "Gelu")]
+    if form == "bias erf pattern":  # ... and BiasGelu from a bias over the last axis
+        assert made_ops == [("com.microsoft", "BiasGelu")]
+    np.testing.assert_allclose(got, want, rtol=3e-7, atol=3e-7)
+    assert np.isnan(got[0, -3]) and got[0, -2] == np.inf
 
 
 def test_float32_tanh_and_sigmoid_over_their_whole_range():

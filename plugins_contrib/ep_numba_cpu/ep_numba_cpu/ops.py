@@ -161,6 +161,49 @@ def _logistic_mlas32(x):
     r = (p * v) / q + np.float32(0.5)
     return r if r > np.float32(0.0) else (r if r != r else np.float32(0.0))
 """,
+    # erff of N. Juffa as MLAS (and the reference EP's special._erf32) computes it; exp(-t) for
+    # t in [0.92, 18] is Cephes' expf with 2^n made by an integer shift (n in [-27, 0]), so the
+    # loop vectorises where libm's scalar erf (float64) does not: within ~2 ulps of the reference
+    "_erf32": """
+@njit(inline="always")
+def _erf32(x):
+    a = abs(x)
+    a = np.float32(3.925) if a > np.float32(3.925) else a
+    s = a * a
+    r = s * np.float32(-5.99104969e-4) + np.float32(4.99339588e-3)
+    r = r * s + np.float32(-2.67667342e-2)
+    r = r * s + np.float32(1.12818025e-1)
+    r = r * s + np.float32(-3.76124859e-1)
+    r = r * s + np.float32(1.28379151e-1)
+    small = r * a + a
+    q = a * np.float32(1.72948930e-5) + np.float32(-3.83208680e-4)
+    q = q * a + np.float32(3.88393435e-3)
+    q = q * a + np.float32(-2.42545605e-2)
+    q = q * a + np.float32(1.06777847e-1)
+    q = q * a + np.float32(6.34846687e-1)
+    q = q * a + np.float32(1.28717512e-1)
+    v = -(q * a + a)
+    v = v if v > np.float32(-20.0) else np.float32(-20.0)
+    n = np.floor(v * np.float32(1.44269504) + np.float32(0.5))
+    f = v - n * np.float32(0.693359375)
+    f = f - n * np.float32(-2.12194440e-4)
+    e = f * np.float32(1.9875691500e-4) + np.float32(1.3981999507e-3)
+    e = e * f + np.float32(8.3334519073e-3)
+    e = e * f + np.float32(4.1665795894e-2)
+    e = e * f + np.float32(1.6666665459e-1)
+    e = e * f + np.float32(5.0000001201e-1)
+    e = e * (f * f) + f + np.float32(1.0)
+    e = e * np.float32(np.int64(1) << np.int64(n + np.float32(62.0))) * np.float32(2.168404344971009e-19)
+    big = np.float32(1.0) - e
+    y = big if a > np.float32(0.921875) else small
+    return np.float32(math.copysign(y, x))
+""",
+    # the reference EP's special._gelu, step by step: erf(x / sqrt 2), + 1, * x, * 0.5
+    "_gelu32": """
+@njit(inline="always")
+def _gelu32(x):
+    return (_erf32(x * np.float32(0.70710677)) + np.float32(1.0)) * x * np.float32(0.5)
+""",
     "_tanh32": """
 @njit(inline="always")
 def _tanh32(v):
@@ -199,9 +242,17 @@ def _sigmoid(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | 
 
 
 def helper_source(body: str) -> str:
-    """Definitions of the helpers ``body`` calls (empty when it calls none)."""
-    used = [name for name in HELPERS if f"{name}(" in body]
-    return "".join(HELPERS[name] for name in used)
+    """Definitions of the helpers ``body`` calls and those they call (empty when it calls none),
+    in ``HELPERS`` order (a helper is listed after the ones it calls)."""
+    used: set[str] = set()
+    text = body
+    while True:
+        more = {name for name in HELPERS if name not in used and f"{name}(" in text}
+        if not more:
+            break
+        used |= more
+        text = "".join(HELPERS[name] for name in more)
+    return "".join(HELPERS[name] for name in HELPERS if name in used)
 
 
 def _where(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
@@ -214,7 +265,20 @@ def _identity(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str |
     return a[0] if len(a) == 1 else None
 
 
+def _gelu(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    """Gelu with erf (ai.onnx's approximate="none", com.microsoft's Gelu) in float32; the tanh
+    form and other types run the reference kernel as delegated steps."""
+    return None if p["tanh"] or out != "float32" or dt[0] != "float32" else f"_gelu32({a[0]})"
+
+
+def _bias_gelu(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    """com.microsoft's BiasGelu: Gelu(A + B), the sum rounded to float32 first (the reference's)."""
+    return f"_gelu32({a[0]} + {a[1]})" if out == "float32" and dt[0] == dt[1] == "float32" else None
+
+
 def _erf(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    if out == "float32" and dt[0] == "float32":
+        return f"_erf32({a[0]})"
     return f"np.{out}(math.erf({a[0]}))" if out in FLOAT_DTYPES else None
 
 
@@ -240,6 +304,8 @@ ELEMENTWISE: dict[str, Expr] = {
     "Relu": _unary("max({0}, {zero})"),
     "Softplus": _unary("np.log({one} + np.exp({0}))"),
     "Erf": _erf,
+    "Gelu": _gelu,
+    "BiasGelu": _bias_gelu,
     "Clip": _clip,
     "LeakyRelu": _leaky,
     "HardSigmoid": _hard_sigmoid,
@@ -262,7 +328,7 @@ INTERNAL: dict[str, Expr] = {
 }
 _VARIADIC = ("Max", "Min", "Sum")
 _UNARY = tuple(
-    "Neg Abs Sqrt Exp Log Tanh Floor Ceil Reciprocal Sigmoid Relu Softplus Erf LeakyRelu HardSigmoid HardSwish Cast "
+    "Neg Abs Sqrt Exp Log Tanh Floor Ceil Reciprocal Sigmoid Relu Softplus Erf Gelu LeakyRelu HardSigmoid HardSwish Cast "
     "Identity".split()
 )
 COMPARISONS = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
@@ -284,6 +350,7 @@ PARAMS: dict[str, dict[str, str]] = {
     "LeakyRelu": {"alpha": "float"},
     "HardSigmoid": {"alpha": "float", "beta": "float"},
     "Sigmoid": {"exact": "bool"},
+    "Gelu": {"tanh": "bool"},
 }
 
 
@@ -304,6 +371,8 @@ def params_for(node: Any) -> dict[str, Any]:
         return {"alpha": float(node.attr("alpha", 0.2)), "beta": float(node.attr("beta", 0.5))}
     if op == "Sigmoid":
         return {"exact": _feeds_quantizer(node)}
+    if op == "Gelu":  # com.microsoft's has no attribute: the erf form
+        return {"tanh": node.attr("approximate", "none") == "tanh"}
     return {}
 
 
@@ -378,6 +447,7 @@ SINCE: dict[str, int] = {
     "Relu": 6,
     "Softplus": 1,
     "Erf": 9,
+    "Gelu": 20,
     "Clip": 6,
     "LeakyRelu": 6,
     "HardSigmoid": 6,
@@ -389,6 +459,10 @@ SINCE: dict[str, int] = {
     "BatchNormalization": 9,
 }
 OTHER_FUSED = ("BatchNormalization",)  # folded into a scale-and-shift elementwise item
+# com.microsoft ops compiled as the default-domain op of the same name (the graph optimizer's Gelu
+# fusion makes com.microsoft::Gelu), with their first com.microsoft opset
+MS_SINCE: dict[str, int] = {"Gelu": 1, "BiasGelu": 1}
+ONLY_FLOAT32 = ("Gelu", "BiasGelu")  # compiled for float32 only (the declared type constraints say so)
 
 
 def fusable_ops() -> list[Any]:
@@ -399,12 +473,13 @@ def fusable_ops() -> list[Any]:
     from ep_core.sdk.kernels import KernelDef
     from ep_numba_cpu.delegate import declared_ops, typed
 
-    ops = sorted(set(ELEMENTWISE) | set(CONTRACTIONS) | set(OTHER_FUSED))
-    compiled: list[Any] = [
-        d
-        for op in ops
-        for d in typed(
-            KernelDef(op, "", SINCE[op]), FLOAT_DTYPES if op in CONTRACTIONS + OTHER_FUSED else KERNEL_DTYPES
-        )
-    ]
-    return compiled + declared_ops()
+    def dtypes(op: str) -> Any:
+        if op in ONLY_FLOAT32:
+            return ("float32",)
+        return FLOAT_DTYPES if op in CONTRACTIONS + OTHER_FUSED else KERNEL_DTYPES
+
+    ops = sorted((set(ELEMENTWISE) & set(SINCE)) | set(CONTRACTIONS) | set(OTHER_FUSED))  # default domain
+    compiled: list[Any] = [d for op in ops for d in typed(KernelDef(op, "", SINCE[op]), dtypes(op))]
+    ms = [d for op, v in sorted(MS_SINCE.items()) for d in typed(KernelDef(op, "com.microsoft", v), dtypes(op))]
+    ms_keys = {(d.domain, d.op_type, d.since_version) for d in ms}
+    return compiled + ms + [d for d in declared_ops() if (d.domain, d.op_type, d.since_version) not in ms_keys]

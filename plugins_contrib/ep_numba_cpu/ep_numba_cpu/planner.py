@@ -29,6 +29,7 @@ from ep_numba_cpu.ops import (
     ELEMENTWISE,
     FLOAT_DTYPES,
     KERNEL_DTYPES,
+    MS_SINCE,
     SINCE,
     expression,
     params_for,
@@ -77,11 +78,13 @@ def supported(node: Any) -> bool:
 
 def compiled(node: Any) -> bool:
     """Whether this EP compiles ``node`` (types and ranks must be known: kernels are typed)."""
-    if node.domain not in ("", "ai.onnx") or node.has_subgraphs:
+    op = node.op_type
+    ms = node.domain == "com.microsoft" and op in MS_SINCE
+    if not (ms or node.domain in ("", "ai.onnx")) or node.has_subgraphs:
         return False
     g = node.graph
-    op = node.op_type
-    if op not in SINCE or node.opset < SINCE[op]:
+    since = MS_SINCE[op] if ms else SINCE.get(op)
+    if since is None or node.opset < since:
         return False
     if op in ELEMENTWISE:
         if not node.outputs or len(node.outputs) != 1 or not _known(g, list(node.inputs) + list(node.outputs)):
