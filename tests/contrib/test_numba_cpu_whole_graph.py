@@ -816,3 +816,22 @@ def test_a_chain_of_constants_does_not_join_a_live_cluster() -> None:
     x = np.linspace(-1, 1, 12, dtype=np.float32).reshape(2, 6)
     (got,) = runner(x)
     np.testing.assert_allclose(got, np.concatenate([np.maximum(x, 0), 1 / (1 + np.exp(-w[:, :6]))]), rtol=1e-6)
+
+
+def test_long_attribute_lists_are_checked_element_by_element_on_failure() -> None:
+    """A delegated step's list attributes (a forest's 10^5 node ids) are checked in bulk, and
+    an element of the wrong type or range is still named by its index."""
+    from ep_numba_cpu.spec import SpecError, _check_attr_value
+
+    n = 100_000
+    _check_attr_value("ints", list(range(n)), "attrs.x[1]", {})
+    _check_attr_value("floats", [0.5] * n, "attrs.x[1]", {})
+    _check_attr_value("strings", ["BRANCH_LEQ"] * n, "attrs.x[1]", {})
+    for kind, bad, at in (
+        ("ints", [*range(10), True, 11], 10),
+        ("ints", [*range(10), 2**63], 10),
+        ("floats", [0.5, 1, 2.5], 1),
+        ("strings", ["LEAF", "x" * 100_000], 1),
+    ):
+        with pytest.raises(SpecError, match=rf"attrs\.x\[1\]\[{at}\]"):
+            _check_attr_value(kind, bad, "attrs.x[1]", {})

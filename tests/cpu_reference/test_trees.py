@@ -384,3 +384,48 @@ def test_tree_sum_adds_tree_by_tree(shape: tuple[int, int], dtype: Any) -> None:
         got = tree_sum(w)
         assert got.dtype == dtype and got.shape == shape
         np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("fault", ["repeated pair", "weight of no node", "class out of range"])
+def test_bad_forest_records_are_invalid_graph(fault: str) -> None:
+    """A (tree id, node id) pair given twice, or a leaf weight naming a node no tree has or a
+    target outside the outputs, is refused at session creation naming what is wrong."""
+    import ep_core
+    from ep_core.sdk.errors import EpCoreError
+
+    forest = _forest(4, n_trees=3, depth=3)
+    attrs = _node_attrs(forest, missing=False)
+    attrs.update(_leaf_weights(forest, np.random.default_rng(4), 1, None, positive=False, prefix="target"))
+    if fault == "repeated pair":
+        attrs["nodes_nodeids"][1] = attrs["nodes_nodeids"][0]
+        match = "appears twice"
+    elif fault == "weight of no node":
+        attrs["target_nodeids"][0] = 10**6
+        match = "names no node"
+    else:
+        attrs["target_ids"][-1] = 3
+        match = r"outside \[0, 1\)"
+    with pytest.raises(EpCoreError, match=match), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        ep_core.InferenceSession(_regressor(attrs, 1), providers=["CpuReferenceExecutionProvider"])
+
+
+def test_node_ids_of_any_size_link_as_given() -> None:
+    """Node ids far apart (10^15 steps) and per-tree numbering are only labels: the forest built
+    from them computes what the same forest with small ids does."""
+    import ep_core
+
+    forest = _forest(6, n_trees=4, depth=4)
+    attrs = _node_attrs(forest, missing=False)
+    attrs.update(_leaf_weights(forest, np.random.default_rng(6), 1, None, positive=False, prefix="target"))
+    big = {k: list(v) for k, v in attrs.items()}
+    for key in ("nodes_nodeids", "nodes_truenodeids", "nodes_falsenodeids", "target_nodeids"):
+        big[key] = [i * 10**15 + 7 for i in attrs[key]]
+    x = _inputs(6, n=64)
+    small_out = ep_core.InferenceSession(_regressor(attrs, 1), providers=["CpuReferenceExecutionProvider"]).run(
+        None, {"X": x}
+    )
+    big_out = ep_core.InferenceSession(_regressor(big, 1), providers=["CpuReferenceExecutionProvider"]).run(
+        None, {"X": x}
+    )
+    np.testing.assert_array_equal(small_out[0], big_out[0])

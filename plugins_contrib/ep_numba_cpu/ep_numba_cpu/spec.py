@@ -258,9 +258,17 @@ def _check_attr_value(kind: str, v: Any, path: str, weights: Mapping[str, str]) 
     elif kind == "tensor":
         if not isinstance(v, str) or v not in weights:
             raise _fail(path, f"{v!r:.60} is not a stored weight")
-    else:
-        for i, x in enumerate(_list(v, path, 0, MAX_ATTR_VALUES)):
-            _check_attr_value(kind[:-1], x, f"{path}[{i}]", weights)
+    else:  # a list: a tree ensemble's hold ~10^5 numbers, so the common case is checked in bulk
+        items, inner = _list(v, path, 0, MAX_ATTR_VALUES), kind[:-1]
+        lo, hi = INT_RANGE["int64"]
+        if inner == "int" and all(type(x) is int and lo <= x <= hi for x in items):
+            return
+        if inner == "float" and all(type(x) is float for x in items):
+            return
+        if inner == "string" and all(type(x) is str and len(x) <= MAX_NAME for x in items):
+            return
+        for i, x in enumerate(items):  # else the element at fault, named
+            _check_attr_value(inner, x, f"{path}[{i}]", weights)
 
 
 def _check_conv_attrs(attrs: Any, path: str) -> None:
