@@ -100,7 +100,11 @@ def _short_error(exc: BaseException, limit: int = 600) -> str:
 
 
 def execute(case: Case, provider: str, registry: PluginRegistry | None) -> RunResult:
-    """Create a session for ``provider`` (fallback on) and run every data set of ``case``."""
+    """Create a session for ``provider`` (fallback on) and run every data set of ``case``. One
+    intra-op thread: BLAS sums in an order that depends on its thread count, and the adaptive
+    default follows the machine's load, so a report would differ in the last bits between a quiet
+    and a busy machine (or between a sweep's workers and the calling process)."""
+    from ep_core.runtime.options import SessionOptions
     from ep_core.runtime.session import InferenceSession
 
     result = RunResult()
@@ -108,7 +112,8 @@ def execute(case: Case, provider: str, registry: PluginRegistry | None) -> RunRe
     try:
         with warnings.catch_warnings(), np.errstate(all="ignore"):
             warnings.simplefilter("ignore")
-            sess = InferenceSession(case.model_bytes, providers=[provider], registry=registry)
+            opts = SessionOptions(intra_op_num_threads=1)
+            sess = InferenceSession(case.model_bytes, opts, providers=[provider], registry=registry)
             try:
                 result.output_names = [o.name for o in sess.get_outputs()]
                 for feed in case.feeds:
