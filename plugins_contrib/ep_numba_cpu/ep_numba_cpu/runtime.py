@@ -315,8 +315,9 @@ class GraphRunner:
             return lambda env, ws: self._step(k, env, ws, internal)
         names, spec_fn, plans, key = tuple(step["inputs"]), fn[1], self._shape_plans[k], (k, "calls")
         ndarray = np.ndarray
-        if not internal:
-            return self._bind_fresh(step, fn, names, plans, k)
+        if not internal:  # outputs leave the group: fresh buffers every run
+            run = self._run_kernel
+            return lambda env, ws: run(step, fn, env, None, k, plans)
 
         def kernel(env: dict[str, Any], ws: Workspace) -> None:
             # outputs in kept buffers: per input shapes, the flat views the kernel writes and the
@@ -337,43 +338,11 @@ class GraphRunner:
                 self._run_kernel(step, fn, env, ws, k, plans)
                 return
             flat, dims, views = got
-            spec_fn(
-                *flat,
-                *[a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1) for a in args],
-                dims,
-            )
+            spec_fn(*flat, *[_flat(a) for a in args], dims)
             for name, view in views:
                 env[name] = view
 
         return kernel
-
-    def _bind_fresh(
-        self, step: Mapping[str, Any], fns: Any, names: tuple[str, ...], plans: dict[Any, Any], k: int
-    ) -> Callable[[dict[str, Any], Workspace], None]:
-        """A kernel step whose outputs leave the group (or may be views of what does): fresh
-        output buffers every run, the shape plan looked up once per call (``_run_kernel`` does the
-        same through ``_step``, about 2 us slower a call: what small models pay per kernel)."""
-        spec_fn, ndarray = fns[1], np.ndarray
-
-        def fresh(env: dict[str, Any], ws: Workspace) -> None:
-            args = [env[n] for n in names]
-            if any(type(a) is not ndarray for a in args):
-                args = [np.asarray(a) for a in args]
-            sp = plans.get(tuple([a.shape for a in args]))
-            if sp is None or sp[1] is None:  # a new shape plan, or the general kernel
-                self._run_kernel(step, fns, env, None, k, plans)
-                return
-            full, dims, size, dtypes, finals = sp
-            outs = [np.empty(full, dt) for dt in dtypes]
-            spec_fn(
-                *[o.reshape(size) for o in outs],
-                *[a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1) for a in args],
-                dims,
-            )
-            for (name, cut, real), buf in zip(finals, outs, strict=True):
-                env[name] = (buf[cut] if cut is not None else buf).reshape(real)
-
-        return fresh
 
     def _fold(self) -> list[int]:
         """Run once, here, every step whose inputs are all stored weights or values folded before
@@ -448,7 +417,7 @@ class GraphRunner:
         full, dims, size, dtypes, finals = sp
         outs = [_buf(ws, (k, m), full, dt) for m, dt in enumerate(dtypes)]
         if dims is not None:
-            spec_fn(*[o.reshape(size) for o in outs], *[_readonly_flat(a) for a in args], dims)
+            spec_fn(*[o.reshape(size) for o in outs], *[_flat(a) for a in args], dims)
         else:
             rank = len(full)
             views = [np.broadcast_to(a.reshape((1,) * (rank - a.ndim) + a.shape), full) for a in args]
@@ -559,14 +528,10 @@ def _follows(
     return True
 
 
-def _readonly_flat(a: np.ndarray) -> np.ndarray:
-    """A read-only 1-D C-contiguous view (a copy only when ``a`` is not contiguous): the
-    specialised kernels take read-only buffers."""
-    v = a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
-    if v is a or v.base is None:
-        v = v.view()
-    v.flags.writeable = False
-    return v
+def _flat(a: np.ndarray) -> np.ndarray:
+    """``a`` as a 1-D C-contiguous array, a copy only when ``a`` is not contiguous (the specialised
+    kernels read flat buffers; Numba takes a writable one for their read-only parameters)."""
+    return a.reshape(-1) if a.flags.c_contiguous else np.ascontiguousarray(a).reshape(-1)
 
 
 def run_plan_inputs(runner: GraphRunner, inputs: Sequence[Any]) -> list[Any]:
