@@ -17,6 +17,7 @@ from ep_cpu_reference.kernels.nn_matmul import few_rows
 from ep_numba_cpu import delegate, generate
 from ep_numba_cpu.delegate import Host
 from ep_numba_cpu.fold_size import fold_bytes
+from ep_numba_cpu.recurrent import readonly
 from ep_numba_cpu.spec import SpecError
 
 
@@ -119,12 +120,12 @@ def _conv_plan(
     wo = (wd + pl + pr - dw * (kw - 1) - 1) // sw + 1
     if group == c and cg == 1 and m == c and depthwise is not None and not one_d:
         # geometry compiled in; padding and bias handled inside the kernel: no padded copy, no extra pass
-        wr = _readonly(w.reshape(m, kh, kw))
-        br = _readonly(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False))
+        wr = readonly(np.ascontiguousarray(w.reshape(m, kh, kw)))
+        br = readonly(np.ascontiguousarray(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False)))
 
         def run_depthwise(x: np.ndarray) -> np.ndarray:
             out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
-            depthwise(out, _readonly(x), wr, br)
+            depthwise(out, readonly(np.ascontiguousarray(x)), wr, br)
             return out
 
         return run_depthwise
@@ -133,14 +134,6 @@ def _conv_plan(
     if one_d:
         return lambda x: plan(x[:, :, None, :])[:, :, 0, :]
     return plan
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    """A read-only C-contiguous view (compiled kernels take read-only inputs)."""
-    v = np.ascontiguousarray(a)
-    v = v.view()
-    v.flags.writeable = False
-    return v
 
 
 def matmul(a: np.ndarray, b: np.ndarray, ws: Workspace | None = None, key: Any = 0) -> np.ndarray:
