@@ -80,29 +80,21 @@ def build_matmul_integer(node: NodeView, ctx: KernelContext) -> Any:
     b_fixed: list[tuple[slice, np.ndarray]] | None = None
     if ctx.constant(ins[1]) is not None and (not ins[3] or ctx.constant(ins[3]) is not None):
         bf = _zp(np.asarray(ctx.constant(ins[1])), ctx.constant(ins[3]) if ins[3] else None, 1)
-        b_fixed = _exact_slices(bf)
+        b_fixed = exact_slices(bf)
 
     def compute(a: Any, b: Any, a_zp: Any = None, b_zp: Any = None) -> tuple[np.ndarray]:
         if b_fixed is None:
             bf = _zp(b, b_zp, 1)
             return (np.rint(np.matmul(_zp(a, a_zp, 2), bf)).astype(np.int32),)
-        af = _zp(a, a_zp, 2)
-        first, part = b_fixed[0]
-        if len(b_fixed) == 1:
-            return (np.rint(np.matmul(af.astype(part.dtype, copy=False), part)).astype(np.int32),)
-        af32 = af.astype(np.float32)
-        acc = np.matmul(af32[..., first], part).astype(np.float64)
-        for sl, part in b_fixed[1:]:
-            acc += np.matmul(af32[..., sl], part)
-        return (np.rint(acc).astype(np.int32),)
+        return (np.rint(exact_matmul(_zp(a, a_zp, 2), b_fixed)).astype(np.int32),)
 
     return compute
 
 
-def _exact_slices(bf: np.ndarray) -> list[tuple[slice, np.ndarray]]:
-    """B (..., K, N) as float32 slices along K whose products by an 8-bit A are exact (every
-    column's sum of |b| over the slice times 255 below 2^24), or one float64 slice when a single
-    row of B already reaches that."""
+def exact_slices(bf: np.ndarray) -> list[tuple[slice, np.ndarray]]:
+    """B (..., K, N), integers in a float array, as float32 slices along K whose products by an
+    8-bit A are exact (every column's sum of |b| over the slice times 255 below 2^24), or one
+    float64 slice when a single row of B already reaches that (or more than 8 slices would)."""
     limit = 2.0**24 / 255.0
     col = np.abs(bf).reshape(-1, bf.shape[-2], bf.shape[-1]).max(axis=0) if bf.ndim > 2 else np.abs(bf)
     if bf.ndim < 2 or not bf.size or float(col.max(initial=0.0)) >= limit:
@@ -117,6 +109,21 @@ def _exact_slices(bf: np.ndarray) -> list[tuple[slice, np.ndarray]]:
     if len(cuts) > 8:  # too many slices to pay: float64 in one go
         return [(slice(None), bf)]
     return [(sl, np.ascontiguousarray(bf[..., sl, :], dtype=np.float32)) for sl in cuts]
+
+
+def exact_matmul(a: np.ndarray, slices: list[tuple[slice, np.ndarray]]) -> np.ndarray:
+    """``a @ B`` for an 8-bit-range integer ``a`` (in any float dtype) and B laid out by
+    ``exact_slices``: every product exact, so the integers are those of int64 arithmetic (float32
+    from a single float32 slice, float64 otherwise; one float32 BLAS pass over K either way when
+    B is sliced, about half float64's time)."""
+    first, part = slices[0]
+    if len(slices) == 1:
+        return np.matmul(a.astype(part.dtype, copy=False), part)
+    a32 = a.astype(np.float32, copy=False)
+    acc = np.matmul(a32[..., first], part).astype(np.float64)
+    for sl, part in slices[1:]:
+        acc += np.matmul(a32[..., sl], part)
+    return acc
 
 
 @REGISTRY.register("QLinearMatMul", since=first_since("QLinearMatMul"))

@@ -24,6 +24,7 @@ from ep_cpu_reference.kernels._ms_schema import MS
 from ep_cpu_reference.kernels._quantize_ms_schemas import register_schemas
 from ep_cpu_reference.kernels.nn_common import fail
 from ep_cpu_reference.kernels.nn_conv import build_qlinear_conv
+from ep_cpu_reference.kernels.nn_matmul import exact_matmul, exact_slices
 from ep_cpu_reference.kernels.nn_pool import build_average_pool
 from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec, _unreverse
 from ep_cpu_reference.kernels.quantize import _dequantize_builder, _quantize_builder, dynamic_params
@@ -486,20 +487,21 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
     prepared: list[Any] = []
 
     def prepare(w, r, b, w_s, w_zp, r_s, r_zp):  # type: ignore[no-untyped-def]
-        """Weights minus zero points per gate (D, 4, K, H) in an exact BLAS dtype, i/o/f
-        columns negated (see _rnn_fast), scales as (4, D, 1, H), the bias Wb + Rb likewise."""
+        """Weights minus zero points, i/o/f columns negated (see _rnn_fast): W per direction laid
+        out for one exact product of all gates (``exact_slices``) with its scales as (D, 4H); R
+        per gate (D, 4, H, H) in an exact BLAS dtype with its scales as (4, D, 1, H); the bias
+        Wb + Rb as (4, D, 1, H)."""
         n_dir, hs = w.shape[0], w.shape[2] // 4
         sign = fast.gate_signs(4, 3, hs, np.float64)
 
-        def per_gate(q: np.ndarray, zp: Any) -> np.ndarray:
+        def signed(q: np.ndarray, zp: Any) -> np.ndarray:
+            """(D, K, 4H) float64: q - zp (per column or per direction), times the gate signs."""
             z = np.zeros(1) if zp is None else np.asarray(zp, np.float64)
-            z = (
-                z.reshape(n_dir, 1, -1)
-                if z.ndim == 2
-                else z.reshape(-1)[:n_dir].reshape(-1, 1, 1) * np.ones((n_dir, 1, 1))
-            )
-            v = (q.astype(np.float64) - z) * sign
-            v = v.reshape(n_dir, q.shape[1], 4, hs).transpose(0, 2, 1, 3)
+            z = z.reshape(n_dir, 1, -1) if z.ndim == 2 else z.reshape(-1)[:n_dir].reshape(-1, 1, 1)
+            return (q.astype(np.float64) - z) * sign
+
+        def per_gate(v: np.ndarray) -> np.ndarray:
+            v = v.reshape(n_dir, v.shape[1], 4, hs).transpose(0, 2, 1, 3)
             return np.ascontiguousarray(v, fast.exact_dtype(v))
 
         def scale(sv: Any) -> np.ndarray:
@@ -508,13 +510,19 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
                 return np.ascontiguousarray(sv.reshape(n_dir, 4, hs).transpose(1, 0, 2)[:, :, None, :])
             return np.ascontiguousarray(np.broadcast_to(sv.reshape(-1)[:n_dir, None, None], (4, n_dir, 1, hs)))
 
+        def column_scale(sv: Any) -> np.ndarray:
+            sv = np.asarray(sv, F32)
+            per = sv.reshape(n_dir, 4 * hs) if sv.ndim == 2 else sv.reshape(-1)[:n_dir, None]
+            return np.ascontiguousarray(np.broadcast_to(per, (n_dir, 4 * hs)))
+
         bias = None
         if b is not None:
             bb = (b[:, : 4 * hs].astype(F32) + b[:, 4 * hs :].astype(F32)) * sign.astype(F32)
             bias = np.ascontiguousarray(bb.reshape(n_dir, 4, hs).transpose(1, 0, 2)[:, :, None, :])
-        rq = per_gate(r, r_zp)
+        rq = per_gate(signed(r, r_zp))
         products = [None if recurrent_product is None else recurrent_product(rq[d]) for d in range(n_dir)]
-        return per_gate(w, w_zp), scale(w_s), rq, scale(r_s), bias, products
+        wv = signed(w, w_zp)
+        return [exact_slices(wv[d]) for d in range(n_dir)], column_scale(w_s), rq, scale(r_s), bias, products
 
     def run_fast(x, h0, c0, prep):  # type: ignore[no-untyped-def]
         wq, ws, rq, rs, bias, products = prep
@@ -522,16 +530,14 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
         hs = rq.shape[-1]
         rev = fast.reversed_dirs(spec.direction)
         xq, xs, xz = dynamic_quantize(x.reshape(seq * batch, -1))  # the same for both directions
-        xf = (xq.astype(np.int16) - np.int16(xz)).astype(wq.dtype)
+        xf = (xq.astype(np.int16) - np.int16(xz)).astype(F32)
         y = np.empty((seq, len(rev), batch, hs), F32)
         y_h, y_c = np.empty((2, len(rev), batch, hs), F32)
         for d, back in enumerate(rev):
-            xw = np.empty((seq, 4, batch, hs), F32)
-            for j in range(4):
-                pj = (xf @ wq[d, j]).astype(F32, copy=False)
-                pj *= xs * ws[j, d]
-                pj = pj.reshape(seq, batch, hs)
-                xw[:, j] = pj[::-1] if back else pj
+            p = exact_matmul(xf, wq[d]).astype(F32, copy=False)
+            p *= xs * ws[d]
+            p = p.reshape(seq, batch, 4, hs).transpose(0, 2, 1, 3)
+            xw = np.ascontiguousarray(p[::-1] if back else p)
             h = np.zeros((batch, hs), F32) if h0 is None else np.array(h0[d], F32)
             c = np.zeros((batch, hs), F32) if c0 is None else np.array(c0[d], F32)
             bias_d = None if bias is None else bias[:, d]

@@ -186,9 +186,9 @@ def test_matmul_integer_exact_in_float32_slices(b_dtype: Any, k: int, zp: int, b
     assert got.dtype == np.int32
     np.testing.assert_array_equal(got, want)
     if not batched:
-        from ep_cpu_reference.kernels.nn_matmul import _exact_slices
+        from ep_cpu_reference.kernels.nn_matmul import exact_slices
 
-        slices = _exact_slices(b.astype(np.float64) - zp)
+        slices = exact_slices(b.astype(np.float64) - zp)
         assert all(p.dtype == np.float32 for _, p in slices) and (len(slices) > 1) == (k == 1024)
         ort = pytest.importorskip("onnxruntime")
         np.testing.assert_array_equal(

@@ -366,6 +366,36 @@ def test_dynamic_quantize_lstm(direction: str, wdt: Any, per_channel: bool, extr
     _close(_model("DynamicQuantizeLSTM", ins, [np.float32] * 3, consts, hidden_size=h, direction=direction))
 
 
+def test_dynamic_quantize_lstm_wide_input_projection_in_exact_slices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """4000 non-negative features against large positive int8 weights: the input projection's
+    sums pass 2^24, so it runs as exact float32 slices added in float64. The
+    answer is the one float64 product gives (every integer exact) and differs from one float32
+    product's (which rounds them); it matches onnxruntime."""
+    from ep_cpu_reference.kernels import quantize_ms
+    from ep_cpu_reference.kernels.nn_matmul import exact_slices
+
+    t, b, i, h = 3, 2, 4000, 4
+    w = _R.integers(60, 128, (1, i, 4 * h)).astype(np.int8)
+    assert len(exact_slices(w[0].astype(np.float64))) == 6
+    ins = [("x", _R.uniform(0, 1, (t, b, i)).astype(np.float32)), ("w", w)]
+    ins += [("r", _ints(np.int8, (1, h, 4 * h))), ("b", None), ("sl", None), ("h0", None), ("c0", None), ("p", None)]
+    ins += [("ws", np.array([2e-5], np.float32)), ("wz", np.zeros(1, np.int8))]
+    ins += [("rs", np.array([0.004], np.float32)), ("rz", np.zeros(1, np.int8))]
+    model, feed = _model("DynamicQuantizeLSTM", ins, [np.float32] * 3, {"w", "r", "ws", "wz", "rs", "rz"}, hidden_size=h)
+
+    def run(layout: Any = None) -> list[np.ndarray]:
+        if layout is not None:
+            monkeypatch.setattr(quantize_ms, "exact_slices", layout)
+        return ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+
+    got = run()
+    for g, w64 in zip(got, run(lambda v: [(slice(None), v)]), strict=True):
+        np.testing.assert_array_equal(g, w64)
+    rounded = run(lambda v: [(slice(None), v.astype(np.float32))])
+    assert any(not np.array_equal(g, r) for g, r in zip(got, rounded, strict=True))
+    _close((model, feed))
+
+
 @pytest.mark.parametrize("wdt", INT8)
 @pytest.mark.parametrize("mask", [None, "lengths", "start_end", "keys"])
 @pytest.mark.parametrize("unidirectional", [0, 1])
