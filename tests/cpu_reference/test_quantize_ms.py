@@ -381,7 +381,9 @@ def test_dynamic_quantize_lstm_wide_input_projection_in_exact_slices(monkeypatch
     ins += [("r", _ints(np.int8, (1, h, 4 * h))), ("b", None), ("sl", None), ("h0", None), ("c0", None), ("p", None)]
     ins += [("ws", np.array([2e-5], np.float32)), ("wz", np.zeros(1, np.int8))]
     ins += [("rs", np.array([0.004], np.float32)), ("rz", np.zeros(1, np.int8))]
-    model, feed = _model("DynamicQuantizeLSTM", ins, [np.float32] * 3, {"w", "r", "ws", "wz", "rs", "rz"}, hidden_size=h)
+    model, feed = _model(
+        "DynamicQuantizeLSTM", ins, [np.float32] * 3, {"w", "r", "ws", "wz", "rs", "rz"}, hidden_size=h
+    )
 
     def run(layout: Any = None) -> list[np.ndarray]:
         if layout is not None:
