@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
 
+import numpy as np
+
 from ep_core.runtime.contract import OutputSpec, check_all, expect
 from ep_core.runtime.load import materialise_budget
 from ep_core.runtime.units import NONE_SLOT, SINK_SLOT, SessionContext, Step, StepInfo, Unit
@@ -44,7 +46,7 @@ class Plan:
         out = [vals[s] for s in self.output_slots]
         for i in self.copy_outputs:  # never hand out a plan constant: a caller could mutate it
             out[i] = _fresh(out[i])
-        return out
+        return [np.asarray(v) if isinstance(v, np.generic) else v for v in out]  # a NumPy scalar: a 0-d array
 
     def describe(self) -> list[str]:
         return [
@@ -321,5 +323,4 @@ def _unit_error(u: Unit, ep_name: str, exc: Exception) -> EpCoreError:
 
 
 def _fresh(value: Any) -> Any:
-    copy = getattr(value, "copy", None)
-    return copy() if callable(copy) else value
+    return value.copy() if callable(getattr(value, "copy", None)) else value

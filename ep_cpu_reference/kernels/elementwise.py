@@ -101,7 +101,7 @@ def _sigmoid(x: Any) -> Any:
     """float32: 1/(1+exp(-x)) in four in-place ufuncs (-x is capped at 88 so exp stays finite:
     the result there is < 1e-38, zero at float32 precision); other types the two-sided float64 form."""
     if x.dtype == np.float32:
-        t = np.negative(x)
+        t = np.negative(x, out=np.empty(x.shape, x.dtype))  # an array even for a 0-d x
         np.minimum(t, 88.0, out=t)
         np.exp(t, out=t)
         t += 1.0
@@ -226,7 +226,7 @@ _activation("ThresholdedRelu", 10, {"alpha": 1.0}, lambda x, alpha: np.where(x >
 
 def _hard_sigmoid32(x: np.ndarray, alpha: float, beta: float) -> np.ndarray:
     """max(0, min(1, alpha*x + beta)) in float32 with in-place ufuncs, as onnxruntime computes it."""
-    t = np.multiply(x, alpha)
+    t = np.multiply(x, alpha, out=np.empty(x.shape, x.dtype))  # an array even for a 0-d x
     t += beta
     return np.clip(t, 0.0, 1.0, out=t)
 
