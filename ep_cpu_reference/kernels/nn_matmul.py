@@ -131,11 +131,18 @@ def build_qlinear_matmul(node: NodeView, ctx: KernelContext) -> Any:
     """QLinearMatMul: exact integer product, requantized as onnxruntime does
     (MlasRequantizeOutput): float32(acc) * float32(a_scale * b_scale[n] / y_scale), rounded
     half to even, + y_zero_point, saturated. A float64 scale rounds some exact float32 halves
-    the other way."""
+    the other way. A constant B (and zero point) is laid out once for ``exact_matmul``, as
+    MatMulInteger's is: float32 BLAS where its sums stay exact, not a float64 product per run."""
     f32 = np.float32
+    b_fixed: list[tuple[slice, np.ndarray]] | None = None
+    if ctx.constant(node.inputs[3]) is not None and ctx.constant(node.inputs[5]) is not None:
+        b_fixed = exact_slices(_zp(np.asarray(ctx.constant(node.inputs[3])), ctx.constant(node.inputs[5]), 1))
 
     def compute(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):  # type: ignore[no-untyped-def]
-        acc = np.matmul(_zp(a, a_zp, 2), _zp(b, b_zp, 1))
+        if b_fixed is None:
+            acc = np.matmul(_zp(a, a_zp, 2), _zp(b, b_zp, 1))
+        else:
+            acc = exact_matmul(_zp(a, a_zp, 2), b_fixed)
         a_scale = np.asarray(a_s, dtype=f32)
         b_scale = np.asarray(b_s, dtype=f32)
         a_scale = a_scale.reshape(-1, 1) if a_scale.size > 1 else a_scale.reshape(())

@@ -280,16 +280,25 @@ def build_qlinear_softmax(node: NodeView, ctx: KernelContext) -> Any:
         idx = ((i - 128) if signed else i).astype(np.int64).astype(np.uint8)
         with np.errstate(over="ignore"):
             table[idx] = np.exp((i - 255 + shift) * x_scale).astype(F32)
+        top = rows.max(axis=1, keepdims=True)
+        # the table index of x - max + 255 as one byte (x <= max: no wrap for uint8; int8's
+        # x - max + 127 in two's complement is the same byte)
         if signed:
-            vx = (np.int32(127) - rows.max(axis=1, keepdims=True).astype(np.int32) + rows).astype(np.uint8)
+            vx = rows.view(np.uint8) - top.view(np.uint8) + np.uint8(127)
         else:
-            vx = (np.int32(255) - rows.max(axis=1, keepdims=True).astype(np.int32) + rows).astype(np.int64)
-        vals = table[vx]
-        vsum = np.cumsum(vals, axis=1, dtype=F32)[:, -1:]
+            vx = rows + (np.uint8(255) - top)
+        vals = np.take(table, vx)
+        # each row summed in element order (onnxruntime's): the reduced axis outermost of a
+        # C-contiguous copy adds column after column, vectorised across rows
+        vsum = np.ascontiguousarray(vals.T).sum(axis=0)[:, None] if d > 1 else vals.copy()
         inv = F32(np.floor(F32(1.0) / _f(y_s)))
-        with np.errstate(divide="ignore", invalid="ignore"):
-            vq = np.rint((vals * inv) / vsum).astype(np.int64) + _zp(y_zp)
-        out = np.minimum(vq, 127 if signed else 255).astype(x.dtype)  # vq >= zp: no lower bound
+        with np.errstate(over="ignore", divide="ignore", invalid="ignore"):
+            np.multiply(vals, inv, out=vals)
+            np.divide(vals, vsum, out=vals)
+            np.rint(vals, out=vals)
+            vq = vals.astype(np.int64)
+        vq += _zp(y_zp)
+        out = np.minimum(vq, 127 if signed else 255, out=vq).astype(x.dtype)  # vq >= zp: no lower bound
         if old:
             return (out.reshape(x.shape),)
         return (np.moveaxis(out.reshape(moved.shape), -1, axis),)

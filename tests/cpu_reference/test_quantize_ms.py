@@ -141,6 +141,17 @@ def test_qlinear_softmax_bit_identical(opset: int, axis: int, dt: Any) -> None:
 
 
 @pytest.mark.parametrize("dt", INT8)
+@pytest.mark.parametrize("d", [1, 400])
+def test_qlinear_softmax_rows_of_one_and_of_attention_length(dt: Any, d: int) -> None:
+    """Rows as long as an attention map's (summed column after column in element order) and of
+    one element, bit-identical to onnxruntime."""
+    info = np.iinfo(dt)
+    ins = [("x", _ints(dt, (2, 6, d))), ("xs", _f32(0.05)), ("xz", np.array(0, dt)), ("ys", _f32(1 / 256))]
+    ins += [("yz", np.array(info.min, dt))]
+    _exact(_model("QLinearSoftmax", ins, [dt], {"xs", "xz", "ys", "yz"}, opset=13, axis=-1))
+
+
+@pytest.mark.parametrize("dt", INT8)
 def test_qlinear_concat_and_where_requantize_like_onnxruntime(dt: Any) -> None:
     ins = [
         ("ys", _f32(0.05)),
@@ -249,6 +260,7 @@ def test_ai_onnx_integer_ops_bit_identical(adt: Any, bdt: Any) -> None:
         ins = [("a", a), ("as", _f32(0.03)), ("az", np.array(5, adt)), ("b", b), ("bs", bs), ("bz", bz)]
         ins += [("ys", _f32(0.37)), ("yz", np.array(9, adt))]
         _exact(_model("QLinearMatMul", ins, [adt], {"b", "as", "az", "bs", "bz", "ys", "yz"}, domain=""))
+        _exact(_model("QLinearMatMul", ins, [adt], {"as", "az", "bs", "bz", "ys", "yz"}, domain=""))  # B a feed
     x, w = _ints(adt, (2, 6, 9, 9)), _ints(bdt, (8, 3, 3, 3))
     geometry = {"group": 2, "pads": [1, 0, 1, 2], "strides": [2, 1]}
     ins = [("x", x), ("w", w), ("xz", np.array(5, adt)), ("wz", np.array(0, bdt))]
@@ -262,6 +274,23 @@ def test_ai_onnx_integer_ops_bit_identical(adt: Any, bdt: Any) -> None:
             _exact(_model("QLinearConv", [("x", x)] + rest, [adt], consts, domain=domain, **geometry))
         nhwc = np.ascontiguousarray(x.transpose(0, 2, 3, 1))
         _exact(_model("QLinearConv", [("x", nhwc)] + rest, [adt], consts, channels_last=1, **geometry))
+
+
+def test_qlinear_matmul_wide_constant_b_in_exact_slices() -> None:
+    """K = 6000: a constant B whose column sums of |b - b_zp| times 255 pass 2^24 is cut into
+    float32 slices (each exact, added in float64); the requantized result, spread over most of
+    uint8's range, is onnxruntime's to the bit."""
+    from ep_cpu_reference.kernels.nn_matmul import exact_slices
+
+    a = _R.integers(200, 256, (4, 6000)).astype(np.uint8)
+    b = _R.integers(60, 128, (6000, 16)).astype(np.int8)
+    assert len(exact_slices(b.astype(np.float64) - 94)) > 1
+    ins = [("a", a), ("as", _f32(0.02)), ("az", np.array(228, np.uint8)), ("b", b), ("bs", _f32(0.01))]
+    ins += [("bz", np.array(94, np.int8)), ("ys", _f32(0.12)), ("yz", np.array(128, np.uint8))]
+    model = _model("QLinearMatMul", ins, [np.uint8], {"b", "as", "az", "bs", "bz", "ys", "yz"}, domain="")
+    got = _run_both(*model)[0][0]
+    assert np.ptp(got.astype(int)) > 60 and np.mean((got > 0) & (got < 255)) > 0.8  # mostly not saturated
+    _exact(model)
 
 
 def _half_scales(xs: np.float32, ys: np.float32, ks: tuple[float, ...]) -> np.ndarray:
