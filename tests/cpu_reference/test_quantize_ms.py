@@ -404,10 +404,18 @@ def test_dynamic_quantize_lstm_wide_input_projection_in_exact_slices(monkeypatch
     from ep_cpu_reference.kernels.nn_matmul import exact_slices
 
     t, b, i, h = 3, 2, 4000, 4
-    w = _R.integers(60, 128, (1, i, 4 * h)).astype(np.int8)
+    rng = np.random.default_rng(4)
+    w = rng.integers(60, 128, (1, i, 4 * h)).astype(np.int8)
     assert len(exact_slices(w[0].astype(np.float64))) == 6
-    ins = [("x", _R.uniform(0, 1, (t, b, i)).astype(np.float32)), ("w", w)]
-    ins += [("r", _ints(np.int8, (1, h, 4 * h))), ("b", None), ("sl", None), ("h0", None), ("c0", None), ("p", None)]
+    ins = [("x", rng.uniform(0, 1, (t, b, i)).astype(np.float32)), ("w", w)]
+    ins += [
+        ("r", rng.integers(-128, 128, (1, h, 4 * h)).astype(np.int8)),
+        ("b", None),
+        ("sl", None),
+        ("h0", None),
+        ("c0", None),
+        ("p", None),
+    ]
     ins += [("ws", np.array([2e-5], np.float32)), ("wz", np.zeros(1, np.int8))]
     ins += [("rs", np.array([0.004], np.float32)), ("rz", np.zeros(1, np.int8))]
     model, feed = _model(
