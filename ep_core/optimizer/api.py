@@ -36,7 +36,17 @@ def optimize_model(
     """``model`` (a checked, inferred ModelProto) optimized to ``level``; the very object given
     when nothing changes. ``supports`` gates every rewrite into an op the graph did not have;
     ``budget`` is the bytes constant folding may materialise in all; ``config`` the session config
-    entries (onnxruntime's ``session.disable_quant_qdq`` and ``session.qdqisint8allowed``)."""
+    entries (onnxruntime's ``session.disable_quant_qdq`` and ``session.qdqisint8allowed``).
+    Whatever the level, Reshapes whose targets are computed from shapes get their output shapes
+    (``shape_values``): a shape's value is data the EPs plan with, not a change to the graph."""
+    from ep_core.optimizer.shape_values import with_computed_reshapes
+
+    return with_computed_reshapes(_optimize(model, level, supports, budget, log, config))
+
+
+def _optimize(
+    model: Any, level: int, supports: SupportsOp | None, budget: int, log: Log, config: Mapping[str, str] | None
+) -> Any:
     level = int(level)
     if level <= DISABLE_ALL or any(n.op_type == "EPContext" for n in model.graph.node):
         return model  # a compiled model: its graph was optimized before the EPs compiled it
