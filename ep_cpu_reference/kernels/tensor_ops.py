@@ -365,11 +365,13 @@ def build_one_hot(node: NodeView, ctx: KernelContext) -> Fn:
         d = int(np.asarray(depth).reshape(-1)[0])
         idx = np.asarray(indices).astype(np.int64)
         idx = np.where(idx < 0, idx + d, idx)
-        rank = idx.ndim + 1
-        a = norm_axis(node, axis, rank)
-        hot = np.expand_dims(idx, a) == np.arange(d).reshape([d if i == a else 1 for i in range(rank)])
-        off, on = values[0], values[1]
-        return (np.where(hot, on, off).astype(values.dtype),)
+        a = norm_axis(node, axis, idx.ndim + 1)
+        out = np.full(idx.shape[:a] + (d,) + idx.shape[a:], values[0], dtype=values.dtype)
+        valid = (idx >= 0) & (idx < d)
+        hot = values[1] if valid.all() else np.expand_dims(np.where(valid, values[1], values[0]), a)
+        # one write per index (an all-off row writes "off" at 0): not a depth-wide compare per element
+        np.put_along_axis(out, np.expand_dims(np.where(valid, idx, 0), a), hot, axis=a)
+        return (out,)
 
     return compute
 
