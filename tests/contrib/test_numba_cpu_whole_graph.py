@@ -835,3 +835,43 @@ def test_long_attribute_lists_are_checked_element_by_element_on_failure() -> Non
     ):
         with pytest.raises(SpecError, match=rf"attrs\.x\[1\]\[{at}\]"):
             _check_attr_value(kind, bad, "attrs.x[1]", {})
+
+
+def test_identity_is_a_delegated_step_that_copies_nothing() -> None:
+    """A Scan body's ``next_out = Identity(next_in)`` and ``scan_out = Identity(reduced)`` (what
+    skl2onnx's k-nearest-neighbours writes) are delegated steps handing their input on, not kernels
+    copying it on every iteration; the Sub between them still compiles."""
+    import onnx
+
+    from ep_core.sdk.graph import GraphView, opset_map
+    from ep_numba_cpu.planner import build_plan
+
+    F = TensorProto.FLOAT
+    g = helper.make_graph(
+        [
+            helper.make_node("Identity", ["x"], ["x_out"]),
+            helper.make_node("Sub", ["x", "row"], ["d"]),
+            helper.make_node("Mul", ["d", "d"], ["d2"]),
+            helper.make_node("Identity", ["d2"], ["y"]),
+        ],
+        "body",
+        [helper.make_tensor_value_info("x", F, ["n", 4]), helper.make_tensor_value_info("row", F, [4])],
+        [helper.make_tensor_value_info("x_out", F, ["n", 4]), helper.make_tensor_value_info("y", F, ["n", 4])],
+    )
+    m = onnx.shape_inference.infer_shapes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]))
+    gp = build_plan(GraphView(m.graph, opset_map(m)), ["x", "row"], ["x_out", "y"], lambda n: False)
+    steps = gp.plan["steps"]
+    assert [(s["kind"], s.get("op")) for s in steps] == [
+        ("node", "Identity"),
+        ("kernel", None),
+        ("node", "Identity"),
+    ]
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    row = np.array([1, 2, 3, 4], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = InferenceSession(m.SerializeToString(), providers=[NUMBA, "CpuReferenceExecutionProvider"]).run(
+            None, {"x": x, "row": row}
+        )
+    np.testing.assert_array_equal(got[0], x)
+    np.testing.assert_array_equal(got[1], (x - row) ** 2)

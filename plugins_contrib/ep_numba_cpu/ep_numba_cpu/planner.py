@@ -301,7 +301,7 @@ def build_plan(
         if op == "Constant" and node.domain in ("", "ai.onnx"):
             consts[node.outputs[0]] = graph.constant_value(node.outputs[0])
             continue
-        if not compiled(node):
+        if not compiled(node) or op == "Identity":  # a delegated Identity hands on its input: no copy
             for i in node.inputs:
                 const(i)
             if from_constants(node.inputs):
