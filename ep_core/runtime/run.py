@@ -65,9 +65,8 @@ def run(
     outputs_to_host: bool = True,
     fetches: Sequence[str] | None = None,
 ) -> list[Any]:
-    """Run the main graph's plan for this placement of inputs; returns every graph output (None
-    for those not in ``fetches`` when ``run_options.only_execute_path_to_fetches`` is set). Under
-    graph capture (``host.graphs``) a captured graph replays, or runs repeat until it is captured."""
+    """Every graph output of one run (None for those outside ``fetches`` under
+    ``only_execute_path_to_fetches``); under graph capture a captured graph replays."""
     program, cap = built.program, built.capture
     if program is None:
         raise InvalidArgument("the session is closed")
@@ -96,19 +95,22 @@ def _execute(built: "Built", plan: Any, feed: Mapping[str, Any], run_options: "R
             ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
     if record is not None:
         built.host.run_end(record, run_options)
-    outputs: list[Any] = plan.outputs(vals)
+    fed = {id(_owner(v)) for v in feed.values()}  # an output viewing a feed is copied, as onnxruntime's are apart
+    outputs: list[Any] = [o.copy() if id(_owner(o)) in fed else o for o in plan.outputs(vals)]
     warn_declared(built, outputs, run_options)  # onnxruntime's warning for an output's wrong declared shape
     return outputs
 
 
+def _owner(value: Any) -> Any:
+    return value if getattr(value, "base", None) is None else value.base
+
+
 def select_outputs(graph: GraphView, output_names: Sequence[str] | None, values: list[Any]) -> list[Any]:
     names = [v.name for v in graph.outputs]
-    if not output_names:
-        return values
-    for n in output_names:
+    for n in output_names or ():
         if n not in names:
             raise InvalidArgument(f"unknown output {n!r}; the model's outputs are {names}")
-    return [values[names.index(n)] for n in output_names]
+    return [values[names.index(n)] for n in output_names] if output_names else values
 
 
 def _shape_str(shape: Sequence[Any] | None) -> str:

@@ -202,3 +202,29 @@ def test_manual_registration_by_module_path() -> None:
     assert name not in ep_core.get_all_providers()
     with pytest.raises(ep_core.sdk.errors.PluginError, match="must look like 'package.module:attribute'"):
         ep_core.register_execution_provider_library(name, "no_colon_here")
+
+
+@pytest.mark.parametrize("providers", [["CpuReferenceExecutionProvider"], ["NumbaCpuExecutionProvider"]])
+def test_outputs_that_pass_an_input_on_are_their_own_arrays(providers: list[str]) -> None:
+    """Identity and Reshape hand their input on inside the graph, but what a run returns never
+    shares memory with a feed (onnxruntime's outputs are their own buffers): writing into an output
+    must not change the caller's input. Outputs computed afresh are not copied."""
+    if providers[0] not in ep_core.get_available_providers():
+        pytest.skip(f"{providers[0]} is not installed")
+    shape = helper.make_tensor("shape", TensorProto.INT64, [1], [12])
+    nodes = [
+        helper.make_node("Identity", ["x"], ["same"]),
+        helper.make_node("Reshape", ["x", "shape"], ["flat"]),
+        helper.make_node("Neg", ["x"], ["neg"]),
+    ]
+    outs = [("same", 1, [3, 4]), ("flat", 1, [12]), ("neg", 1, [3, 4])]
+    model = make_model(nodes, [("x", 1, [3, 4])], outs, [shape])
+    x = np.arange(24, dtype=np.float32).reshape(6, 4)[::2]  # a view of a larger array
+    before = x.copy()
+    providers = list(dict.fromkeys(providers + ["CpuReferenceExecutionProvider"]))
+    same, flat, neg = ep_core.InferenceSession(model, providers=providers).run(None, {"x": x})
+    assert not np.shares_memory(same, x) and not np.shares_memory(flat, x)
+    same += 1
+    flat += 1
+    np.testing.assert_array_equal(x, before)
+    np.testing.assert_array_equal(neg, -before)

@@ -16,4 +16,9 @@ if importlib.util.find_spec("ep_numba_cpu") is None:
     def pytest_report_header() -> str:
         return "tests/epcontext skipped: ep_numba_cpu is not installed (pip install plugins_contrib/ep_numba_cpu)"
 else:
-    from epcontext_support import compiled, count_compiles, pytest_collection_modifyitems  # noqa: F401
+    from epcontext_support import (  # noqa: F401
+        compiled,
+        count_compiles,
+        one_thread_by_default,
+        pytest_collection_modifyitems,
+    )

@@ -148,3 +148,14 @@ def set_attr(node: Any, name: str, value: Any) -> None:
         if a.name == name:
             node.attribute.remove(a)
     node.attribute.append(helper.make_attribute(name, value))
+
+
+@pytest.fixture(autouse=True)
+def one_thread_by_default(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Sessions here compare answers bit for bit across sessions and runs; BLAS sums in an order
+    that follows its thread count, which the adaptive default (``threads.default_size``) sets
+    from this machine's load at each run: at one thread the order is fixed (these tests are not
+    about threads; tests/host covers them)."""
+    from ep_core.host import threads
+
+    monkeypatch.setattr(threads, "default_size", lambda cpus: 1)
