@@ -42,12 +42,19 @@ def _logsumexp(x: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
 
 
 def _accumulator(x: np.ndarray, axis: tuple[int, ...] | None) -> Any:
-    """float64 for a float32 sum over axes before the trailing ones, else None (x's own type).
-    NumPy adds such axes slice after slice (an error growing with the count, 2x onnxruntime's
-    blocked sums on 512 terms), where trailing axes get its pairwise sum (more accurate than
-    onnxruntime's): a LayerNorm written as mean(x^2) - mean(x)^2 over axis 1 magnified the
-    difference to 7e-4 in magika 0.6.1's probabilities. Costs 2-3x such a reduction's time."""
-    if x.dtype != np.float32 or axis is None or axis == tuple(range(x.ndim - len(axis), x.ndim)):
+    """float64 for a float32 sum that onnxruntime computes in an order NumPy cannot follow, else
+    None (x's own type). With the dims of size 1 left out, onnxruntime sums leading axes row after
+    row (its "RK" case) and NumPy does the same on a C-contiguous array: the same floats, bit for
+    bit; trailing axes ("KR") get NumPy's pairwise sum (closer to exact than onnxruntime's). Axes
+    with kept dims on both sides ("KRK": onnxruntime multiplies by a vector of ones in MLAS's
+    blocked order) or apart accumulate in float64: adding slice after slice had twice
+    onnxruntime's error on 512 terms, and a LayerNorm written as mean(x^2) - mean(x)^2 magnified it
+    to 7e-4 in magika 0.6.1's probabilities (batch 2). Costs 2-3x such a reduction's time."""
+    if x.dtype != np.float32 or axis is None:
+        return None
+    kinds = "".join("R" if i in axis else "K" for i, n in enumerate(x.shape) if n != 1)
+    kinds = "".join(k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1])  # runs of one kind
+    if kinds in ("", "R", "K", "KR") or (kinds == "RK" and x.flags.c_contiguous):
         return None
     return np.float64
 
