@@ -154,3 +154,12 @@ def test_sessions_match_onnxruntime_and_the_numba_ep_compiles_the_tail(monkeypat
         np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-6)
         delegated = {step["node"]["op"] for r in runners for kind, step, _ in r.steps if kind == "node"}
         assert runners and not {"Erf", "Mul"} & delegated, delegated
+
+
+def test_targets_in_external_data_are_left_alone(tmp_path: Any) -> None:
+    """A model whose every tensor lives in an external file (``size_threshold=0``): the pass reads
+    no file, so the target's value is unknown and the model comes back as it was."""
+    model = _dense_model("tf")
+    onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, size_threshold=0, location="m.data")
+    loaded = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
+    assert with_computed_reshapes(loaded) is loaded
