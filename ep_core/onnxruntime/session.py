@@ -213,6 +213,8 @@ class _Meta:
         # inputs fed as Python containers that stay containers: sequences (lists) and maps (dicts)
         self.containers = {a.name for a in [*self.inputs, *self.overridable] if a.type.startswith(("seq", "map"))}
         self.strings = {a.name for a in [*self.inputs, *self.overridable] if a.type == "tensor(string)"}
+        # rank-0 tensor inputs: onnxruntime also takes a one-element array there ([16000] as a rate)
+        self.scalars = {v.name for v in session.graph.inputs if v.kind == "tensor" and v.shape == ()}
 
 
 class InferenceSession:
@@ -450,16 +452,18 @@ class InferenceSession:
     def _feed_value(self, name: str, value: Any) -> Any:
         """A fed value as the engine takes it, converted as onnxruntime converts it: lists to the
         input's type (a sequence input keeps its list, a map input its dict), NumPy ``str``/
-        ``bytes`` arrays to the object arrays of strings a string tensor holds."""
+        ``bytes`` arrays to the object arrays of strings a string tensor holds, and a one-element
+        array for a rank-0 input to that scalar (onnxruntime runs ``np.array([16000])`` as a
+        sample rate; ep-core's own ``InferenceSession`` insists on the declared rank)."""
         meta = self._ep_core_meta
         if isinstance(value, np.ndarray):
             if name in meta.strings and value.dtype.kind in "US":
-                return value.astype(object) if value.dtype.kind == "U" else _decoded(value)
-            return value
+                value = value.astype(object) if value.dtype.kind == "U" else _decoded(value)
+            return value.reshape(()) if name in meta.scalars and value.size == 1 and value.ndim else value
         if name in meta.containers and isinstance(value, (list, tuple, dict)):
             return list(value) if isinstance(value, tuple) else value
         if isinstance(value, (list, tuple)):
-            return np.asarray(value, dtype=meta.dtypes.get(name))
+            return self._feed_value(name, np.asarray(value, dtype=meta.dtypes.get(name)))
         return _tensor_of(value)
 
     def _run_values(

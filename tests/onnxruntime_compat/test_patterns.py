@@ -238,6 +238,23 @@ def test_scalar_feeds_are_runtime_errors() -> None:
         got.run(None, {"X": 1.0})
 
 
+def test_rank0_inputs_take_one_element_arrays_and_lists() -> None:
+    """silero-vad's callers feed the sample rate as ``np.array([16000])`` and an If condition as
+    ``np.array([False])``: onnxruntime runs a one-element array (or list) where the input is a
+    scalar; a larger array stays an error."""
+    model = _model(
+        [helper.make_node("Mul", ["x", "s"], ["y"])],
+        [vi("x", TensorProto.FLOAT, [2, 3]), vi("s", TensorProto.FLOAT, [])],
+        [vi("y", TensorProto.FLOAT, None)],
+    )
+    want, got = _both(model)
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    for s in (np.array(2, np.float32), np.array([2], np.float32), np.array([[2]], np.float32), [2.0]):
+        _equal(want.run(None, {"x": x, "s": s}), got.run(None, {"x": x, "s": s}))
+    with pytest.raises(C.InvalidArgument):
+        got.run(None, {"x": x, "s": np.array([2, 3], np.float32)})
+
+
 def test_string_inputs_take_numpy_str_and_bytes_arrays() -> None:
     model = _model(
         [
