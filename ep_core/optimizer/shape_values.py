@@ -27,7 +27,7 @@ MAX_DIMS = 8
 MAX_ROUNDS = 8  # a chain of such Reshapes resolves one deeper a round
 Dim = int | str | None  # a number, a symbol, or unknown
 _INT_TYPES = (6, 7)  # TensorProto.INT32, INT64
-_INTS = {2, 3, 4, 5, 6, 7, 12, 13}  # the integer TensorProto element types a Cast keeps values in
+_INTS = {6, 7, 12, 13}  # int32, int64, uint32, uint64: a Cast to these keeps a dim's value
 
 
 def with_computed_reshapes(model: Any) -> Any:
@@ -106,7 +106,7 @@ def resolve_reshapes(graph: Any, write: bool = True) -> bool:
     shaped = {v.name for v in [*graph.input, *graph.value_info, *graph.output] if v.type.tensor_type.HasField("shape")}
     if all(n.op_type != "Reshape" or not n.output or n.output[0] in shaped for n in graph.node):
         return False  # every Reshape has its shape: nothing to track
-    shapes = {v.name: v.type.tensor_type for v in [*graph.input, *graph.value_info, *graph.output]}
+    shapes = {v.name: v.type for v in [*graph.input, *graph.value_info, *graph.output]}
     outputs = {v.name for v in graph.output}
     values: dict[str, tuple[list[Dim], bool]] = {}  # name -> (dims, is a scalar)
     for init in graph.initializer:
@@ -136,14 +136,12 @@ def _count(dims: Sequence[int]) -> int:
     return int(np.prod(dims)) if dims else 1
 
 
-def _dims(tensor_type: Any) -> list[Dim] | None:
-    """A value's inferred dims (None for an unknown rank)."""
-    if tensor_type is None or not tensor_type.HasField("shape"):
-        return None
-    out: list[Dim] = []
-    for d in tensor_type.shape.dim:
-        out.append(d.dim_value if d.HasField("dim_value") else d.dim_param if d.HasField("dim_param") else None)
-    return out
+def _dims(tp: Any) -> list[Dim] | None:
+    """A value's inferred dims (None for an unknown rank), read as the sdk reads them."""
+    from ep_core.sdk.graph import value_info_from_type
+
+    shape = None if tp is None else value_info_from_type("", tp).shape
+    return None if shape is None else list(shape)
 
 
 def _attr(node: Any, name: str, default: Any) -> Any:
@@ -203,7 +201,7 @@ def _value(node: Any, values: dict[str, tuple[list[Dim], bool]], shapes: dict[st
 def _reshaped(node: Any, target: Any, shapes: dict[str, Any]) -> list[Dim] | None:
     """The Reshape's output dims from its target's tracked value, when onnx inferred none."""
     out = shapes.get(node.output[0])
-    if target is None or target[1] or (out is not None and out.HasField("shape")):
+    if target is None or target[1] or (out is not None and out.tensor_type.HasField("shape")):
         return None
     dims: list[Dim] = list(target[0])
     source = _dims(shapes.get(node.input[0]))
@@ -225,15 +223,16 @@ def _reshaped(node: Any, target: Any, shapes: dict[str, Any]) -> list[Dim] | Non
 
 def _write(graph: Any, node: Any, dims: list[Dim], shapes: dict[str, Any]) -> bool:
     """Set the output's shape to ``dims`` in its value_info (added, typed as the input, if absent)."""
-    out = shapes.get(node.output[0])
-    if out is None:
+    tp = shapes.get(node.output[0])
+    if tp is None:
         source = shapes.get(node.input[0])
-        if source is None or not source.elem_type:
+        if source is None or not source.tensor_type.elem_type:
             return False
         vi = graph.value_info.add()
         vi.name = node.output[0]
-        vi.type.tensor_type.elem_type = source.elem_type
-        out = shapes[node.output[0]] = vi.type.tensor_type
+        vi.type.tensor_type.elem_type = source.tensor_type.elem_type
+        tp = shapes[node.output[0]] = vi.type
+    out = tp.tensor_type
     out.shape.SetInParent()  # a rank-0 target has no dims to add
     for d in dims:
         dim = out.shape.dim.add()

@@ -54,7 +54,7 @@ class ValueInfo:
 _KINDS = {"sequence_type": "sequence", "map_type": "map", "optional_type": "optional"}  # TypeProto's other kinds
 
 
-def _value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
+def value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
     which = tp.WhichOneof("value")
     if which == "tensor_type" or which == "sparse_tensor_type":
         tt = getattr(tp, which)
@@ -326,7 +326,7 @@ class GraphView:
         out: dict[str, ValueInfo] = {}
         for vi in list(self.proto.input) + list(self.proto.value_info) + list(self.proto.output):
             if vi.HasField("type"):
-                out[vi.name] = _value_info_from_type(vi.name, vi.type)
+                out[vi.name] = value_info_from_type(vi.name, vi.type)
         for t in self.proto.initializer:
             if t.name not in out:
                 out[t.name] = ValueInfo(t.name, int(t.data_type), tuple(int(d) for d in t.dims))

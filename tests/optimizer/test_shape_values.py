@@ -163,3 +163,12 @@ def test_targets_in_external_data_are_left_alone(tmp_path: Any) -> None:
     onnx.save(model, str(tmp_path / "m.onnx"), save_as_external_data=True, size_threshold=0, location="m.data")
     loaded = onnx.load(str(tmp_path / "m.onnx"), load_external_data=False)
     assert with_computed_reshapes(loaded) is loaded
+
+
+def test_a_cast_that_could_wrap_a_dim_stops_the_tracking() -> None:
+    """A Cast to a narrow integer type (int16 here) may wrap a dim of 1536: its value is unknown."""
+    model = _dense_model("tf")
+    for n in model.graph.node:
+        if n.op_type == "Cast" and n.output[0] == "shape32":
+            n.attribute[0].i = TensorProto.INT16
+    assert not resolve_reshapes(model.graph)
