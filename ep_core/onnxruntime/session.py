@@ -452,18 +452,29 @@ class InferenceSession:
     def _feed_value(self, name: str, value: Any) -> Any:
         """A fed value as the engine takes it, converted as onnxruntime converts it: lists to the
         input's type (a sequence input keeps its list, a map input its dict), NumPy ``str``/
-        ``bytes`` arrays to the object arrays of strings a string tensor holds, and a one-element
+        ``bytes`` arrays to the object arrays of strings a string tensor holds (any other element
+        of an object array as its ``str()``, as onnxruntime converts it), and a one-element
         array for a rank-0 input to that scalar (onnxruntime runs ``np.array([16000])`` as a
         sample rate; ep-core's own ``InferenceSession`` insists on the declared rank)."""
         meta = self._ep_core_meta
         if isinstance(value, np.ndarray):
             if name in meta.strings and value.dtype.kind in "US":
                 value = value.astype(object) if value.dtype.kind == "U" else _decoded(value)
+            elif name in meta.strings and value.dtype == object and not all(type(s) is str for s in value.flat):
+                value = np.array([s if type(s) is str else str(s) for s in value.flat], object).reshape(value.shape)
             return value.reshape(()) if name in meta.scalars and value.size == 1 and value.ndim else value
         if name in meta.containers and isinstance(value, (list, tuple, dict)):
             return list(value) if isinstance(value, tuple) else value
         if isinstance(value, (list, tuple)):
-            return self._feed_value(name, np.asarray(value, dtype=meta.dtypes.get(name)))
+            try:
+                array = np.asarray(value, dtype=meta.dtypes.get(name))
+            except (ValueError, TypeError, OverflowError) as exc:  # ragged, or a value the type cannot hold
+                from ep_core.onnxruntime.ortvalue import OrtRuntimeError
+
+                raise OrtRuntimeError(
+                    f"Could not create tensor from given input list for input {name!r}: {exc}"
+                ) from None
+            return self._feed_value(name, array)
         return _tensor_of(value)
 
     def _run_values(
@@ -495,13 +506,22 @@ class InferenceSession:
         results = binding.copy_outputs_to_cpu()
         return [results[wanted.index(n)] for n in output_names]
 
+    def _output_names(self, output_names: Sequence[str] | None) -> list[str]:
+        """The outputs asked for (all when None or empty); a bare string is a ``TypeError``, as in
+        onnxruntime (its characters are not names)."""
+        if isinstance(output_names, (str, bytes)):
+            from ep_core.onnxruntime.ortvalue import OrtTypeError
+
+            raise OrtTypeError(f"run(): output_names must be a list of names, got the string {output_names!r}")
+        return list(output_names) if output_names else list(self._ep_core_meta.output_names)
+
     def run(
         self, output_names: Sequence[str] | None, input_feed: Mapping[str, Any], run_options: RunOptions | None = None
     ) -> list[Any]:
         """Compute the outputs named (all when None or empty): NumPy arrays, and lists / dicts for
         sequence and map outputs, as onnxruntime returns them."""
         self._validate_input(list(input_feed))
-        names = list(output_names) if output_names else list(self._ep_core_meta.output_names)
+        names = self._output_names(output_names)
         return self._with_fallback(lambda: self._run_values(names, input_feed, run_options))
 
     def run_with_ort_values(
@@ -514,7 +534,7 @@ class InferenceSession:
         from ep_core.onnxruntime.ortvalue import OrtValue
 
         self._validate_input(list(input_dict_ort_values))
-        names = list(output_names) if output_names else list(self._ep_core_meta.output_names)
+        names = self._output_names(output_names)
         values = self._with_fallback(lambda: self._run_values(names, input_dict_ort_values, run_options))
         return [OrtValue(Tensor(v)) for v in values]
 
@@ -529,7 +549,7 @@ class InferenceSession:
         """Run on another thread, then call ``callback(results, user_data, error)``: the outputs
         and '' , or [] and the error's message (onnxruntime's contract)."""
         self._validate_input(list(input_feed.keys()))
-        names = list(output_names) if output_names else list(self._ep_core_meta.output_names)
+        names = self._output_names(output_names)
 
         def work() -> None:
             try:

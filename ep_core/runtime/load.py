@@ -33,6 +33,8 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
     path: Path | None = None
     if isinstance(model, (str, os.PathLike)):
         path = Path(model)
+        if path.is_dir():  # onnxruntime fails to parse it: INVALID_PROTOBUF
+            raise InvalidProtobuf(f"{str(path)!r} is a directory, not an ONNX model file")
         if not path.is_file():
             raise NoSuchFile(f"model file {str(path)!r} does not exist")
         try:
@@ -51,6 +53,8 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
         base = external_folder
     else:
         raise InvalidArgument(f"a model is a path, bytes or onnx.ModelProto, got {type(model).__name__}")
+    if not proto.HasField("graph"):  # an empty file or bytes parse as an empty ModelProto
+        raise InvalidArgument(f"{path or 'the model bytes'}: no graph was found in the protobuf (an empty model?)")
     _check_strings(proto, "the model")
     if so is not None and any(getattr(so, k) for k in _EDITS.split()):  # a ModelProto given is not changed
         proto = onnx.ModelProto.FromString(proto.SerializeToString()) if proto is model else proto

@@ -121,7 +121,24 @@ class EpSelectionPolicy(str, Enum):
 SelectionDelegate = Callable[[Sequence["EpDevice"], Mapping[str, str], Mapping[str, str], int], Sequence["EpDevice"]]
 
 
-class SessionOptions(BaseModel):
+class _Checked(BaseModel):
+    """An options model whose bad values raise ``ConfigError`` (INVALID_ARGUMENT) naming the
+    option and what is allowed, at construction and at assignment, not pydantic's error."""
+
+    def __init__(self, **data: Any) -> None:
+        try:
+            super().__init__(**data)
+        except ValidationError as exc:
+            raise ConfigError(_describe_validation_error(type(self).__name__, exc, type(self))) from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        try:
+            super().__setattr__(name, value)
+        except ValidationError as exc:
+            raise ConfigError(_describe_validation_error(type(self).__name__, exc, type(self))) from None
+
+
+class SessionOptions(_Checked):
     """Options of one ``InferenceSession``: ``onnxruntime.SessionOptions``'s attributes, names and
     defaults (docs/onnxruntime-compat.md says what each does here)."""
 
@@ -220,18 +237,13 @@ class SessionOptions(BaseModel):
         self.provider_devices = [*self.provider_devices, (devs, {k: str(v) for k, v in (options or {}).items()})]
 
     def set_provider_selection_policy(self, policy: EpSelectionPolicy | str) -> None:
-        try:
-            self.ep_selection_policy = EpSelectionPolicy(policy)
-        except ValueError:
-            raise ConfigError(
-                f"unknown device policy {policy!r}; use one of {[p.value for p in EpSelectionPolicy]}"
-            ) from None
+        self.ep_selection_policy = policy  # type: ignore[assignment]  # a policy's name: checked as any field
 
     def set_provider_selection_policy_delegate(self, delegate: SelectionDelegate) -> None:
         self.ep_selection_delegate = delegate
 
 
-class RunOptions(BaseModel):
+class RunOptions(_Checked):
     """``onnxruntime.RunOptions``: per-run logging, tag, terminate flag and config entries."""
 
     model_config = ConfigDict(extra="forbid", validate_assignment=True)
@@ -317,35 +329,22 @@ class ProviderConfig(BaseModel):
         return merged
 
 
-def _describe_validation_error(source: str, err: ValidationError) -> str:
+_SECTIONS: dict[tuple[Any, ...], type[BaseModel]] = {
+    ("providers",): ProviderEntry,
+    ("session_options",): SessionOptionsEntry,
+}
+
+
+def _describe_validation_error(source: str, err: ValidationError, root: type[BaseModel] | None = None) -> str:
+    """One line per error: where, what is wrong, the value; an unknown key lists the keys allowed there."""
     lines = []
     for e in err.errors():
-        loc = ".".join(str(p) for p in e["loc"])
-        got = e.get("input")
-        msg = e["msg"]
+        msg, section = e["msg"], tuple(p for p in e["loc"][:-1] if not isinstance(p, int))
         if e["type"] == "extra_forbidden":
-            msg = "unknown key"
-            fields = _allowed_keys_at(e["loc"])
-            if fields:
-                msg += f"; allowed keys here: {fields}"
-        lines.append(f"{source}: {loc}: {msg} (got {got!r})")
+            allowed = {(): root or ProviderConfig, **_SECTIONS}.get(section)
+            msg = "unknown key" + (f"; allowed keys here: {sorted(allowed.model_fields)}" if allowed else "")
+        lines.append(f"{source}: {'.'.join(str(p) for p in e['loc'])}: {msg} (got {e.get('input')!r})")
     return "\n".join(lines)
-
-
-def _allowed_keys_at(loc: tuple[Any, ...]) -> list[str]:
-    model: Any = ProviderConfig
-    for part in loc[:-1]:
-        if isinstance(part, int):
-            continue
-        field = getattr(model, "model_fields", {}).get(part)
-        if field is None:
-            return []
-        ann = field.annotation
-        inner = getattr(ann, "__args__", (ann,))
-        model = next((a for a in inner if isinstance(a, type) and issubclass(a, BaseModel)), None)
-        if model is None:
-            return []
-    return sorted(getattr(model, "model_fields", {}))
 
 
 def _toml() -> Any:

@@ -207,7 +207,9 @@ def test_ep_devices_and_policies(eps, model_path: Path) -> None:
     opts = ep_core.SessionOptions()
     opts.set_provider_selection_policy("PREFER_CPU")
     assert ep_core.InferenceSession(str(model_path), opts).get_providers()[0] != FAKE
-    with pytest.raises(ConfigError, match="unknown device policy 'FASTEST'"):
+    with pytest.raises(
+        ConfigError, match="ep_selection_policy: Input should be 'DEFAULT', 'PREFER_CPU'.*got 'FASTEST'"
+    ):
         opts.set_provider_selection_policy("FASTEST")
 
     opts = ep_core.SessionOptions()
@@ -223,3 +225,20 @@ def test_session_option_keys_checked() -> None:
         opts.add_session_config_entry("ep.contxt_enable", "1")
     opts.add_session_config_entry("ep.context_enable", True)
     assert opts.get_session_config_entry("ep.context_enable") == "1"
+
+
+@pytest.mark.parametrize("cls", [ep_core.SessionOptions, ep_core.RunOptions])
+def test_a_bad_option_value_is_a_config_error_naming_the_option(cls: type) -> None:
+    """Not pydantic's ValidationError: ep-core's typed INVALID_ARGUMENT, at construction and at
+    assignment, naming the option, the value and what is allowed."""
+    with pytest.raises(ConfigError, match=rf"{cls.__name__}: log_severity_level: .*less than or equal to 4 \(got 5\)"):
+        cls(log_severity_level=5)
+    opts = cls()
+    with pytest.raises(ConfigError, match=r"log_severity_level: .*less than or equal to 4 \(got 7\)") as info:
+        opts.log_severity_level = 7
+    assert info.value.code.value == "INVALID_ARGUMENT"
+    assert opts.log_severity_level == -1  # nothing changed
+    with pytest.raises(
+        ConfigError, match=r"log_severity_lvl: unknown key; allowed keys here: \[.*'log_severity_level'"
+    ):
+        cls(log_severity_lvl=1)

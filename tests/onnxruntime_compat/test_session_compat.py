@@ -154,6 +154,8 @@ def test_run_gives_onnxruntime_s_outputs(outputs: list[str] | None) -> None:
         ({"x": np.ones((3, 3), np.float32), "b": B}, None, C.InvalidArgument),
         ({"x": X, "b": B, "nope": B}, None, C.InvalidArgument),
         ({"x": X, "b": B}, ["nope"], C.InvalidArgument),
+        ({"x": X, "b": B}, "y", TypeError),  # a bare string is no list of names
+        ({"x": [[1.0, 2.0], [1.0]], "b": B}, None, RuntimeError),  # a ragged list
     ],
 )
 def test_bad_runs_raise_onnxruntime_s_exception_classes(feed: dict[str, Any], outputs: Any, error: type) -> None:
@@ -355,6 +357,30 @@ def test_model_loading_errors_are_onnxruntime_s_classes(tmp_path: Any) -> None:
         real.InferenceSession(b"not a model", providers=CPU)
     with pytest.raises(C.InvalidProtobuf):
         ort.InferenceSession(b"not a model")
+    (tmp_path / "empty.onnx").write_bytes(b"")
+    for empty in (b"", str(tmp_path / "empty.onnx")):  # parses as a ModelProto without a graph
+        with pytest.raises(real.capi.onnxruntime_pybind11_state.InvalidArgument, match="No graph was found"):
+            real.InferenceSession(empty, providers=CPU)
+        with pytest.raises(C.InvalidArgument, match="no graph was found"):
+            ort.InferenceSession(empty)
+    with pytest.raises(real.capi.onnxruntime_pybind11_state.InvalidProtobuf):
+        real.InferenceSession(str(tmp_path), providers=CPU)
+    with pytest.raises(C.InvalidProtobuf, match="is a directory"):
+        ort.InferenceSession(str(tmp_path))
+
+
+def test_a_string_input_takes_any_object_as_its_str_as_onnxruntime() -> None:
+    vi = helper.make_tensor_value_info
+    model = _model(
+        [helper.make_node("Identity", ["x"], ["y"])],
+        [vi("x", TensorProto.STRING, ["N"])],
+        [vi("y", TensorProto.STRING, ["N"])],
+    )
+    want, got = _sessions(model)
+    for feed in (["a", 1], np.array([b"ab", 1.5, None, True], dtype=object), np.array(["a", "b"])):
+        expected = want.run(None, {"x": feed})[0]
+        assert expected.dtype == object
+        assert got.run(None, {"x": feed})[0].tolist() == expected.tolist()
 
 
 def test_a_classifier_s_sequence_of_maps_comes_back_as_onnxruntime_s() -> None:
