@@ -1,5 +1,8 @@
 """The rewrites onnxscript does not have, written with its pattern API (as onnxruntime makes them):
 
+- Add/Sub of 0 and Mul/Div by 1 removed only when the constant is exactly that: onnxscript's
+  no-op rules match within abs 1e-8 / rel 1e-5, so they took the guard of ``Log(x + 1e-8)`` for 0
+  and removed it (-inf where onnxruntime, whose NoopElimination compares exactly, gives -18.4);
 - Conv followed by Add or Mul of a per-channel constant, folded into the Conv's bias and weights
   (onnxruntime's ConvAddFusion and ConvMulFusion; onnxscript's conv-affine rule needs both, with
   scalar constants);
@@ -14,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import onnx_ir as ir
-from onnxscript.rewriter import MatchResult, pattern
+from onnxscript.rewriter import MatchResult, _pattern_ir, pattern
 
 MS = "com.microsoft"
 _F32 = float(np.finfo(np.float32).max)
@@ -122,6 +125,26 @@ class _ConvAffine(pattern.RewriteRuleClassBase):
             ir.tensor(bias.astype(k.dtype)), name=b.name if b is not None else f"{conv_out.name}_bias"
         )
         return op.Conv(x, new_w, new_b, **conv.attributes)
+
+
+def _exactly(value: float) -> Any:
+    """A pattern matching a scalar constant equal to ``value``, with no tolerance."""
+    return _pattern_ir.Constant(value, rel_tol=0.0, abs_tol=0.0)
+
+
+def _identity(op: Any, x: ir.Value, **_: Any) -> ir.Value:
+    return op.Identity(x)
+
+
+@functools.cache
+def exact_no_op_rules() -> list[Any]:
+    """x + 0, x - 0, x * 1, x / 1 (the constant exactly that, a scalar) -> x."""
+    return [
+        pattern.RewriteRule(lambda op, x: op.Add(x, _exactly(0)), _identity, name="Add 0"),
+        pattern.RewriteRule(lambda op, x: op.Sub(x, _exactly(0)), _identity, name="Sub 0"),
+        pattern.RewriteRule(lambda op, x: op.Mul(x, _exactly(1)), _identity, name="Mul by 1"),
+        pattern.RewriteRule(lambda op, x: op.Div(x, _exactly(1)), _identity, name="Div by 1"),
+    ]
 
 
 @functools.cache

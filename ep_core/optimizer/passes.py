@@ -2,8 +2,8 @@
 
 BASIC, repeated until nothing changes (at most ``ROUNDS`` times): onnxscript's constant folding
 (subgraphs included, so outer-scope constants fold inside If/Loop/Scan bodies; bounded by the
-session's budget through ``FoldGate``), onnxscript's rewrite rules that remove or merge nodes
-(``BASIC_RULES``), ep-core's Conv+Add/Mul folding, the gated rules of ``fusions.BASIC_GATED``,
+session's budget through ``FoldGate``), ep-core's exact no-op removal (``own_rules``: onnxscript's
+matches within a tolerance) and onnxscript's rewrite rules that remove or merge nodes (``BASIC_RULES``), ep-core's Conv+Add/Mul folding, the gated rules of ``fusions.BASIC_GATED``,
 then onnx-ir's dead-node removal. EXTENDED adds ``fusions.EXTENDED``, each gated on the first EP,
 the attention family among them; ``resolve_internal`` then leaves none of onnxscript's intermediate
 ops (``fusions.INTERNAL``). Nodes keep their names; a node a rewrite made is named after the first
@@ -30,7 +30,6 @@ ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
 FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's cap on what folding one node may produce
 SOURCE = "ep_core.optimizer.source"  # metadata: the name of the node a rewritten node came from
 BASIC_RULES = (
-    *(rules.add_0_rule, rules.sub_0_rule, rules.mul_by_1_rule, rules.div_by_1_rule),
     *(rules.dropout_inference_rule, rules.dropout_zero_rule, rules.no_op_cast_rule, rules.no_op_expand_rule),
     *(rules.no_op_transpose_rule, rules.cast_cast_rule, rules.transpose_transpose_rule, rules.reshape_reshape_rule),
     *(rules.unsqueeze_unsqueeze_rule, rules.squeeze_reshape_1d_rule, rules.collapse_slice_rule),
@@ -184,7 +183,7 @@ def run_passes(
     # in Constant nodes)
     from onnx_ir.passes.common import LiftConstantsToInitializersPass
 
-    from ep_core.optimizer.own_rules import conv_add_mul_rules
+    from ep_core.optimizer.own_rules import conv_add_mul_rules, exact_no_op_rules
 
     step(
         "Constant nodes to initializers",
@@ -193,7 +192,7 @@ def run_passes(
     for _ in range(ROUNDS):
         before = len(changed)
         step("constant folding", lambda: fold(model).modified)
-        step("redundant node elimination", rewrite(BASIC_RULES))
+        step("redundant node elimination", rewrite((*exact_no_op_rules(), *BASIC_RULES)))
         step("Conv+Add/Mul folding", rewrite(conv_add_mul_rules()), own=True)
         ops = {n.op_type for n in _nodes(model)}
         for f in BASIC_GATED:

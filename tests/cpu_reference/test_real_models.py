@@ -112,9 +112,24 @@ def model_feed(name: str) -> dict[str, np.ndarray]:
         "plcmos": lambda: {"degraded_audio": normal(1, 1, 200, 257, scale=2.0) - 3, "rater_embed": normal(1, 64)},
         # two files' byte features (0..255, 256 pads): magika 0.5 feeds floats, begin/middle/end of 512
         "magika_v1": lambda: {"bytes": rng.integers(0, 257, size=(2, 1536)).astype(np.float32)},
+        # 1.5 s of a 180 Hz voice with harmonics, then 0.5 s of silence: the log spectrogram's guard
+        # (+1e-8) is all that keeps the silent frames finite
+        "swift_f0": lambda: {
+            "audio": np.concatenate([_voice(24000, 180.0) + normal(24000, scale=0.01), np.zeros(8000, np.float32)])[
+                None
+            ],
+            "fmin": np.array(46.875, np.float32),
+            "fmax": np.array(2093.75, np.float32),
+        },
         "smart_turn": lambda: {"input_features": np.clip(normal(1, 80, 800, scale=0.4) + 0.2, -1.5, 1.5)},
     }
     return feeds[name]()
+
+
+def _voice(n: int, f0: float) -> np.ndarray:
+    """``n`` samples at 16 kHz of a tone at ``f0`` with four harmonics."""
+    t = np.arange(n) / 16000.0
+    return sum(0.3 / k * np.sin(2 * np.pi * k * f0 * t) for k in range(1, 5)).astype(np.float32)
 
 
 def test_every_zoo_model_has_a_feed() -> None:

@@ -108,6 +108,32 @@ def test_identity_no_op_cast_and_dead_nodes_go(rng: np.random.Generator) -> None
     assert op_counts(out) == {"Relu": 1}
 
 
+@pytest.mark.parametrize("op, value", [("Add", 0.0), ("Sub", 0.0), ("Mul", 1.0), ("Div", 1.0)])
+def test_add_of_exactly_zero_and_mul_by_exactly_one_go(rng: np.random.Generator, op: str, value: float) -> None:
+    nodes = [node(op, ["X", "k"], ["a"]), node("Relu", ["a"], ["Y"])]
+    model = make_model(nodes, [("X", [2, 3])], ["Y"], {"k": np.array(value, np.float32)})
+    out = optimized(model, BASIC, {"X": rng.standard_normal((2, 3)).astype(np.float32)})
+    assert op_counts(out) == {"Relu": 1}
+
+
+@pytest.mark.parametrize(
+    "op, value", [("Add", 1e-8), ("Add", 1e-10), ("Sub", -1e-8), ("Mul", 1.000001), ("Div", 0.9999999)]
+)
+def test_a_constant_near_zero_or_one_is_kept(op: str, value: float) -> None:
+    """onnxscript's no-op rules matched within abs 1e-8 / rel 1e-5: the guard of ``Log(x + 1e-8)``
+    went and silence gave -inf (swift-f0's and basic-pitch's spectrogram logs); onnxruntime, which
+    removes only an exact 0 or 1, gives log(1e-8) = -18.4."""
+    import onnxruntime as ort
+
+    nodes = [node(op, ["X", "k"], ["a"]), node("Log", ["a"], ["Y"])]
+    model = make_model(nodes, [("X", [4])], ["Y"], {"k": np.array(value, np.float32)})
+    x = {"X": np.array([0.0, 0.0, 1e-9, 2.0], np.float32)}
+    out = optimized(model, BASIC, x)
+    assert op_counts(out) == {op: 1, "Log": 1}
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, x)[0]
+    np.testing.assert_allclose(session(model, LEVELS.ORT_ENABLE_ALL).run(None, x)[0], want, rtol=1e-6)
+
+
 def test_constants_fold_into_initializers(rng: np.random.Generator) -> None:
     inits = {"a": np.arange(6, dtype=np.float32), "b": np.full(6, 2.0, np.float32)}
     nodes = [

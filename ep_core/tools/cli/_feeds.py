@@ -200,6 +200,9 @@ def plan(
             spec.shape.append(size)
             spec.forced.append(forced)
         _values(spec, v, graph, layout, signal, rate)
+        fixed = dict(conventions.values) if conventions is not None else {}
+        if v.name in fixed:
+            spec.fill, spec.how = fixed[v.name], f"{fixed[v.name]:g}, as its package sets it"
         if layout and conventions is not None and conventions.mean is not None and conventions.std:
             spec.norm = (conventions.mean, conventions.std)
             spec.how += f", then (x - {conventions.mean:g}) / {conventions.std:g} as its package normalises"
