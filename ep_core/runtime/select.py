@@ -6,14 +6,15 @@ checked; nothing falls back silently."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ep_core.runtime.discover import FactoryHandle, PluginRegistry, get_registry
+from ep_core.runtime.discover import FactoryHandle, PluginLoadError, PluginRegistry, get_registry
 from ep_core.runtime.options import EpSelectionPolicy, ProviderConfig, SessionOptions
 from ep_core.sdk.devices import EpDevice, HardwareDevice, dedupe_devices, host_cpu_device
-from ep_core.sdk.errors import ConfigError, UnknownProviderError
+from ep_core.sdk.errors import ConfigError, EpCoreError, UnknownProviderError, strict_mode
 from ep_core.sdk.memory import DeviceType
 
 ProviderSpec = Any  # "Name" | ("Name", {options})
@@ -35,13 +36,17 @@ def hardware_devices(registry: PluginRegistry | None = None) -> list[HardwareDev
     registry = registry or get_registry()
     found = [host_cpu_device()]
     for h in registry.handles():
-        if h.load() is not None:
-            found.extend(h.call("ep_factory_probe_hardware_devices", default=()) or ())
+        try:
+            found.extend(h.call("ep_factory_probe_hardware_devices", default=()) or () if h.load() is not None else ())
+        except EpCoreError as exc:  # as a failed import: that EP has no device, the others stay usable
+            h.load_error = PluginLoadError(h.name, h.target, h.distribution, f"hardware probe: {exc.message}", exc)
+            if strict_mode():
+                raise
     return dedupe_devices(found)
 
 
 def ep_devices_for(handle: FactoryHandle, devices: Sequence[HardwareDevice]) -> list[EpDevice]:
-    if handle.load() is None:
+    if handle.load() is None or handle.load_error is not None:
         return []
     return list(handle.call("ep_factory_get_supported_devices", default=(), devices=list(devices)) or ())
 
@@ -75,7 +80,7 @@ def _pick_device(
 ) -> list[EpDevice]:
     if not supported:
         reasons = incompatibility_reasons(handle, hardware_devices())
-        why = "; ".join(reasons) if reasons else "it reports no supported device"
+        why = "; ".join(reasons) or str(handle.load_error or "it reports no supported device")
         raise ConfigError(f"{where}execution provider {handle.name!r} cannot run here: {why}")
     if device is None:  # the first whose own ep_options (a device_id) the user's options agree with
         return [d for d in supported if all(opts.get(k, v) == v for k, v in d.ep_options.items())][:1] or supported[:1]
@@ -106,9 +111,7 @@ def _by_policy(policy: EpSelectionPolicy, ep_devices: list[EpDevice]) -> list[Ep
     order = _POLICY_ORDER[policy]
     ranked = [d for d in ep_devices if d.device.type in order and d.device.metadata.get("simulated", "0") != "1"]
     ranked.sort(key=lambda d: order.index(d.device.type))
-    if policy is EpSelectionPolicy.DEFAULT:
-        return ranked[:1]
-    return ranked
+    return ranked[:1] if policy is EpSelectionPolicy.DEFAULT else ranked
 
 
 def select_providers(
@@ -120,13 +123,7 @@ def select_providers(
     """The ordered EP list for a session (fallback included unless disabled)."""
     registry = registry or get_registry()
     chosen: list[SelectedEp] = []
-    devices: list[HardwareDevice] | None = None
-
-    def all_devices() -> list[HardwareDevice]:
-        nonlocal devices
-        if devices is None:
-            devices = hardware_devices(registry)
-        return devices
+    all_devices = functools.cache(lambda: hardware_devices(registry))  # probed once, when first needed
 
     def devices_of(handle: FactoryHandle) -> list[EpDevice]:
         """The EP's devices among the host CPU and its own probes; other factories are probed

@@ -102,3 +102,31 @@ def test_a_typed_exception_keeps_its_code_and_gains_the_ep_and_hook() -> None:
 def test_an_error_already_naming_the_ep_is_not_wrapped_twice() -> None:
     original = EpFail(f"{NAME}: the device is gone")
     assert hook_error(NAME, "ep_sync", original) is original
+
+
+class ProbeFailingFactory(RaisingFactory):
+    def ep_factory_probe_hardware_devices(self) -> list[Any]:
+        raise ZeroDivisionError("the driver query failed")
+
+
+def test_a_failing_hardware_probe_leaves_the_other_eps_usable() -> None:
+    """A CPU-only session must not fail because another EP's probe raises (a broken driver, a
+    module the probe imports): that EP gets no device and its failure is recorded as a load
+    failure; asking for it by name raises the probe's EP_FAIL."""
+    from ep_core.runtime.discover import get_registry
+
+    ep_core.register_execution_provider_library(NAME, ProbeFailingFactory("", ValueError()))
+    try:
+        names = {d.ep_name for d in ep_core.get_ep_devices()}
+        assert NAME not in names and "CpuReferenceExecutionProvider" in names
+        assert "hardware probe: " in str(get_registry().handle(NAME).load_error)
+        assert "ZeroDivisionError: the driver query failed" in str(get_registry().handle(NAME).load_error)
+        model = make_model(
+            [helper.make_node("Neg", ["x"], ["y"])], [("x", TensorProto.FLOAT, [2])], [("y", TensorProto.FLOAT, [2])]
+        )
+        sess = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+        np.testing.assert_array_equal(sess.run(None, {"x": np.ones(2, np.float32)})[0], -np.ones(2, np.float32))
+        with pytest.raises(EpFail, match=f"{NAME}.ep_factory_probe_hardware_devices failed: ZeroDivisionError"):
+            ep_core.InferenceSession(model.SerializeToString(), providers=[NAME])
+    finally:
+        ep_core.unregister_execution_provider_library(NAME)
