@@ -42,7 +42,7 @@ class ValueInfo:
             return self.kind if self.kind != "tensor" else "tensor(undefined)"
         return f"tensor({helper.tensor_dtype_to_string(self.elem_type).split('.')[-1].lower()})"
 
-    @property
+    @cached_property  # read for every feed of every run
     def np_dtype(self) -> "np.dtype | None":
         from onnx import helper
 
