@@ -54,7 +54,7 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
     else:
         raise InvalidArgument(f"a model is a path, bytes or onnx.ModelProto, got {type(model).__name__}")
     if not proto.HasField("graph"):  # an empty file or bytes parse as an empty ModelProto
-        raise InvalidArgument(f"{path or 'the model bytes'}: no graph was found in the protobuf (an empty model?)")
+        raise InvalidArgument(f"{path or 'the model'}: no graph was found in the protobuf (an empty model?)")
     _check_strings(proto, "the model")
     if so is not None and any(getattr(so, k) for k in _EDITS.split()):  # a ModelProto given is not changed
         proto = onnx.ModelProto.FromString(proto.SerializeToString()) if proto is model else proto
