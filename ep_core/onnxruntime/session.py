@@ -217,11 +217,15 @@ class _Meta:
         self.scalars = {v.name for v in session.graph.inputs if v.kind == "tensor" and v.shape == ()}
 
 
+DISABLED_OPTIMIZERS = "optimization.disable_specified_optimizers"
+
+
 class InferenceSession:
     """``onnxruntime.InferenceSession(path_or_bytes, sess_options, providers, provider_options,
     **kwargs)`` on ep-core's EPs. ``kwargs``: ``enable_fallback`` (1, onnxruntime's default);
-    ``read_config_from_model`` and ``disabled_optimizers`` are refused when set (NOT_IMPLEMENTED,
-    saying why).
+    ``disabled_optimizers`` (names of rewrites not to run, ep-core's or onnxruntime's, as the
+    session config entry ``optimization.disable_specified_optimizers`` takes them);
+    ``read_config_from_model`` is refused when set (NOT_IMPLEMENTED, saying why).
 
     As onnxruntime's, it holds the engine's session in ``_sess`` (ep-core's
     ``ep_core.InferenceSession``) and keeps onnxruntime's private attributes (``_model_path``,
@@ -245,11 +249,8 @@ class InferenceSession:
                 "read_config_from_model (ORT_LOAD_CONFIG_FROM_MODEL=1) reads onnxruntime session options stored in "
                 "the model's 'ort_config' metadata; ep-core does not read them: set them on SessionOptions instead"
             )
-        if kwargs.get("disabled_optimizers"):
-            raise NotImplementedByAnyEp(
-                "disabled_optimizers names onnxruntime's C++ graph transformers, which ep-core does not have; "
-                "lower SessionOptions.graph_optimization_level to turn optimizations off"
-            )
+        off = kwargs.get("disabled_optimizers") or ()
+        self._disabled_optimizers = [off] if isinstance(off, str) else [str(n) for n in off]
         if isinstance(path_or_bytes, (str, os.PathLike)):
             self._model_path: str | None = os.fspath(path_or_bytes)
             self._model_bytes: bytes | None = None
@@ -301,6 +302,10 @@ class InferenceSession:
         requested = {registry.handle(n).name: n for n, _ in kept}
         kept = [(n, _alias_options(n, o, registry.handle(n).name, sess_options)) for n, o in kept]
         engine_options = _for_ep_core(sess_options) or SessionOptions()  # onnxruntime's defaults, not ep-core's
+        if self._disabled_optimizers:  # onnxruntime's keyword, added to its config entry (the caller's options kept)
+            listed = engine_options.get_session_config_entry(DISABLED_OPTIMIZERS) or ""
+            engine_options = engine_options.model_copy()
+            engine_options.add_session_config_entry(DISABLED_OPTIMIZERS, ";".join([listed, *self._disabled_optimizers]))
         sess = _EpCoreSession(self._ep_core_source, engine_options, kept or None)
         meta = _Meta(sess, requested)
         self._sess, self._ep_core_meta = sess, meta

@@ -48,6 +48,10 @@ def _optimize(
     model: Any, level: int, supports: SupportsOp | None, budget: int, log: Log, config: Mapping[str, str] | None
 ) -> Any:
     level = int(level)
+    if (config or {}).get("optimization.disable_specified_optimizers"):  # checked at every level: a typo is refused
+        from ep_core.optimizer.disabled import disabled
+
+        disabled(config)
     if level <= DISABLE_ALL or any(n.op_type == "EPContext" for n in model.graph.node):
         return model  # a compiled model: its graph was optimized before the EPs compiled it
     if not _worth_trying(model, level):

@@ -148,8 +148,9 @@ def exact_no_op_rules() -> list[Any]:
 
 
 @functools.cache
-def conv_add_mul_rules() -> list[Any]:
-    return [_ConvAffine.rule("Add"), _ConvAffine.rule("Mul")]
+def conv_affine_rules(op: str) -> list[Any]:
+    """Conv followed by Add (``op`` 'Add') or Mul of a per-channel constant, folded into the Conv."""
+    return [_ConvAffine.rule(op)]
 
 
 def _is_f32(v: Any) -> bool:

@@ -3,11 +3,12 @@
 BASIC, repeated until nothing changes (at most ``ROUNDS`` times): onnxscript's constant folding
 (subgraphs included, so outer-scope constants fold inside If/Loop/Scan bodies; bounded by the
 session's budget through ``FoldGate``), ep-core's exact no-op removal (``own_rules``: onnxscript's
-matches within a tolerance) and onnxscript's rewrite rules that remove or merge nodes (``BASIC_RULES``), ep-core's Conv+Add/Mul folding, the gated rules of ``fusions.BASIC_GATED``,
+matches within a tolerance) and onnxscript's rewrite rules that remove or merge nodes (``BASIC_RULES``,
+in named groups), ep-core's Conv+Add and Conv+Mul folding, the gated rules of ``fusions.BASIC_GATED``,
 then onnx-ir's dead-node removal. EXTENDED adds ``fusions.EXTENDED``, each gated on the first EP,
 the attention family among them; ``resolve_internal`` then leaves none of onnxscript's intermediate
 ops (``fusions.INTERNAL``). Nodes keep their names; a node a rewrite made is named after the first
-node it replaced."""
+node it replaced. A step, group or fusion the session turned off by name (``disabled``) is skipped."""
 
 from __future__ import annotations
 
@@ -23,28 +24,47 @@ from onnxscript.rewriter import RewriteRuleSet, _pattern_ir, _rewrite_rule
 from onnxscript.rewriter.rules import common as rules
 
 from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
+from ep_core.optimizer.disabled import KEY as DISABLED_KEY
+from ep_core.optimizer.disabled import disabled
 from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, INTERNAL, QDQ, Fusion
 from ep_core.sdk.errors import Fail
 
 ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
 FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's cap on what folding one node may produce
 SOURCE = "ep_core.optimizer.source"  # metadata: the name of the node a rewritten node came from
-BASIC_RULES = (
-    *(rules.dropout_inference_rule, rules.dropout_zero_rule, rules.no_op_cast_rule, rules.no_op_expand_rule),
-    *(rules.no_op_transpose_rule, rules.cast_cast_rule, rules.transpose_transpose_rule, rules.reshape_reshape_rule),
-    *(rules.unsqueeze_unsqueeze_rule, rules.squeeze_reshape_1d_rule, rules.collapse_slice_rule),
-    *(rules.collapse_slice2_rule, rules.min_min_rule, rules.max_max_rule),
-    *(rules.successive_relu_rule, rules.successive_clip_rule, rules.successive_clip_relu_rule),
-    *(rules.successive_relu_clip_rule, rules.fuse_batchnorm_into_conv_rule, rules.fuse_batchnorm_into_gemm_rule),
-    *(rules.fuse_batchnorm_into_conv_transpose_rule, rules.fuse_pad_into_conv_rule),
-    *(rules.remove_optional_bias_from_conv_rule, rules.remove_optional_bias_from_conv_transpose_rule),
-    *(rules.remove_optional_bias_from_gemm_rule, rules.cast_constant_of_shape_rule),
-    *(
-        rules.no_op_static_scatter_nd_rule,
+# onnxscript's rules that remove or merge nodes, in groups named for ``disabled`` (and docs/optimizer.md)
+BASIC_RULES: dict[str, tuple[Any, ...]] = {
+    "Dropout elimination": (rules.dropout_inference_rule, rules.dropout_zero_rule),
+    "no-op Cast": (rules.no_op_cast_rule,),
+    "no-op Expand": (rules.no_op_expand_rule,),
+    "no-op Slice": (rules.collapse_slice_rule, rules.collapse_slice2_rule),
+    "no-op ScatterND": (rules.no_op_static_scatter_nd_rule,),
+    "Cast chains": (rules.cast_cast_rule,),
+    "Transpose chains": (rules.no_op_transpose_rule, rules.transpose_transpose_rule),
+    "Reshape chains": (
+        rules.reshape_reshape_rule,
+        rules.squeeze_reshape_1d_rule,
         rules.one_reshape_matmul_reshape_rule,
         rules.two_reshapes_matmul_reshape_rule,
     ),
-)
+    "Unsqueeze chains": (rules.unsqueeze_unsqueeze_rule,),
+    "Min/Max chains": (rules.min_min_rule, rules.max_max_rule),
+    "Relu/Clip chains": (
+        rules.successive_relu_rule,
+        rules.successive_clip_rule,
+        rules.successive_clip_relu_rule,
+        rules.successive_relu_clip_rule,
+    ),
+    "BatchNormalization folding": (rules.fuse_batchnorm_into_conv_rule, rules.fuse_batchnorm_into_conv_transpose_rule),
+    "Gemm+BatchNormalization folding": (rules.fuse_batchnorm_into_gemm_rule,),
+    "Pad folding": (rules.fuse_pad_into_conv_rule,),
+    "zero bias removal": (
+        rules.remove_optional_bias_from_conv_rule,
+        rules.remove_optional_bias_from_conv_transpose_rule,
+        rules.remove_optional_bias_from_gemm_rule,
+    ),
+    "ConstantOfShape+Cast": (rules.cast_constant_of_shape_rule,),
+}
 
 
 class LibraryFailure(Exception):
@@ -119,8 +139,12 @@ def run_passes(
     _rewrite_rule._default_metadata_merger.mergers[SOURCE] = min
     changed: list[str] = []
     own_changed: set[str] = set()
+    off = disabled(config)  # rewrites the session turned off by name
 
     def step(name: str, apply: Callable[[], bool], own: bool = False) -> None:
+        if name in off:
+            log(VERBOSE, "graph optimizer: %s turned off (%s)", name, DISABLED_KEY)
+            return
         try:
             modified = apply()
         except LibraryFailure:
@@ -183,7 +207,7 @@ def run_passes(
     # in Constant nodes)
     from onnx_ir.passes.common import LiftConstantsToInitializersPass
 
-    from ep_core.optimizer.own_rules import conv_add_mul_rules, exact_no_op_rules
+    from ep_core.optimizer.own_rules import conv_affine_rules, exact_no_op_rules
 
     step(
         "Constant nodes to initializers",
@@ -192,8 +216,11 @@ def run_passes(
     for _ in range(ROUNDS):
         before = len(changed)
         step("constant folding", lambda: fold(model).modified)
-        step("redundant node elimination", rewrite((*exact_no_op_rules(), *BASIC_RULES)))
-        step("Conv+Add/Mul folding", rewrite(conv_add_mul_rules()), own=True)
+        basic = [r for name, group in BASIC_RULES.items() if name not in off for r in group]
+        step("no-op arithmetic", rewrite(exact_no_op_rules()), own=True)
+        step("redundant node elimination", rewrite(basic))
+        for op in ("Add", "Mul"):
+            step(f"Conv+{op} folding", rewrite(conv_affine_rules(op)), own=True)
         ops = {n.op_type for n in _nodes(model)}
         for f in BASIC_GATED:
             gated(f, ops)

@@ -135,14 +135,12 @@ def test_a_failing_pass_of_ep_core_raises_naming_it(monkeypatch: pytest.MonkeyPa
         raise ValueError("bad fold")
 
     monkeypatch.setattr(own_rules._ConvAffine, "rewrite", broken)
-    monkeypatch.setattr(own_rules, "conv_add_mul_rules", lambda: [own_rules._ConvAffine.rule("Mul")])
+    monkeypatch.setattr(own_rules, "conv_affine_rules", lambda op: [own_rules._ConvAffine.rule(op)])
     inits = {"W": np.ones((2, 3, 1, 1), np.float32), "K": np.ones((2, 1, 1), np.float32)}
     model = make_model(
         [node("Conv", ["X", "W"], ["c"]), node("Mul", ["c", "K"], ["Y"])], [("X", [1, 3, 2, 2])], ["Y"], inits
     )
-    with pytest.raises(
-        Fail, match=r"ep-core's pass 'Conv\+Add/Mul folding' failed: ValueError: bad fold.*ORT_DISABLE_ALL"
-    ):
+    with pytest.raises(Fail, match=r"ep-core's pass 'Conv\+Mul folding' failed: ValueError: bad fold.*ORT_DISABLE_ALL"):
         session(model, LEVELS.ORT_ENABLE_BASIC)
 
 
@@ -164,7 +162,7 @@ def test_an_invalid_model_from_a_pass_of_ep_core_raises_naming_the_passes(monkey
     model = make_model(
         [node("Conv", ["X", "W"], ["c"]), node("Mul", ["c", "K"], ["Y"])], [("X", [1, 3, 2, 2])], ["Y"], inits
     )
-    with pytest.raises(Fail, match=r"made by the passes \['Conv\+Add/Mul folding'.*\] is invalid.*ORT_DISABLE_ALL"):
+    with pytest.raises(Fail, match=r"made by the passes \['Conv\+Mul folding'.*\] is invalid.*ORT_DISABLE_ALL"):
         session(model, LEVELS.ORT_ENABLE_BASIC)
 
 
