@@ -31,17 +31,26 @@ ARITHMETIC = frozenset("Add Sub Mul Div".split())  # no-op and Conv+Add/Mul rule
 
 
 def optimize_model(
-    model: Any, level: int, supports: SupportsOp | None, budget: int, log: Log, config: Mapping[str, str] | None = None
+    model: Any,
+    level: int,
+    supports: SupportsOp | None,
+    budget: int,
+    log: Log,
+    config: Mapping[str, str] | None = None,
+    declared: Any = None,
 ) -> Any:
     """``model`` (a checked, inferred ModelProto) optimized to ``level``; the very object given
     when nothing changes. ``supports`` gates every rewrite into an op the graph did not have;
     ``budget`` is the bytes constant folding may materialise in all; ``config`` the session config
     entries (onnxruntime's ``session.disable_quant_qdq`` and ``session.qdqisint8allowed``).
-    Whatever the level, Reshapes whose targets are computed from shapes get their output shapes
-    (``shape_values``): a shape's value is data the EPs plan with, not a change to the graph."""
+    Whatever the level, values inference left without a shape take the model's own value_info
+    shapes (``declared``, a GraphProto: ``shape_hints``), and Reshapes whose targets are computed
+    from shapes get their output shapes (``shape_values``): shapes are data the EPs plan with, not
+    a change to the graph."""
+    from ep_core.optimizer.shape_hints import with_hints
     from ep_core.optimizer.shape_values import with_computed_reshapes
 
-    return with_computed_reshapes(_optimize(model, level, supports, budget, log, config))
+    return with_computed_reshapes(_optimize(with_hints(model, declared), level, supports, budget, log, config))
 
 
 def _optimize(

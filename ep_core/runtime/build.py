@@ -92,12 +92,12 @@ def build(request: BuildRequest) -> Built:
         for sel in selected:
             built.eps.append(EpInstance(sel, options, request.registry, host.log))
         _register_custom_domains(built.eps)
-        built.model, built.declared = check_and_infer(proto), type(proto.graph)(output=proto.graph.output)
+        built.declared = type(proto.graph)(output=proto.graph.output, value_info=proto.graph.value_info)
+        built.model = check_and_infer(proto)
         kernels, budget = built.eps[0].kernel_registry if built.eps else None, materialise_budget(built.model.graph)
         supports = kernels.has_op if kernels is not None else None  # fusions make only ops the first EP has
-        built.model = optimize_model(
-            built.model, options.graph_optimization_level, supports, budget, host.log.log, options.config_entries
-        )
+        level, config = options.graph_optimization_level, options.config_entries
+        built.model = optimize_model(built.model, level, supports, budget, host.log.log, config, built.declared)
         _trace(profiler, "model_loading_uri" if model_path else "model_loading_array", t0)
         validate_model_compatibility(built.model, built.eps, options, model_path)
         if profiler is not None:

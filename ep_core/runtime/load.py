@@ -210,8 +210,9 @@ def check_and_infer(proto: Any) -> Any:
 def _infer(proto: Any) -> Any:
     """Strict shape inference without data propagation (it turns every 1-D integer tensor into a
     shape of as many dims: a bomb). Errors onnxruntime tolerates pass (``_LENIENT``). Main-graph
-    outputs lose their declared shapes (not dtypes) first: the author's word, which onnxruntime
-    only warns about when a run contradicts it, is no proof to hold an EP to (``contract``)."""
+    outputs and value_info lose their declared shapes (not dtypes) first: the author's word (torch's
+    exporter leaves its example's dims there), which onnxruntime does not check, is no proof to hold
+    an EP to (``contract``); the optimizer puts back those inference cannot find (``shape_hints``)."""
     import onnx
 
     data = _undeclared(proto).SerializeToString()  # once for both passes; the copy goes before inference
@@ -233,11 +234,11 @@ def _infer(proto: Any) -> Any:
 
 
 def _undeclared(proto: Any) -> Any:
-    """``proto``, or a copy whose main-graph tensor outputs have no shape."""
-    if not any(v.type.tensor_type.HasField("shape") for v in proto.graph.output):
+    """``proto``, or a copy whose main-graph tensor outputs and value_info have no shape."""
+    if not any(v.type.tensor_type.HasField("shape") for v in (*proto.graph.output, *proto.graph.value_info)):
         return proto
     (copy := type(proto)()).CopyFrom(proto)
-    for v in copy.graph.output:
+    for v in (*copy.graph.output, *copy.graph.value_info):
         if v.type.HasField("tensor_type"):
             v.type.tensor_type.ClearField("shape")
     return copy
