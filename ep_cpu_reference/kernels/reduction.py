@@ -59,9 +59,17 @@ def _accumulator(x: np.ndarray, axis: tuple[int, ...] | None) -> Any:
     return np.float64
 
 
+def _mean(x: np.ndarray, axis: Any, keepdims: bool) -> Any:
+    """np.mean, but 0 over an empty axis, as onnxruntime gives it (an empty EmbeddingBag bag's mean in
+    a torch export), where NumPy's 0/0 gives NaN."""
+    if x.size == 0:
+        return np.sum(x, axis=axis, keepdims=keepdims)
+    return np.mean(x, axis=axis, keepdims=keepdims, dtype=_accumulator(x, axis))
+
+
 _REDUCERS: dict[str, Callable[[np.ndarray, Any, bool], Any]] = {
     "ReduceSum": lambda x, a, k: np.sum(x, axis=a, keepdims=k, dtype=_accumulator(x, a)),
-    "ReduceMean": lambda x, a, k: np.mean(x, axis=a, keepdims=k, dtype=_accumulator(x, a)),
+    "ReduceMean": lambda x, a, k: _mean(x, a, k),
     "ReduceProd": lambda x, a, k: np.prod(x, axis=a, keepdims=k),
     "ReduceMax": lambda x, a, k: np.max(x, axis=a, keepdims=k, initial=_lowest(x)),
     "ReduceMin": lambda x, a, k: np.min(x, axis=a, keepdims=k, initial=_highest(x)),

@@ -76,3 +76,26 @@ def test_trailing_axis_sum_stays_float32_pairwise() -> None:
         _reduce_model("ReduceSum", x.shape, [2]), providers=["CpuReferenceExecutionProvider"]
     )
     np.testing.assert_array_equal(ours.run(None, {"x": x})[0], np.add.reduce(x, axis=2, keepdims=True))
+
+
+REDUCERS = "Mean Sum Max Min Prod L1 L2 LogSum LogSumExp SumSquare".split()
+
+
+@pytest.mark.parametrize("op", [f"Reduce{r}" for r in REDUCERS])
+def test_a_reduction_over_an_empty_axis_gives_onnxruntime_s_identity(op: str) -> None:
+    """An empty EmbeddingBag bag in a torch export: the mean of nothing is 0 in onnxruntime (and
+    torch), NaN in NumPy; the others are their identities (0, -inf, inf, 1...)."""
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [helper.make_tensor("axes", TensorProto.INT64, [1], [0])],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8).SerializeToString()
+    x = np.zeros((0, 3), np.float32)
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, want)
+    assert got.dtype == want.dtype
