@@ -15,7 +15,7 @@ import numpy as np
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._ms_schema import MS, attr, inp, register
-from ep_cpu_reference.kernels.nn_common import as_compute, fail
+from ep_cpu_reference.kernels.nn_common import as_compute, centred, fail
 from ep_cpu_reference.kernels.special import gelu, gelu_tanh
 from ep_cpu_reference.registry import REGISTRY
 
@@ -123,13 +123,11 @@ def _skip_norm(simplified: bool) -> Any:
             if bias is not None:
                 s += as_compute(bias)
             s32 = s.astype(np.float32, copy=False) if s.dtype != np.float64 else s
-            keep = n_out > 3  # input_skip_bias_sum wanted: s stays; else its buffer is reused
             if simplified:
                 mean = np.zeros(s.shape[:-1] + (1,), dtype=s32.dtype)
                 d = s32
             else:
-                mean = s32.mean(axis=-1, keepdims=True)
-                d = np.subtract(s32, mean, out=None if keep or s32 is not s else s32)
+                mean, d = centred(s32, (s32.ndim - 1,))
             sq = np.multiply(d, d)
             inv = np.mean(sq, axis=-1, keepdims=True)
             inv += eps
@@ -165,8 +163,7 @@ def _layer_norm(simplified: bool) -> Any:
                 inv = 1.0 / np.sqrt(np.mean(xc * xc, axis=axes, keepdims=True) + eps)
                 y = xc * inv * as_compute(scale)
                 return tuple([y.astype(x.dtype), inv][:n_out])
-            mean = xc.mean(axis=axes, keepdims=True)
-            d = xc - mean
+            mean, d = centred(xc, axes)
             inv = 1.0 / np.sqrt(np.mean(d * d, axis=axes, keepdims=True) + eps)
             y = d * inv * as_compute(scale)
             if b is not None:

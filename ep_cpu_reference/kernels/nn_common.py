@@ -48,6 +48,22 @@ def is_float(dt: np.dtype) -> bool:
     return dt.kind == "f" or dt.name == "bfloat16"
 
 
+def centred(x: np.ndarray, axes: tuple[int, ...]) -> tuple[np.ndarray, np.ndarray]:
+    """(mean over ``axes``, kept; x - mean), with rows that are constant along ``axes`` centred to
+    exactly 0 (their mean the constant): onnxruntime's LayerNormalization gives exactly the bias
+    there, where a float32 mean's last-bit error (63 x 0.1f averages 0.099999994) divided by
+    sqrt(eps = 1e-12), BERT's epsilon, moved such rows by 0.9. Other rows keep NumPy's float32
+    mean, which the zoo's int8 models need bit for bit (a float64 mean flipped a quantum)."""
+    mean = x.mean(axis=axes, keepdims=True)
+    d = x - mean
+    first = d[tuple(slice(0, 1) if i in axes else slice(None) for i in range(x.ndim))]
+    flat = np.all(d == first, axis=axes, keepdims=True)
+    if flat.any():
+        mean = np.where(flat, x[tuple(slice(0, 1) if i in axes else slice(None) for i in range(x.ndim))], mean)
+        d = np.where(flat, np.zeros((), d.dtype), d)
+    return mean, d
+
+
 def as_compute(x: np.ndarray) -> np.ndarray:
     ct = compute_dtype(x.dtype)
     return x if x.dtype == ct else x.astype(ct)

@@ -13,7 +13,7 @@ import numpy as np
 
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.nn_common import as_compute, compute_dtype, fail, first_since
+from ep_cpu_reference.kernels.nn_common import as_compute, centred, compute_dtype, fail, first_since
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -129,8 +129,7 @@ def build_layer_norm(node: NodeView, ctx: KernelContext) -> Any:
             raise fail(node, f"axis={axis_attr} is outside the input rank {x.ndim}")
         xc = _stash(node, x)
         axes = tuple(range(axis, x.ndim))
-        mean = xc.mean(axis=axes, keepdims=True)
-        d = xc - mean
+        mean, d = centred(xc, axes)
         var = np.mean(d * d, axis=axes, keepdims=True)
         inv = 1.0 / np.sqrt(var + eps)
         y = d * inv * scale.astype(xc.dtype)
