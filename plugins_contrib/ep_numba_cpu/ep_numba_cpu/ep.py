@@ -11,6 +11,7 @@ under ``ep.context_require_signature=1``."""
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -46,9 +47,13 @@ Fail = Callable[[str], InvalidGraph]  # builds the error naming the node and the
 
 
 class NumbaCpuEp:
-    def __init__(self, ep_options: Mapping[str, str], session_options: Any) -> None:
+    def __init__(
+        self, ep_options: Mapping[str, str], session_options: Any, logger: logging.Logger | None = None
+    ) -> None:
         register_ep_context_schema()
         self.name = EP_NAME
+        self.logger = logger if logger is not None else logging.getLogger(f"ep_core.{EP_NAME}")
+        self._left: set[str] = set()  # notes already logged (capability is asked again per optimizer round)
         self.session_options = session_options
         self.parallel_mode = ep_options.get("parallel", "auto")
         if self.parallel_mode not in ("auto", "0", "1"):
@@ -75,7 +80,7 @@ class NumbaCpuEp:
             if node.op_type == EP_CONTEXT_OP and node.domain == MS_DOMAIN:
                 support.add_single_node(node)
         compute = [n for n in graph.nodes if n.op_type != "Constant"]
-        for group in choose_groups(graph):
+        for group in choose_groups(graph, self._leave):
             # a group that is not the whole main graph (one beside an If or inside its bodies, one
             # of a graph split by a node no EP here compiles) and has no compiled float node only
             # adds a runner's call and a boundary on every run: its nodes are left to the next EP,
@@ -84,6 +89,13 @@ class NumbaCpuEp:
             if not whole and not any(pays_a_runner(n) for n in group):
                 continue
             support.add_nodes_to_fuse(group, drop_constant_initializers=True)
+
+    def _leave(self, note: str) -> None:
+        """Logs (once) a node this EP could run but leaves to the next EP, and why: a silent
+        fallback would only show as a slower session."""
+        if note not in self._left:
+            self._left.add(note)
+            self.logger.warning("%s: %s", EP_NAME, note)
 
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[FusedNode]) -> list[NodeComputeInfo]:
         built = []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from logging import Logger
 from typing import Any
 
 from ep_core.sdk.devices import EpDevice, HardwareDevice
@@ -20,12 +21,13 @@ class NumbaCpuFactory(HostEpFactory):
         return 2
 
     def ep_factory_create_ep(
-        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any
+        self, devices: Sequence[EpDevice], ep_options: Mapping[str, str], session_options: Any, logger: Logger
     ) -> Any:
+        """The EP for one session; ``logger`` (the session's child for this EP) gets its notes."""
         self.check_options(ep_options)
         from ep_numba_cpu.ep import NumbaCpuEp
 
-        return NumbaCpuEp(ep_options, session_options)
+        return NumbaCpuEp(ep_options, session_options, logger)
 
     def ep_factory_get_fusable_ops(self) -> list[tuple[str, str, int, None]]:
         """What the EP fuses, from the first opset each op is implemented for (the parity report)."""

@@ -118,17 +118,19 @@ def _leaky(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | No
 
 
 def _hard_sigmoid(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    """Clamped with the value as the builtins' first argument, so NaN goes through (``HELPERS``)."""
     if out not in FLOAT_DTYPES:
         return None
     alpha, beta = literal(p["alpha"], out), literal(p["beta"], out)
-    return f"max({literal(0, out)}, min({literal(1, out)}, {alpha} * {a[0]} + {beta}))"
+    return f"min(max({alpha} * {a[0]} + {beta}, {literal(0, out)}), {literal(1, out)})"
 
 
 def _hard_swish(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    """x * HardSigmoid(x) with alpha 1/6, beta 0.5 (NaN goes through as there)."""
     if out not in FLOAT_DTYPES:
         return None
     sixth, half = literal(1.0 / 6.0, out), literal(0.5, out)
-    return f"({a[0]} * max({literal(0, out)}, min({literal(1, out)}, {sixth} * {a[0]} + {half})))"
+    return f"({a[0]} * min(max({sixth} * {a[0]} + {half}, {literal(0, out)}), {literal(1, out)}))"
 
 
 def _cast(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
@@ -142,8 +144,24 @@ def _cast(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | Non
 # float32 tanh as a clamped rational function (Eigen's generic_fast_tanh_float coefficients):
 # plain multiply-adds and one division, so loops over it vectorise where libm's scalar tanhf does
 # not; within a few float32 ulps of tanh (tests check it against NumPy over the whole range).
-# Sigmoid is 0.5 + 0.5 * tanh(x / 2). Kernels that use them get these definitions in their source.
+# Sigmoid is 0.5 + 0.5 * tanh(x / 2) down to SIGMOID_TAIL, MLAS's logistic below (``_sigmoid32``).
+# Kernels that use them get these definitions in their source.
+SIGMOID_TAIL = -8.0
 HELPERS = {
+    # max/min that propagate a NaN from either side, as onnxruntime's Max and Min do; on other
+    # values exactly the builtins' results (signed zeros included). The builtins follow Python:
+    # the first argument stays when a comparison with NaN fails, so clamps put the value first
+    # (max(x, 0), min(max(t, 0), 1)) and keep their speed; max(0, min(1, NaN)) was 1
+    "_maximum": """
+@njit(inline="always")
+def _maximum(a, b):
+    return b if (b > a) | (b != b) else a
+""",
+    "_minimum": """
+@njit(inline="always")
+def _minimum(a, b):
+    return b if (b < a) | (b != b) else a
+""",
     "_logistic_mlas32": """
 @njit(inline="always")
 def _logistic_mlas32(x):
@@ -221,6 +239,17 @@ def _tanh32(v):
     q = x2 * q + np.float32(4.89352518554385e-03)
     return (x * p) / q
 """,
+    # below SIGMOID_TAIL, 0.5 + 0.5 * tanh(x / 2) is cancellation noise (~1e-7 absolute, >= 3e-4
+    # relative) and exactly 0 past tanh's clamp (x < -15.8), where onnxruntime's MLAS logistic gives
+    # up to ~3e-7 down to x = -18: its rational form there is onnxruntime's result bit for bit, so a
+    # Log after the Sigmoid stays finite and close (Log(Sigmoid(-16)) = -16.6 in both)
+    "_sigmoid32": f"""
+@njit(inline="always")
+def _sigmoid32(x):
+    if x < np.float32({SIGMOID_TAIL!r}):
+        return _logistic_mlas32(x)
+    return np.float32(0.5) + np.float32(0.5) * _tanh32(np.float32(0.5) * x)
+""",
 }
 
 
@@ -236,8 +265,7 @@ def _sigmoid(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | 
     if out == "float32" and p.get("exact"):
         return f"_logistic_mlas32({a[0]})"
     if out == "float32":
-        half = literal(0.5, out)
-        return f"({half} + {half} * _tanh32({half} * {a[0]}))"
+        return f"_sigmoid32({a[0]})"
     return f"({literal(1, out)} / ({literal(1, out)} + np.exp(-{a[0]})))"
 
 
@@ -288,8 +316,8 @@ ELEMENTWISE: dict[str, Expr] = {
     "Mul": _binary("({} * {})"),
     "Div": _div,
     "Pow": _pow,
-    "Max": _variadic("max"),
-    "Min": _variadic("min"),
+    "Max": _variadic("_maximum"),
+    "Min": _variadic("_minimum"),
     "Sum": _variadic("np.add"),
     "Neg": _unary("(-{0})"),
     "Abs": _unary("abs({0})"),
@@ -302,7 +330,8 @@ ELEMENTWISE: dict[str, Expr] = {
     "Reciprocal": _unary("({one} / {0})"),
     "Sigmoid": _sigmoid,
     "Relu": _unary("max({0}, {zero})"),
-    "Softplus": _unary("np.log({one} + np.exp({0}))"),
+    # log(1 + exp(x)) overflowed to inf from x = 89 (float32); this form is exact to rounding
+    "Softplus": _unary("(max({0}, {zero}) + np.log1p(np.exp(-abs({0}))))"),
     "Erf": _erf,
     "Gelu": _gelu,
     "BiasGelu": _bias_gelu,

@@ -34,6 +34,7 @@ from ep_numba_cpu.ops import (
     expression,
     params_for,
 )
+from ep_numba_cpu.spec import SpecError, check_conv_attrs, check_params, over_limits
 
 TINY = 16  # elements: a cluster of shape logic making at most this many runs as delegated steps (``_tiny``)
 MAX_INLINE_SIZE = 1  # constants of this many elements may become literals in the kernel source
@@ -70,10 +71,19 @@ def _known(graph: Any, names: Sequence[str], dtypes: Sequence[str] = KERNEL_DTYP
     return all(_dtype(graph, n) in dtypes and _rank(graph, n) is not None for n in names if n)
 
 
-def supported(node: Any) -> bool:
+Note = Callable[[str], None]  # told why a node the EP could run is left to the next EP
+
+
+def supported(node: Any, note: Note | None = None) -> bool:
     """Whether this EP takes ``node`` into a group: compiled (``compiled``), else delegated to the
-    reference kernels (``delegate.delegable``)."""
-    return compiled(node) or delegable(node)
+    reference kernels (``delegate.delegable``), and within the bounds its stored record must keep
+    (``spec.over_limits``): a node claimed over them would fail the session at compile time."""
+    if not (compiled(node) or delegable(node)):
+        return False
+    why = over_limits(node)
+    if why is not None and note is not None:
+        note(f"{node.describe()} is left to the next EP: {why}")
+    return why is None
 
 
 def compiled(node: Any) -> bool:
@@ -93,7 +103,9 @@ def compiled(node: Any) -> bool:
         dts = [_dtype(g, node.inputs[i]) or "" if node.inputs[i] else "" for i in keep]
         args = [f"x{i}" if node.inputs[i] else "" for i in keep]
         try:
-            return expression(op, params_for(node), args, dts, _dtype(g, node.outputs[0]) or "") is not None
+            params = params_for(node)
+            check_params(op, params, "params")
+            return expression(op, params, args, dts, _dtype(g, node.outputs[0]) or "") is not None
         except Exception:
             return False
     if op == "BatchNormalization":
@@ -106,7 +118,8 @@ def compiled(node: Any) -> bool:
         )
     if op == "Conv":
         return (
-            _known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES)
+            _conv_attrs_fit(node)
+            and _known(g, [node.inputs[0], node.outputs[0]], FLOAT_DTYPES)
             and _rank(g, node.inputs[0]) in (3, 4)
             and g.constant_value(node.inputs[1]) is not None
             and (len(node.inputs) < 3 or not node.inputs[2] or g.constant_value(node.inputs[2]) is not None)
@@ -118,10 +131,21 @@ def compiled(node: Any) -> bool:
     return False
 
 
-def choose_groups(graph: Any) -> list[list[Any]]:
-    """Maximal convex groups of supported nodes among ``graph.nodes`` (the unclaimed ones)."""
+def _conv_attrs_fit(node: Any) -> bool:
+    """Whether a Conv's attributes are within what its compiled step accepts (``spec``); one
+    beyond (a stride over 4096) is delegated to the reference kernel instead."""
+    try:
+        check_conv_attrs({k: v for k, v in node.attributes.items() if k in CONV_ATTRS}, "attrs")
+    except SpecError:
+        return False
+    return True
+
+
+def choose_groups(graph: Any, note: Note | None = None) -> list[list[Any]]:
+    """Maximal convex groups of supported nodes among ``graph.nodes`` (the unclaimed ones);
+    ``note`` is told about each node left out for the record's bounds only."""
     available = {n.index for n in graph.nodes}
-    ok = {n.index for n in graph.nodes if supported(n)}
+    ok = {n.index for n in graph.nodes if supported(n, note)}
     group_of: dict[int, int] = {}
     groups: dict[int, list[Any]] = {}
     reach: dict[int, frozenset[int]] = {}  # node -> groups it depends on

@@ -119,6 +119,38 @@ def _names(value: Any, path: str, lo: int = 0, hi: int = MAX_ARRAYS) -> list[str
     return names
 
 
+def over_limits(node: Any) -> str | None:
+    """Why ``node`` would make a step over this module's bounds (``check_record`` refusing the
+    group at compile time, failing the session), or None. Asked before a node is claimed, so one
+    over them (a boosted-trees export with 2.4M class_ids) is left to the next EP; lengths are read
+    from the proto, no attribute is decoded. String lengths count bytes (at least the characters)."""
+    attrs = node.proto.attribute
+    if len(attrs) > MAX_ATTRS:
+        return f"{len(attrs)} attributes, over this EP's limit of {MAX_ATTRS}"
+    for a in attrs:
+        n = max(len(a.floats), len(a.ints), len(a.strings))
+        if n > MAX_ATTR_VALUES:
+            return f"attribute {a.name!r} has {n} entries, over this EP's limit of {MAX_ATTR_VALUES}"
+        if len(a.s) > MAX_NAME or any(len(x) > MAX_NAME for x in a.strings):
+            return f"attribute {a.name!r} holds a string over this EP's limit of {MAX_NAME} characters"
+    return _values_over_limits(node)
+
+
+def _values_over_limits(node: Any) -> str | None:
+    """Why ``node``'s inputs or outputs exceed the bounds on counts, names and ranks, or None."""
+    for side, names in (("inputs", node.inputs), ("outputs", node.outputs)):
+        if len(names) > MAX_ARRAYS:
+            return f"{len(names)} {side}, over this EP's limit of {MAX_ARRAYS}"
+        for name in names:
+            if len(name) > MAX_NAME:
+                return f"a value name over this EP's limit of {MAX_NAME} characters"
+            info = node.graph.value_info(name) if name else None
+            shape = None if info is None else info.shape
+            if shape is not None and len(shape) > MAX_RANK:
+                return f"value {name[:60]!r} has rank {len(shape)}, over this EP's limit of {MAX_RANK}"
+    return None
+
+
 def check_record(rec: Any) -> None:
     """Accept a stored graph record, or raise ``SpecError`` naming the first field at fault."""
     _obj(rec, "graph", {"plan", "weights", "types"})
@@ -196,7 +228,7 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
         raise _fail(f"{path}.inputs", "holds a non-string")
     _reads(inputs, f"{path}.inputs", defined, optional=(2,))
     if kind == "conv":
-        _check_conv_attrs(step["attrs"], f"{path}.attrs")
+        check_conv_attrs(step["attrs"], f"{path}.attrs")
         dw = step["depthwise"]
         if dw is not None:
             _obj(dw, f"{path}.depthwise", {"dtype", "parallel"})
@@ -271,7 +303,9 @@ def _check_attr_value(kind: str, v: Any, path: str, weights: Mapping[str, str]) 
             _check_attr_value(inner, x, f"{path}[{i}]", weights)
 
 
-def _check_conv_attrs(attrs: Any, path: str) -> None:
+def check_conv_attrs(attrs: Any, path: str) -> None:
+    """A compiled Conv's attributes within the bounds its generated code is checked for (the
+    planner asks before claiming a Conv, so one over them is delegated instead)."""
     ints = {"dilations": (1, 2, 1, 4096), "strides": (1, 2, 1, 4096), "kernel_shape": (1, 2, 1, 4096)}
     ints["pads"] = (2, 4, -(2**20), 2**20)
     if not isinstance(attrs, dict) or not set(attrs) <= set(ints) | {"auto_pad", "group"}:
@@ -323,18 +357,24 @@ def _check_item(item: Any, path: str, t: int, n_arrays: int) -> None:
         if ref is not None:
             _check_ref(ref, f"{path}.args[{i}]", t, n_arrays)
     _dtype(item["dtype"], f"{path}.dtype")
+    check_params(op, item["params"], f"{path}.params")
+
+
+def check_params(op: str, params: Any, path: str) -> None:
+    """An item's declarative parameters as ``PARAMS`` declares them, with usable values (the
+    planner asks before compiling a node, so a LeakyRelu of NaN slope is delegated instead)."""
     schema = PARAMS.get(op, {})
-    params = _obj(item["params"], f"{path}.params", set(schema))
+    params = _obj(params, path, set(schema))
     for key, kind in schema.items():
         value = params[key]
         if kind == "bool":
-            _bool(value, f"{path}.params.{key}")
+            _bool(value, f"{path}.{key}")
         elif value is not None or kind != "float?":
             # NaN parameters make no model; bounds may be infinite, slopes and offsets may not
-            if math.isnan(_float(value, f"{path}.params.{key}")) or (kind == "float" and math.isinf(value)):
-                raise _fail(f"{path}.params.{key}", f"{value} is not a usable {key}")
+            if math.isnan(_float(value, f"{path}.{key}")) or (kind == "float" and math.isinf(value)):
+                raise _fail(f"{path}.{key}", f"{value} is not a usable {key}")
     if op == "Clip" and not params["legacy"] and (params["min"] is not None or params["max"] is not None):
-        raise _fail(f"{path}.params", "Clip bounds are attributes only before opset 11 (legacy)")
+        raise _fail(path, "Clip bounds are attributes only before opset 11 (legacy)")
 
 
 def _check_ref(ref: Any, path: str, t: int, n_arrays: int) -> None:
