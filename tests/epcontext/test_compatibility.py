@@ -86,4 +86,8 @@ def test_verdicts_for_cpu_features():
     v = verdict(extra)
     assert v.startswith("UNSUPPORTED") and "imaginary-feature" in v
     assert verdict(_with(info, llvmlite="0.1")).startswith("UNSUPPORTED")
+    # another build of the EP (or one from before builds were recorded) may expand a plan differently
+    assert "another build of this EP" in verdict(_with(info, build="0123456789abcdef"))
+    unrecorded = ";".join(part for part in info.split(";") if not part.startswith("build="))
+    assert verdict(unrecorded).startswith("SUPPORTED_PREFER_RECOMPILATION")
     assert verdict("garbage").startswith("UNSUPPORTED")

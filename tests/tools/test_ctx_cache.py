@@ -60,6 +60,24 @@ def test_a_broken_cache_entry_is_reported_and_rebuilt(chain: str, cli: Callable)
     assert cli("run", chain, "--providers", NUMBA, "--json").json()["session"]["source"] == "cache"
 
 
+def test_an_entry_written_by_another_build_of_the_ep_is_rebuilt(chain: str, cli: Callable) -> None:
+    """A cached context model whose compatibility info names another build of the Numba EP (its code
+    changed: the stored plan may expand to other kernels, whose machine code the context lacks) is
+    recompiled instead of loading without its machine code on every run."""
+    import onnx
+
+    folder = Path(cli("run", chain, "--providers", NUMBA, "--json").json()["session"]["cache"])
+    model = onnx.load(str(folder / "chain_ctx.onnx"))
+    for p in model.metadata_props:
+        if p.key == f"ep_compatibility_info.{NUMBA}":
+            p.value = p.value.replace(";build=", ";build=0000")
+    onnx.save(model, str(folder / "chain_ctx.onnx"))
+    data = cli("run", chain, "--providers", NUMBA, "--json").json()
+    assert data["session"]["source"] == "compiled"
+    assert any("written by another build of this EP" in n for n in data["notes"]), data["notes"]
+    assert cli("run", chain, "--providers", NUMBA, "--json").json()["session"]["source"] == "cache"
+
+
 def test_nothing_is_cached_when_nothing_compiles(chain: str, ctx_cache: Path, cli: Callable) -> None:
     assert cli("run", chain, "--json").json()["session"]["source"] == "model"  # the CPU fallback alone
 

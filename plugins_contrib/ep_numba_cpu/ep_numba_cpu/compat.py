@@ -1,11 +1,26 @@
 """The compatibility string recorded as ``ep_compatibility_info.NumbaCpuExecutionProvider`` and
 its verdict: machine code depends on the Numba/llvmlite/Python versions and on the CPU (target
-triple, CPU name, CPU features) it was generated for."""
+triple, CPU name, CPU features) it was generated for; which kernels a stored plan expands to
+depends on this EP's own code (``build``: its sources' sha256, which a version number does not
+follow between releases)."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import platform
 from collections.abc import Mapping
+from pathlib import Path
+
+
+@functools.cache
+def build() -> str:
+    """The sha256 (16 hex digits) of this package's Python sources: another build may generate
+    other kernels from the same plan, so a context's machine code no longer matches its plan."""
+    h = hashlib.sha256()
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        h.update(path.name.encode() + b"\0" + path.read_bytes())
+    return h.hexdigest()[:16]
 
 
 def host_target() -> tuple[str, str, str]:
@@ -30,7 +45,10 @@ def versions() -> dict[str, str]:
 def current_info() -> str:
     triple, cpu, features = host_target()
     v = versions()
-    return f"numba={v['numba']};llvmlite={v['llvmlite']};python={v['python']};triple={triple};cpu={cpu};features={features}"
+    return (
+        f"numba={v['numba']};llvmlite={v['llvmlite']};python={v['python']};triple={triple};cpu={cpu};"
+        f"features={features};build={build()}"
+    )
 
 
 def parse_info(info: str) -> dict[str, str]:
@@ -67,6 +85,12 @@ def verdict(info: str, host: Mapping[str, str] | None = None) -> str:
         return (
             f"UNSUPPORTED: compiled for CPU {rec['cpu']} using features this CPU lacks: {lacking[:8]}; "
             "recompile on this machine"
+        )
+    if rec.get("build") != cur.get("build"):  # one recording none predates the record: another build too
+        return (
+            f"SUPPORTED_PREFER_RECOMPILATION: written by another build of this EP ({rec.get('build', 'unrecorded')}, "
+            f"this one is {cur.get('build')}): it may generate other kernels from the stored plan, which then "
+            "compile at load"
         )
     extra = sorted(have - need)
     if extra or rec["cpu"] != cur["cpu"]:

@@ -351,7 +351,7 @@ class LoadedContext:
             )
             verdict = signing.verify(parts, signature if isinstance(signature, str) else None)
             if not verdict.trusted:
-                ep.untrusted(cn, self.loc, verdict.reason)
+                ep.untrusted(cn, self.loc, self._why_untrusted(verdict.reason))
             runner = self._runners.get(gname)
             if runner is None:
                 lazy = lazy_keys(g.plan)
@@ -369,6 +369,16 @@ class LoadedContext:
                     raise fail(f"graph {gname!r} is not one this EP accepts: {exc}") from None
                 self._runners[gname] = runner
             return runner
+
+    def _why_untrusted(self, reason: str) -> str:
+        """The verdict's reason, and where the context names another build of this EP (whose plan
+        can expand to other kernels, so its digest differs with no byte modified), that too."""
+        from ep_numba_cpu.compat import build, parse_info
+
+        written = parse_info(str(self.meta.get("compatibility", ""))).get("build")
+        if written == build():
+            return reason
+        return f"{reason}, or it was written by another build of this EP ({written or 'one that records none'}, this is {build()})"
 
     def _graph(self, gname: str, fail: Fail) -> _Graph:
         g = self._graphs.get(gname)
