@@ -83,7 +83,8 @@ def child(mode: str, model: str, extra: str) -> None:
         import onnx
 
         opt = onnx.load(extra, load_external_data=False)
-        ops = {n.name: n.op_type for n in opt.graph.node}
+        # an unnamed node is named as ep-core names it (GraphView: op type and index), as the assignment does
+        ops = {n.name or f"{n.op_type}_{i}": n.op_type for i, n in enumerate(opt.graph.node)}
         assigned = sess.get_node_assignment()
         compute = [n for n, op in ops.items() if op != "Constant"]
         on_ep = [n for n in compute if assigned.get(n, {}).get("ep") == NUMBA]
