@@ -19,6 +19,9 @@ if "EP_CORE_KEY_DIR" not in os.environ:
 if "EP_NUMBA_CPU_KERNEL_CACHE_DIR" not in os.environ:
     os.environ["EP_NUMBA_CPU_KERNEL_CACHE_DIR"] = tempfile.mkdtemp(prefix="ep-numba-cpu-kernels-")
 
+# `ep-core run`'s EPContext cache likewise: never ~/.cache/ep-core/ctx (the ctx_cache fixture gives a test its own)
+os.environ.setdefault("EP_CORE_CTX_CACHE", tempfile.mkdtemp(prefix="ep-core-ctx-"))
+
 # The graph optimizer's per-machine cache (ep_core.optimizer.cache): a folder of its own per test, so
 # no test sees another's optimized models (tests that count or log optimizer passes stay exact).
 _OPT_CACHE_ROOT = tempfile.mkdtemp(prefix="ep-core-optimized-")

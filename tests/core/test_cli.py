@@ -9,17 +9,17 @@ import sys
 from pathlib import Path
 
 from _support.models import add_mul_chain
+from _support.sandbox import clean_env
 
 from ep_core.tools.cli import main
 
 
 def _cli(*args: str, cwd: Path | None = None, **env: str) -> subprocess.CompletedProcess[str]:
-    base = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_") or k == "EP_CORE_KEY_DIR"}
     return subprocess.run(
         [sys.executable, "-m", "ep_core.tools.cli", *args],
         capture_output=True,
         text=True,
-        env={**base, **env},
+        env=clean_env(**env),
         cwd=cwd,
     )
 

@@ -11,6 +11,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from _support.sandbox import clean_env
 
 pytestmark = pytest.mark.xdist_group("plugin_packages")
 
@@ -128,7 +129,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _env(site: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_")}
+    env = clean_env()
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")]).strip(os.pathsep)
     env.update(extra)
     return env

@@ -4,7 +4,6 @@ environment, EpDevices, policies; and the precise error for each kind of mistake
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -13,6 +12,7 @@ import numpy as np
 import pytest
 from _support.eps import FAKE_DEVICE, DeviceFactory, FusingFactory
 from _support.models import add_mul_chain
+from _support.sandbox import clean_env
 
 import ep_core
 from ep_core.sdk.errors import ConfigError, UnknownProviderError
@@ -86,7 +86,7 @@ def test_config_file_from_environment(eps, tmp_path: Path, model_path: Path, mon
 def test_cli_run_with_config(tmp_path: Path, model_path: Path) -> None:
     cfg = tmp_path / "cli.json"
     cfg.write_text(json.dumps({"providers": [{"name": "CpuReferenceExecutionProvider"}]}))
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EP_CORE_")}
+    env = clean_env()
     proc = subprocess.run(
         [
             sys.executable,

@@ -6,7 +6,6 @@ Needs tmux (``apt-get install tmux``); without it the test is skipped, saying so
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
@@ -16,6 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from _support.sandbox import clean_env
 
 TMUX = shutil.which("tmux")
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,13 +67,8 @@ class Pane:
 
 @pytest.fixture
 def env(tmp_path: Path) -> dict[str, str]:
-    keep = {k: v for k, v in os.environ.items() if not k.startswith(("EP_CORE_", "TMUX", "COLUMNS", "LINES"))}
-    return {
-        **keep,
-        "EP_CORE_CTX_CACHE": str(tmp_path / "ctx"),
-        "EP_CORE_KEY_DIR": os.environ["EP_CORE_KEY_DIR"],
-        "TERM": "xterm-256color",
-    }
+    keep = {k: v for k, v in clean_env().items() if not k.startswith(("TMUX", "COLUMNS", "LINES"))}
+    return {**keep, "EP_CORE_CTX_CACHE": str(tmp_path / "ctx"), "TERM": "xterm-256color"}
 
 
 @pytest.fixture
