@@ -234,11 +234,13 @@ def _infer(proto: Any) -> Any:
 
 
 def _undeclared(proto: Any) -> Any:
-    """``proto``, or a copy whose main-graph tensor outputs and value_info have no shape."""
-    if not any(v.type.tensor_type.HasField("shape") for v in (*proto.graph.output, *proto.graph.value_info)):
+    """``proto``, or a copy whose main-graph outputs and value_info (not initializers') have no shape."""
+    inits = {t.name for t in proto.graph.initializer}
+    hinted = [v for v in (*proto.graph.output, *proto.graph.value_info) if v.name not in inits]
+    if not any(v.type.tensor_type.HasField("shape") for v in hinted):
         return proto
     (copy := type(proto)()).CopyFrom(proto)
-    for v in (*copy.graph.output, *copy.graph.value_info):
+    for v in (*copy.graph.output, *(v for v in copy.graph.value_info if v.name not in inits)):
         if v.type.HasField("tensor_type"):
             v.type.tensor_type.ClearField("shape")
     return copy

@@ -56,3 +56,24 @@ def test_value_info_fills_in_what_inference_cannot_shape() -> None:
     y = sess.run(None, {"x": np.arange(6, dtype=np.float32) - 3, "s": np.array([2, 3], np.int64)})[0]
     np.testing.assert_array_equal(y, np.maximum(np.arange(6, dtype=np.float32) - 3, 0).reshape(2, 3))
     assert sess.get_outputs()[0].shape == [2, 3]  # carried on by inference from the kept shape
+
+
+@pytest.mark.parametrize("providers", PROVIDERS)
+def test_an_initializer_listed_in_value_info_keeps_its_value_for_inference(providers: list[str]) -> None:
+    """torch's dynamo exporter lists initializers in value_info too: their shapes stay, or inference
+    loses the Slice's constant bounds and declares its input's 251 for a [n, 1, 219] output."""
+    if providers[0].startswith("Numba"):
+        pytest.importorskip("ep_numba_cpu")
+    bounds = [helper.make_tensor(n, TensorProto.INT64, [1], [v]) for n, v in (("b", 16), ("e", -16), ("a", 2))]
+    g = helper.make_graph(
+        [helper.make_node("Slice", ["x", "b", "e", "a"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", F, ["n", 1, 251])],
+        [helper.make_tensor_value_info("y", F, ["n", 1, None])],
+        bounds,
+        value_info=[helper.make_tensor_value_info(n, TensorProto.INT64, [1]) for n in "bea"],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 18)], ir_version=8).SerializeToString()
+    x = np.random.default_rng(0).standard_normal((2, 1, 251)).astype(np.float32)
+    got = InferenceSession(model, SessionOptions(intra_op_num_threads=1), providers=providers).run(None, {"x": x})[0]
+    np.testing.assert_array_equal(got, x[..., 16:-16])
