@@ -12,7 +12,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.special import erf, gelu, gelu_tanh, mlas_logistic
+from ep_cpu_reference.kernels.special import erf, gelu, gelu_tanh, mlas_logistic, with_mlas_tail
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -98,14 +98,14 @@ def _reg(op: str, since: int | tuple[int, ...], builder: Callable[[Any, Any], Fn
 
 # ---------------------------------------------------------------------------- unary math
 def _sigmoid(x: Any) -> Any:
-    """float32: 1/(1+exp(-x)) in four in-place ufuncs (-x is capped at 88 so exp stays finite:
-    the result there is < 1e-38, zero at float32 precision); other types the two-sided float64 form."""
+    """float32: 1/(1+exp(-x)) in four in-place ufuncs (-x is capped at 88 so exp stays finite),
+    onnxruntime's MLAS logistic below -8 (``with_mlas_tail``); other types the two-sided float64 form."""
     if x.dtype == np.float32:
         t = np.negative(x, out=np.empty(x.shape, x.dtype))  # an array even for a 0-d x
         np.minimum(t, 88.0, out=t)
         np.exp(t, out=t)
         t += 1.0
-        return np.reciprocal(t, out=t)
+        return with_mlas_tail(x, np.reciprocal(t, out=t))
     xf = x.astype(np.float64)
     return np.where(xf >= 0, 1 / (1 + np.exp(-xf)), np.exp(xf) / (1 + np.exp(xf)))
 

@@ -21,13 +21,15 @@ from ep_cpu_reference.kernels._ms_schema import FLOAT_TYPES, MS, attr, inp, regi
 from ep_cpu_reference.kernels.nn_common import as_compute, fail
 from ep_cpu_reference.kernels.nn_conv import build_conv
 from ep_cpu_reference.kernels.nn_matmul import build_gemm
+from ep_cpu_reference.kernels.special import with_mlas_tail
 from ep_cpu_reference.registry import REGISTRY
 
 Act = Callable[[np.ndarray], np.ndarray]
 
 
 def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 0.5 * (np.tanh(0.5 * x) + 1)  # 1 / (1 + e^-x), without overflow for large |x|
+    y = 0.5 * (np.tanh(0.5 * x) + 1)  # 1 / (1 + e^-x), without overflow for large |x|
+    return with_mlas_tail(x, y) if y.dtype == np.float32 else y  # MLAS's below -8, as the Sigmoid op
 
 
 # name -> (parameters it needs, the function of x and those parameters)

@@ -204,6 +204,20 @@ def _fma_horner(v2: np.ndarray, coefs: tuple[np.float64, ...], tmp: np.ndarray, 
     return out
 
 
+SIGMOID_TAIL = np.float32(-8.0)  # below: onnxruntime's own logistic (the Numba EP's threshold too)
+
+
+def with_mlas_tail(x: np.ndarray, y: np.ndarray) -> np.ndarray:
+    """``y`` (a float32 sigmoid of ``x``, written in place) with MLAS's logistic where x < -8:
+    there onnxruntime's rational form drifts from the true value and reaches exactly 0 below about
+    -18, where 1/(1 + e^-x) gives 1e-9..1e-20; an ArgMax or a sum of such a row (silence into a
+    pitch decoder) then differs whole, so both CPU EPs give onnxruntime's values there."""
+    tail = x < SIGMOID_TAIL
+    if tail.any():
+        y[tail] = mlas_logistic(x[tail])
+    return y
+
+
 def mlas_logistic(x: np.ndarray) -> np.ndarray:
     """MlasComputeLogistic as onnxruntime's x86-64 FMA3 kernel computes it, bit for bit: x
     clamped to [-18, 18], Eigen's rational p(x)/q(x) in FMA steps, + 0.5, clamped below at 0

@@ -152,3 +152,47 @@ def test_float16_matches_onnxruntime(
     and 1e-5 absolute in the cancelling tail."""
     got, want = _both(op, domain, {k: v.astype(np.float16) for k, v in feeds.items()}, opset, attrs)
     np.testing.assert_allclose(got.astype(np.float32), want.astype(np.float32), rtol=2.0**-10, atol=1e-5)
+
+
+@pytest.mark.parametrize("fused", [False, True])
+def test_sigmoid_tail_is_onnxruntime_s_on_both_cpu_eps(fused: bool) -> None:
+    """Below -8 onnxruntime's MLAS logistic drifts from 1/(1 + e^-x) and is exactly 0 below about
+    -18: both CPU EPs give its values there (bit for bit), so a row of saturated logits (silence
+    into torchfcpe's pitch decoder) has onnxruntime's ArgMax; above, within float32 rounding.
+    ``fused``: a Conv + Sigmoid the optimizer makes one FusedConv of."""
+    import onnxruntime as ort
+    from onnx import TensorProto, helper, numpy_helper
+
+    import ep_core
+
+    ramp = np.concatenate([np.linspace(-100, 20, 997), [-45.5, -20.56, -16.5, -8.0, -7.99]])
+    silence = np.random.default_rng(0).uniform(-45.6, -16.4, ramp.size)  # the decoder's logits on silence
+    x = np.stack([ramp, silence]).astype(np.float32).reshape(1, 1, 2, -1)
+    nodes = [helper.make_node("Sigmoid", ["c" if fused else "x"], ["y"])]
+    inits = []
+    if fused:
+        nodes.insert(0, helper.make_node("Conv", ["x", "w"], ["c"]))
+        inits = [numpy_helper.from_array(np.ones((1, 1, 1, 1), np.float32), "w")]
+    nodes.append(helper.make_node("ArgMax", ["y"], ["i"], axis=-1))
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(x.shape))],
+        [
+            helper.make_tensor_value_info("y", TensorProto.FLOAT, None),
+            helper.make_tensor_value_info("i", TensorProto.INT64, None),
+        ],
+        inits,
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    tail = x < -8
+    for providers in (
+        ["CpuReferenceExecutionProvider"],
+        ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"],
+    ):
+        got = ep_core.InferenceSession(model, providers=providers).run(None, {"x": x})
+        np.testing.assert_array_equal(got[0][tail], want[0][tail], err_msg=providers[0])
+        np.testing.assert_allclose(got[0], want[0], rtol=0, atol=2e-7, err_msg=providers[0])
+        np.testing.assert_array_equal(got[1][..., 1, :], want[1][..., 1, :], err_msg=providers[0])  # the saturated row
+    assert (want[0][x < -18.5] == 0).all()  # what the exact form would not give
