@@ -5,12 +5,12 @@ raises ``NotImplemented`` (ep-core's ``NotImplementedByAnyEp``) with its reason 
 
 from __future__ import annotations
 
-import sys
 from enum import IntEnum
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, NoReturn
 
+from ep_core.sdk.config import toml_loads
 from ep_core.sdk.errors import NotImplementedByAnyEp
 
 REASONS_FILE = Path(__file__).with_name("missing.toml")
@@ -20,12 +20,7 @@ REASONS_FILE = Path(__file__).with_name("missing.toml")
 def reasons() -> dict[str, dict[str, str]]:
     """``{"absent": {name: reason}, "refused": {name: reason}, "notes": {name: note}}``; names are
     onnxruntime's, dotted below the ``onnxruntime`` package (``InferenceSession.run_async``)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # Python 3.10: the same parser, as a package
-        import tomli as tomllib
-
-    data = tomllib.loads(REASONS_FILE.read_text(encoding="utf-8"))
+    data = toml_loads(REASONS_FILE.read_text(encoding="utf-8"))
     return {k: dict(data.get(k, {})) for k in ("absent", "refused", "notes")}
 
 

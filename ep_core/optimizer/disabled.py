@@ -13,10 +13,10 @@ on without a word."""
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Mapping
 from pathlib import Path
 
+from ep_core.sdk.config import toml_loads
 from ep_core.sdk.errors import ConfigError
 
 KEY = "optimization.disable_specified_optimizers"
@@ -27,11 +27,7 @@ PASSES = ("constant folding", "no-op arithmetic", "Conv+Add folding", "Conv+Mul 
 @functools.cache
 def onnxruntime_names() -> dict[str, tuple[str, ...]]:
     """onnxruntime's optimizer name -> the ep-core rewrites it stands for (empty: none here)."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover - Python 3.10
-        import tomli as tomllib
-    data = tomllib.loads(Path(__file__).with_name("onnxruntime_optimizers.toml").read_text(encoding="utf-8"))
+    data = toml_loads(Path(__file__).with_name("onnxruntime_optimizers.toml").read_text(encoding="utf-8"))
     return {name: tuple(steps) for name, steps in data["names"].items()}
 
 

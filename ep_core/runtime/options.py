@@ -9,7 +9,6 @@ from __future__ import annotations
 import functools
 import json
 import os
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from enum import Enum
 from pathlib import Path
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ep_core.sdk.config import toml_loads
 from ep_core.sdk.errors import ConfigError, NotImplementedByAnyEp
 
 if TYPE_CHECKING:
@@ -61,7 +61,7 @@ SESSION_CONFIG_KEYS: dict[str, tuple[tuple[str, ...] | None, str]] = {
 def onnxruntime_config_keys() -> dict[str, tuple[tuple[str, ...] | None, str, str | None]]:
     """onnxruntime's own session config keys: key -> (values honoured or None for any, why, the
     ep-core key it also sets). Data in ``onnxruntime_config_keys.toml``, read once."""
-    data = _toml().loads(Path(__file__).with_name("onnxruntime_config_keys.toml").read_text(encoding="utf-8"))
+    data = toml_loads(Path(__file__).with_name("onnxruntime_config_keys.toml").read_text(encoding="utf-8"))
     return {k: (tuple(v["values"]) if "values" in v else None, v["why"], v.get("same_as")) for k, v in data.items()}
 
 
@@ -347,15 +347,6 @@ def _describe_validation_error(source: str, err: ValidationError, root: type[Bas
     return "\n".join(lines)
 
 
-def _toml() -> Any:
-    """The TOML parser: ``tomllib``, or the same as the ``tomli`` package on Python 3.10."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        import tomli as tomllib
-    return tomllib
-
-
 def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
     """Read and validate a TOML or JSON provider config file; errors name the file, the key path,
     the bad value and what is allowed."""
@@ -367,7 +358,7 @@ def load_provider_config(path: str | os.PathLike[str]) -> ProviderConfig:
         if p.suffix.lower() == ".json":
             data = json.loads(text)
         elif p.suffix.lower() == ".toml":
-            data = _toml().loads(text)
+            data = toml_loads(text)
         else:
             raise ConfigError(f"provider config file {str(p)!r} must end in .toml or .json")
     except ValueError as exc:  # json.JSONDecodeError and TOMLDecodeError are ValueErrors

@@ -6,8 +6,17 @@ session's options."""
 
 from __future__ import annotations
 
+import importlib
+import sys
 from collections.abc import Mapping
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
+
+
+def toml_loads(text: str) -> dict[str, Any]:
+    """TOML text as data (ValueError if not TOML): the one reader of every layer's TOML files."""
+    parser = importlib.import_module("tomllib" if sys.version_info >= (3, 11) else "tomli")  # tomli: 3.10's
+    data: dict[str, Any] = parser.loads(text)
+    return data
 
 
 @runtime_checkable

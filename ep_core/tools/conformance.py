@@ -39,6 +39,7 @@ from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ep_core.sdk.config import toml_loads
 from ep_core.sdk.errors import ConfigError
 from ep_core.tools.progress import Bar
 from ep_core.tools.sweep import core as placement
@@ -88,16 +89,11 @@ _KEYS = {"cases": str, "why": str, "unless_importable": str}
 
 def load_exclusions(path: str | Path) -> Exclusions:
     """Read an exclusions file; a ``ConfigError`` names the file and the entry at fault."""
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:
-        import tomli as tomllib
-
     try:
-        data = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+        data = toml_loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
         raise ConfigError(f"cannot read the conformance exclusions file {path}: {exc}") from None
-    except tomllib.TOMLDecodeError as exc:
+    except ValueError as exc:  # tomllib.TOMLDecodeError
         raise ConfigError(f"conformance exclusions file {path} is not valid TOML: {exc}") from None
     unknown = sorted(set(data) - {"ep", "exclude"})
     if unknown or not isinstance(data.get("ep"), str) or not isinstance(data.get("exclude", []), list):
