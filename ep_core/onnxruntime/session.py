@@ -24,6 +24,7 @@ import onnx
 from ep_core.onnxruntime.devices import OrtEpDevice, OrtMemoryInfo, ep_device_of
 from ep_core.onnxruntime.options import SessionOptions
 from ep_core.onnxruntime.refusals import refuse
+from ep_core.optimizer.disabled import KEY as DISABLED_KEY
 from ep_core.runtime.contract import declared_outputs
 from ep_core.runtime.discover import get_registry
 from ep_core.runtime.options import ExecutionMode, RunOptions
@@ -217,9 +218,6 @@ class _Meta:
         self.scalars = {v.name for v in session.graph.inputs if v.kind == "tensor" and v.shape == ()}
 
 
-DISABLED_OPTIMIZERS = "optimization.disable_specified_optimizers"
-
-
 class InferenceSession:
     """``onnxruntime.InferenceSession(path_or_bytes, sess_options, providers, provider_options,
     **kwargs)`` on ep-core's EPs. ``kwargs``: ``enable_fallback`` (1, onnxruntime's default);
@@ -303,9 +301,9 @@ class InferenceSession:
         kept = [(n, _alias_options(n, o, registry.handle(n).name, sess_options)) for n, o in kept]
         engine_options = _for_ep_core(sess_options) or SessionOptions()  # onnxruntime's defaults, not ep-core's
         if self._disabled_optimizers:  # onnxruntime's keyword, added to its config entry (the caller's options kept)
-            listed = engine_options.get_session_config_entry(DISABLED_OPTIMIZERS) or ""
+            listed = engine_options.get_session_config_entry(DISABLED_KEY) or ""
             engine_options = engine_options.model_copy()
-            engine_options.add_session_config_entry(DISABLED_OPTIMIZERS, ";".join([listed, *self._disabled_optimizers]))
+            engine_options.add_session_config_entry(DISABLED_KEY, ";".join([listed, *self._disabled_optimizers]))
         sess = _EpCoreSession(self._ep_core_source, engine_options, kept or None)
         meta = _Meta(sess, requested)
         self._sess, self._ep_core_meta = sess, meta

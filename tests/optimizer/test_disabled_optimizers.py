@@ -90,3 +90,38 @@ def test_every_onnxruntime_name_stands_for_ep_core_rewrites_that_exist() -> None
     for name, steps in onnxruntime_names().items():
         assert set(steps) <= own, (name, set(steps) - own)
     assert not own & set(onnxruntime_names())  # one namespace: no name means two things
+
+
+@pytest.mark.parametrize(
+    "off, kept",
+    [
+        ("", {"Conv": 1}),
+        ("Conv+Add folding", {"Conv": 1, "Add": 1, "Mul": 1}),  # the Add between keeps the Mul off the Conv
+        ("ConvAddFusion", {"Conv": 1, "Add": 1, "Mul": 1}),
+        ("Conv+Mul folding", {"Conv": 1, "Mul": 1}),
+        ("ConvMulFusion", {"Conv": 1, "Mul": 1}),
+        ("dead node removal", {"Conv": 1, "Neg": 1}),
+    ],
+)
+def test_conv_folding_and_dead_node_removal_turn_off_by_name(
+    rng: np.random.Generator, off: str, kept: dict[str, int]
+) -> None:
+    """Every name of ``disabled.PASSES`` is a step ``run_passes`` takes (one misspelt there would
+    turn nothing off): Conv+Add and Conv+Mul folding apart, and dead-node removal."""
+    inits = {
+        "W": rng.standard_normal((4, 3, 1, 1)).astype(np.float32),
+        "k": rng.standard_normal((4, 1, 1)).astype(np.float32),
+        "m": rng.uniform(0.5, 1.5, (4, 1, 1)).astype(np.float32),
+    }
+    nodes = [
+        node("Conv", ["X", "W"], ["c"], name="conv"),
+        node("Add", ["c", "k"], ["a"], name="add"),
+        node("Mul", ["a", "m"], ["Y"], name="mul"),
+        node("Neg", ["X"], ["unused"], name="dead"),
+    ]
+    model = make_model(nodes, [("X", [1, 3, 5, 5])], ["Y"], inits)
+    x = {"X": rng.standard_normal((1, 3, 5, 5)).astype(np.float32)}
+    want = _session(model, "", LEVELS.ORT_DISABLE_ALL).run(None, x)[0]
+    s = _session(model, off, LEVELS.ORT_ENABLE_BASIC)
+    np.testing.assert_allclose(s.run(None, x)[0], want, rtol=1e-5, atol=1e-6)
+    assert op_counts(s._built.model) == kept
