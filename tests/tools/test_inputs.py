@@ -85,6 +85,22 @@ def test_symbols_share_one_size_and_roles_choose_defaults() -> None:
     assert specs["image"].shape == [1, 3, 32, 48] and specs["other"].shape == [1, 7]
 
 
+def test_a_zoo_model_s_constant_inputs_take_its_package_s_values() -> None:
+    """swift-f0's fmin/fmax are its pitch range, not random numbers (a random range gave NaN pitch)."""
+    from ep_core.tools.zoo import Conventions
+
+    model = make_model(
+        [helper.make_node("Add", ["fmin", "fmax"], ["y"])],
+        [("fmin", TensorProto.FLOAT, []), ("fmax", TensorProto.FLOAT, [])],
+        [("y", TensorProto.FLOAT, None)],
+    )
+    specs = _feeds.plan(_graph(model), {}, Conventions(values=(("fmin", 46.875), ("fmax", 2093.75))))
+    assert (specs["fmin"].fill, specs["fmax"].fill) == (46.875, 2093.75)
+    assert specs["fmax"].how == "2093.75, as its package sets it"
+    feed = _feeds.synthesise(specs, 0)
+    assert feed["fmin"] == np.float32(46.875) and feed["fmin"].dtype == np.float32
+
+
 def test_dim_arguments_are_checked_against_the_model() -> None:
     graph = _graph(_ids_model())
     assert _feeds.parse_dims(["seq=9", "hot:0=2"], graph) == {"seq": 9, "hot:0": 2}
