@@ -16,22 +16,12 @@ import os
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "NUMBA_NUM_THREADS"):
     os.environ.setdefault(_var, "1")
 
-import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
 
 import numpy as np  # noqa: E402
+from bench_cpu_reference_models import interleaved  # noqa: E402  (engines timed in turns, as every benchmark here)
 
 SHAPES = [(1500, 384, 384), (1500, 384, 1536), (48, 768, 1536), (64, 1152, 3136)]  # smart_turn, dksplit, a conv
-
-
-def _best_ms(fn: Callable[[], object], repeat: int = 7) -> float:
-    fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return min(times) * 1e3
 
 
 def _numba_dot4x4() -> Callable[..., None]:
@@ -93,9 +83,10 @@ def _row(rng: np.random.Generator, kernel: Callable[..., None], m: int, k: int, 
     bt = np.ascontiguousarray(b.T)
     out = np.empty((m, n), np.int32)
     ort_run = _ort_matmul_integer(b, m)
-    t_ort = _best_ms(lambda: ort_run(a))
-    t_blas = _best_ms(lambda: np.matmul(af, bf))
-    t_numba = _best_ms(lambda: kernel(a, bt, out))
+    fns = {"ort": lambda: ort_run(a), "blas": lambda: np.matmul(af, bf), "numba": lambda: kernel(a, bt, out)}
+    best, errors = interleaved(fns, 3.0)
+    assert not errors, errors
+    t_ort, t_blas, t_numba = (best[k][0] * 1e3 for k in ("ort", "blas", "numba"))
     want = a.astype(np.int64) @ b.astype(np.int64)
     assert np.array_equal(np.matmul(af, bf), want) and np.array_equal(out, want), "a product is not exact"
     assert np.array_equal(ort_run(a)[0], want), "onnxruntime's product differs"
