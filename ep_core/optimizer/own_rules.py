@@ -3,6 +3,8 @@
 - Add/Sub of 0 and Mul/Div by 1 removed only when the constant is exactly that: onnxscript's
   no-op rules match within abs 1e-8 / rel 1e-5, so they took the guard of ``Log(x + 1e-8)`` for 0
   and removed it (-inf where onnxruntime, whose NoopElimination compares exactly, gives -18.4);
+- Relu/Clip chains merged into one Clip only where the result is the same clamp (``_Clamps``:
+  onnxscript's rules dropped the bounds of attribute-form Clips);
 - Conv followed by Add or Mul of a per-channel constant, folded into the Conv's bias and weights
   (onnxruntime's ConvAddFusion and ConvMulFusion; onnxscript's conv-affine rule needs both, with
   scalar constants);
@@ -13,6 +15,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from typing import Any
 
 import numpy as np
@@ -60,18 +63,68 @@ def _constant(v: ir.Value | None) -> np.ndarray | None:
     return np.asarray(v.const_value.numpy())
 
 
-def _clip_bounds(node: ir.Node) -> list[float] | None:
-    """[min, max] of a Clip whose bounds are constants (absent: float32's range)."""
+def clip_bounds(node: ir.Node) -> list[float] | None:
+    """[min, max] of a Clip whose bounds are constants (absent: float32's range, onnxruntime's and
+    the spec's lowest and largest values); None when one is not a constant, or is NaN (which
+    onnxruntime's Clip ignores, so no fused form may take it for a bound)."""
     bounds = [-_F32, _F32]
     if node.attributes.get("min") is not None or node.attributes.get("max") is not None:
-        return [_float_attr(node, "min", -_F32), _float_attr(node, "max", _F32)]
+        bounds = [_float_attr(node, "min", -_F32), _float_attr(node, "max", _F32)]
     for i in (1, 2):
         if len(node.inputs) > i and node.inputs[i] is not None:
             c = _constant(node.inputs[i])
             if c is None or c.size != 1:
                 return None
             bounds[i - 1] = float(c.reshape(()))
-    return bounds
+    return None if any(math.isnan(b) for b in bounds) else bounds
+
+
+class _Clamps(pattern.RewriteRuleClassBase):
+    """Two clamps in a row (Relu, or Clip with constant bounds) -> one Clip with the bounds'
+    intersection, as onnxruntime's Relu/Clip fusion. onnxscript's successive Clip/Relu rules are
+    not used: they read a Clip's bounds from its inputs only (the two attribute-form Clips of an
+    opset 6-10 model became one unbounded Clip), wrote an opset 11 Clip into such models, and
+    merged clamps whose intervals do not meet (Relu(Clip(x, -5, -1)) is 0, the merged Clip -1)."""
+
+    def __init__(self, first: str, second: str) -> None:
+        super().__init__(f"{first}{second}Fusion")
+        self.first, self.second = first, second
+        self.legacy = False
+
+    def pattern(self, op: Any, x: Any) -> Any:
+        y = getattr(op, self.first)(x, _allow_other_inputs=True, _outputs=["first_out"])
+        return getattr(op, self.second)(y, _allow_other_inputs=True, _outputs=["second_out"])
+
+    def _merged(self, kw: dict[str, Any]) -> list[float] | None:
+        both = []
+        for out in (kw["first_out"], kw["second_out"]):
+            node = out.producer()
+            both.append([0.0, math.inf] if node.op_type == "Relu" else clip_bounds(node))
+        if any(b is None for b in both) or not _is_float(kw["x"]):
+            return None
+        lo, hi = max(both[0][0], both[1][0]), min(both[0][1], both[1][1])
+        return [lo, hi] if lo <= hi else None
+
+    def check(self, context: Any, **kw: Any) -> MatchResult:
+        imports = context.model.opset_imports
+        self.legacy = int(imports.get("", imports.get("ai.onnx", 0))) < 11
+        if self._merged(kw) is None:
+            return MatchResult().fail("a bound is not a constant, is NaN, or the intervals do not meet")
+        return MatchResult()
+
+    def rewrite(self, op: Any, x: ir.Value, **kw: Any) -> Any:
+        lo, hi = self._merged({"x": x, **kw})  # type: ignore[misc]
+        if self.legacy:
+            return op.Clip(x, min=lo, max=hi)
+        dtype = x.dtype.numpy()  # type: ignore[union-attr]
+        bound = [op.initializer(ir.tensor(np.array(b, dtype)), name=f"{x.name}_{n}") for b, n in ((lo, "min"), (hi, "max"))]
+        return op.Clip(x, *bound)
+
+
+@functools.cache
+def clamp_rules() -> list[Any]:
+    """Relu then Clip, Clip then Relu, Clip then Clip -> one Clip (``_Clamps``)."""
+    return [_Clamps.rule(a, b) for a, b in (("Relu", "Clip"), ("Clip", "Relu"), ("Clip", "Clip"))]
 
 
 class _ConvAffine(pattern.RewriteRuleClassBase):
@@ -157,6 +210,10 @@ def _is_f32(v: Any) -> bool:
     return isinstance(v, ir.Value) and v.dtype == ir.DataType.FLOAT
 
 
+def _is_float(v: Any) -> bool:
+    return isinstance(v, ir.Value) and v.dtype is not None and v.dtype.is_floating_point()
+
+
 class _ConvActivation(pattern.RewriteRuleClassBase):
     """Conv (+ Add of a same-shaped Z) then an activation -> com.microsoft FusedConv."""
 
@@ -179,7 +236,7 @@ class _ConvActivation(pattern.RewriteRuleClassBase):
             if zs is None or ys is None or not zs.is_static() or not ys.is_static() or tuple(zs) != tuple(ys):
                 return result.fail("Z's shape is not the Conv output's (both known)")
         act = act_out.producer()
-        if self.act == "Clip" and (act is None or _clip_bounds(act) is None):
+        if self.act == "Clip" and (act is None or clip_bounds(act) is None):
             return result.fail("Clip bounds are not constants")
         return result
 
@@ -187,7 +244,7 @@ class _ConvActivation(pattern.RewriteRuleClassBase):
         conv, act = conv_out.producer(), act_out.producer()
         assert conv is not None and act is not None
         if self.act == "Clip":
-            params = _clip_bounds(act)
+            params = clip_bounds(act)
         else:
             params = [_float_attr(act, name, default) for name, default in CONV_ACTIVATIONS[self.act]]
         ins = list(conv.inputs) + [None] * (3 - len(conv.inputs))

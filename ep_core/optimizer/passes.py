@@ -23,6 +23,7 @@ from onnxscript.optimizer import _constant_folding as folding
 from onnxscript.rewriter import RewriteRuleSet, _pattern_ir, _rewrite_rule
 from onnxscript.rewriter.rules import common as rules
 
+from ep_core.optimizer import own_rules
 from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
 from ep_core.optimizer.disabled import KEY as DISABLED_KEY
 from ep_core.optimizer.disabled import disabled
@@ -49,12 +50,7 @@ BASIC_RULES: dict[str, tuple[Any, ...]] = {
     ),
     "Unsqueeze chains": (rules.unsqueeze_unsqueeze_rule,),
     "Min/Max chains": (rules.min_min_rule, rules.max_max_rule),
-    "Relu/Clip chains": (
-        rules.successive_relu_rule,
-        rules.successive_clip_rule,
-        rules.successive_clip_relu_rule,
-        rules.successive_relu_clip_rule,
-    ),
+    "Relu/Clip chains": (rules.successive_relu_rule, *own_rules.clamp_rules()),  # see own_rules._Clamps
     "BatchNormalization folding": (rules.fuse_batchnorm_into_conv_rule, rules.fuse_batchnorm_into_conv_transpose_rule),
     "Gemm+BatchNormalization folding": (rules.fuse_batchnorm_into_gemm_rule,),
     "Pad folding": (rules.fuse_pad_into_conv_rule,),
@@ -207,8 +203,6 @@ def run_passes(
     # in Constant nodes)
     from onnx_ir.passes.common import LiftConstantsToInitializersPass
 
-    from ep_core.optimizer.own_rules import conv_affine_rules, exact_no_op_rules
-
     step(
         "Constant nodes to initializers",
         lambda: LiftConstantsToInitializersPass(lift_all_constants=True, size_limit=0)(model).modified,
@@ -217,10 +211,10 @@ def run_passes(
         before = len(changed)
         step("constant folding", lambda: fold(model).modified)
         basic = [r for name, group in BASIC_RULES.items() if name not in off for r in group]
-        step("no-op arithmetic", rewrite(exact_no_op_rules()), own=True)
+        step("no-op arithmetic", rewrite(own_rules.exact_no_op_rules()), own=True)
         step("redundant node elimination", rewrite(basic))
         for op in ("Add", "Mul"):
-            step(f"Conv+{op} folding", rewrite(conv_affine_rules(op)), own=True)
+            step(f"Conv+{op} folding", rewrite(own_rules.conv_affine_rules(op)), own=True)
         ops = {n.op_type for n in _nodes(model)}
         for f in BASIC_GATED:
             gated(f, ops)

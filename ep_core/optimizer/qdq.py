@@ -52,6 +52,8 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from ep_core.optimizer.own_rules import clip_bounds
+
 MS = "com.microsoft"
 _ONNX = ("", "ai.onnx")
 _DT = ir.DataType
@@ -221,29 +223,13 @@ def _clip_redundant(clip: ir.Node, q: ir.Node) -> bool:
     z = int(zpv.item())
     if clip.op_type == "Relu":
         return z == lo
-    bounds = _clip_bounds(clip)
+    bounds = clip_bounds(clip)
     if bounds is None:
         return False
     s = np.float32(scale.item())
     qmin = int(np.rint(np.float32(bounds[0]) / s)) + z
     qmax = int(np.rint(np.float32(bounds[1]) / s)) + z
     return qmin <= lo and qmax >= hi
-
-
-def _clip_bounds(clip: ir.Node) -> tuple[float, float] | None:
-    big = float(np.finfo(np.float32).max)
-    if "min" in clip.attributes or "max" in clip.attributes:
-        lo, hi = clip.attributes.get("min"), clip.attributes.get("max")
-        return (lo.as_float() if lo is not None else -big, hi.as_float() if hi is not None else big)
-    out = [-big, big]
-    for i in (1, 2):
-        v = clip.inputs[i] if len(clip.inputs) > i else None
-        if v is not None:
-            c = _scalar(v)
-            if c is None:
-                return None
-            out[i - 1] = float(c.item())
-    return out[0], out[1]
 
 
 def _single_use(v: ir.Value) -> ir.Node | None:

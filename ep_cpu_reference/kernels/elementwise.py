@@ -398,18 +398,31 @@ def build_where(node: NodeView, ctx: KernelContext) -> Fn:
 
 
 # -------------------------------------------------------------------------------------- Clip
+def _bounds(dtype: np.dtype, lo: Any, hi: Any) -> tuple[Any, Any]:
+    """Clip's bounds as onnxruntime applies them: an absent one is the type's lowest or largest
+    value (so a float infinity becomes the largest finite value, as the ONNX spec says); a NaN
+    one does not bound at all (onnxruntime's comparisons with NaN are false)."""
+    info = np.finfo(dtype) if dtype.kind == "f" else np.iinfo(dtype)
+
+    def one(v: Any, absent: Any, unbounded: float) -> Any:
+        if v is None:
+            return dtype.type(absent)
+        v = np.asarray(v, dtype=dtype).reshape(-1)[0]
+        return dtype.type(unbounded) if v != v else v
+
+    return one(lo, info.min, -np.inf), one(hi, info.max, np.inf)
+
+
 def _clip(x: Any, lo: Any, hi: Any) -> Any:
-    y = x
-    if lo is not None:
-        y = np.maximum(y, np.asarray(lo, dtype=x.dtype))
-    if hi is not None:
-        y = np.minimum(y, np.asarray(hi, dtype=x.dtype))
-    return np.asarray(y, dtype=x.dtype)
+    if x.dtype.kind not in "fiu":
+        return x
+    lo, hi = _bounds(x.dtype, lo, hi)
+    return np.asarray(np.minimum(np.maximum(x, lo), hi), dtype=x.dtype)
 
 
 @REGISTRY.register("Clip", since=1, end=10, types={"T": ("tensor(float16)", "tensor(float)", "tensor(double)")})
 def build_clip_attrs(node: NodeView, ctx: KernelContext) -> Fn:
-    """Opsets 1-10: bounds are the ``min``/``max`` attributes (defaults: unbounded)."""
+    """Opsets 1-10: bounds are the ``min``/``max`` attributes."""
     lo = node.attr("min")
     hi = node.attr("max")
     return lambda x: (_clip(x, lo, hi),)
@@ -417,15 +430,13 @@ def build_clip_attrs(node: NodeView, ctx: KernelContext) -> Fn:
 
 @REGISTRY.register("Clip", since=11)
 def build_clip(node: NodeView, ctx: KernelContext) -> Fn:
-    """Opset 11+: bounds are optional scalar inputs; a missing one does not bound. Bounds known at
-    creation (ReLU6's 0 and 6) become Python scalars for one ``np.clip`` (NumPy's SIMD clip,
-    NaN propagates; Python scalars keep x's type)."""
+    """Opset 11+: bounds are optional scalar inputs (see ``_bounds``). Bounds known at creation
+    (ReLU6's 0 and 6) are fixed once, for one ``np.clip`` (NumPy's SIMD clip; NaN propagates)."""
     names = list(node.inputs[1:3]) + [""] * (3 - len(node.inputs))
     consts = [ctx.constant(n) if n else None for n in names[:2]]
-    if all((not n) or c is not None for n, c in zip(names[:2], consts)):
-        lo, hi = (None if c is None else np.asarray(c).reshape(-1)[0].item() for c in consts)
-        if lo is None and hi is None:
-            return lambda x, *bounds: (x,)
-        if all(isinstance(b, (int, float)) and not isinstance(b, bool) for b in (lo, hi) if b is not None):
-            return lambda x, *bounds: (np.clip(x, lo, hi),)
+    info = node.input_info(0)
+    dtype = None if info is None or info.np_dtype is None else np.dtype(info.np_dtype)
+    if all((not n) or c is not None for n, c in zip(names[:2], consts)) and dtype is not None and dtype.kind in "fiu":
+        lo, hi = _bounds(dtype, *consts)
+        return lambda x, *bounds: (np.clip(x, lo, hi),)
     return lambda x, lo=None, hi=None: (_clip(x, lo, hi),)

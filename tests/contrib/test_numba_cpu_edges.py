@@ -217,3 +217,31 @@ def test_a_conv_over_the_compiled_bounds_is_delegated_not_refused() -> None:
     got, sess = _ours(model, feed, [NUMBA])
     assert {a["ep"] for a in sess.get_node_assignment().values()} == {NUMBA}
     np.testing.assert_allclose(got[0], _ort(model, feed)[0], rtol=1e-6)
+
+
+CLIP_CASES = {  # (min, max) as initializers, None for absent, at opset 17; "attrs" cases at opset 9
+    "absent": (None, None),
+    "min only": (0.0, None),
+    "max only": (None, 0.0),
+    "NaN min": (math.nan, 1.0),
+    "NaN max": (0.0, math.nan),
+    "both NaN": (math.nan, math.nan),
+    "min above max": (2.0, 1.0),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CLIP_CASES))
+@pytest.mark.parametrize("provider", [NUMBA, REF])
+def test_clip_bounds_as_onnxruntime(provider: str, case: str) -> None:
+    """An absent bound is the type's lowest or largest value (an infinity clips to 3.4e38, as the
+    spec says); a NaN bound does not bound (both EPs gave all NaN); min above max gives max."""
+    lo, hi = CLIP_CASES[case]
+    names = ["x", "" if lo is None else "lo", "" if hi is None else "hi"]
+    while names[-1] == "":
+        names.pop()
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("lo", lo), ("hi", hi)) if v is not None]
+    model = _model([helper.make_node("Clip", names, ["y"])], ["x"], ["y"], TensorProto.FLOAT, inits)
+    x = np.array(EDGES, np.float32)
+    (got,), _ = _ours(model, {"x": x}, [provider])
+    (want,) = _ort(model, {"x": x})
+    np.testing.assert_array_equal(got, want)

@@ -426,3 +426,56 @@ def test_a_shape_of_another_rank_is_replaced_only_when_all_derived() -> None:
     old = tensor(["batch", 6, 1])
     _merge_dims(old, tensor(["unk__3", 6]))
     assert [d.dim_param or d.dim_value for d in old.shape.dim] == ["batch", 6, 1]
+
+
+CLAMPS = {  # name -> (nodes, initializers): two clamps in a row
+    "Clip Clip": (
+        [node("Clip", ["X", "a", "b"], ["c"]), node("Clip", ["c", "d", "e"], ["Y"])],
+        {"a": -6.0, "b": 6.0, "d": -1.0, "e": 2.0},
+    ),
+    "Clip Relu": ([node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])], {"a": -3.0, "b": 6.0}),
+    "Relu Clip": ([node("Relu", ["X"], ["c"]), node("Clip", ["c", "", "b"], ["Y"])], {"b": 6.0}),
+    "legacy Clip Clip": ([node("Clip", ["X"], ["c"], min=0.0, max=6.0), node("Clip", ["c"], ["Y"], min=-1.0, max=1.0)], {}),
+    "legacy Clip Relu": ([node("Clip", ["X"], ["c"], min=-3.0, max=6.0), node("Relu", ["c"], ["Y"])], {}),
+}
+APART = {  # clamps that are not one clamp, or whose bound does not bound
+    "intervals apart": (
+        [node("Clip", ["X", "a", "b"], ["c"]), node("Clip", ["c", "d", "e"], ["Y"])],
+        {"a": 0.0, "b": 1.0, "d": 2.0, "e": 3.0},
+    ),
+    "Relu after a negative Clip": ([node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])], {"a": -5.0, "b": -1.0}),
+    "NaN min then Relu": ([node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])], {"a": math.nan, "b": 1.0}),
+}
+
+
+def _clamp_model(case: tuple[list[Any], dict[str, float]]) -> onnx.ModelProto:
+    nodes, inits = case
+    opset = 9 if "min" in [a.name for n in nodes for a in n.attribute] else 17
+    return make_model(nodes, [("X", [13])], ["Y"], {k: np.array(v, np.float32) for k, v in inits.items()}, opset)
+
+
+def _clamp_feed() -> dict[str, np.ndarray]:
+    return {"X": np.array([-np.inf, -9, -5, -2, -1, -0.5, 0, 0.5, 1, 2.5, 7, np.inf, np.nan], np.float32)}
+
+
+def _as_onnxruntime(model: onnx.ModelProto, feed: dict[str, np.ndarray]) -> None:
+    import onnxruntime as ort
+
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(session(model, BASIC).run(None, feed)[0], want)
+
+
+@pytest.mark.parametrize("name", sorted(CLAMPS))
+def test_relu_and_clip_chains_become_one_clip(name: str) -> None:
+    """Attribute-form Clips (opset 6-10) included: onnxscript's rules read bounds from inputs only,
+    so two such Clips became one Clip without bounds (ep-core now has its own rule)."""
+    model, feed = _clamp_model(CLAMPS[name]), _clamp_feed()
+    assert op_counts(optimized(model, BASIC, feed)) == {"Clip": 1}
+    _as_onnxruntime(model, feed)
+
+
+@pytest.mark.parametrize("name", sorted(APART))
+def test_clamps_that_are_not_one_clamp_are_kept(name: str) -> None:
+    model, feed = _clamp_model(APART[name]), _clamp_feed()
+    assert sum(op_counts(optimized(model, BASIC, feed)).values()) == 2
+    _as_onnxruntime(model, feed)

@@ -93,21 +93,19 @@ def _pow(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None
 
 
 def _clip(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    """An absent bound is the type's lowest or largest value (an infinity becomes the largest
+    finite value, as in the ONNX spec and onnxruntime); a NaN bound does not bound, since the
+    builtins keep their first argument when a comparison with NaN fails."""
     if out not in FLOAT_DTYPES or any(d and d != dt[0] for d in dt) or (p["legacy"] and len(a) != 1):
         return None
-    expr = a[0]
+    big = float(np.finfo(out).max)
     if p["legacy"]:
         lo, hi = p["min"], p["max"]
-        if lo is not None:
-            expr = f"max({expr}, {literal(lo, out)})"
-        if hi is not None:
-            expr = f"min({expr}, {literal(hi, out)})"
-        return expr
-    if len(a) > 1 and a[1]:
-        expr = f"max({expr}, {a[1]})"
-    if len(a) > 2 and a[2]:
-        expr = f"min({expr}, {a[2]})"
-    return expr
+        lo_s, hi_s = literal(-big if lo is None else lo, out), literal(big if hi is None else hi, out)
+    else:
+        lo_s = a[1] if len(a) > 1 and a[1] else literal(-big, out)
+        hi_s = a[2] if len(a) > 2 and a[2] else literal(big, out)
+    return f"min(max({a[0]}, {lo_s}), {hi_s})"
 
 
 def _leaky(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
