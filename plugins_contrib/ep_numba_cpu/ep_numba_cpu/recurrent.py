@@ -82,8 +82,8 @@ _N_IP = len(_IP)  # then 3 (LSTM) / 2 (GRU) activation codes per direction, for 
 _SCALAR_F32 = """
 @njit
 def _sig(v):
-    x = v if v > np.float32(-18.0) else np.float32(-18.0)
-    x = x if x < np.float32(18.0) else np.float32(18.0)
+    x = np.float32(-18.0) if v < np.float32(-18.0) else v  # NaN goes through, as onnxruntime's
+    x = np.float32(18.0) if x > np.float32(18.0) else x
     x2 = x * x
     p = x2 * np.float32(4.37031012579801e-11) + np.float32(1.15627324459942e-07)
     p = p * x2 + np.float32(6.08574864600143e-05)
@@ -96,14 +96,14 @@ def _sig(v):
     q = q * x2 + np.float32(1.16817656904453e-01)
     q = q * x2 + np.float32(9.93151921023180e-01)
     r = p / q + np.float32(0.5)
-    r = r if r > np.float32(0.0) else np.float32(0.0)
-    return r if r < np.float32(1.0) else np.float32(1.0)
+    r = np.float32(0.0) if r < np.float32(0.0) else r
+    return np.float32(1.0) if r > np.float32(1.0) else r
 
 
 @njit
 def _tanh(v):
-    x = v if v > np.float32(-9.0) else np.float32(-9.0)
-    x = x if x < np.float32(9.0) else np.float32(9.0)
+    x = np.float32(-9.0) if v < np.float32(-9.0) else v
+    x = np.float32(9.0) if x > np.float32(9.0) else x
     x2 = x * x
     p = x2 * np.float32(-2.76076847742355e-16) + np.float32(2.00018790482477e-13)
     p = p * x2 + np.float32(-8.60467152213735e-11)
@@ -154,8 +154,8 @@ def _act(code, v, a, b, c):
     zero = DT(0.0)
     one = DT(1.0)
     if c >= zero:
-        v = v if v > -c else -c
-        v = v if v < c else c
+        v = -c if v < -c else v
+        v = c if v > c else v
     if code == 0:
         return _sig(v)
     if code == 1:
