@@ -3,7 +3,7 @@ onnxruntime attribute, each with its effect or refused) with onnxruntime's ways 
 ``add_provider``/``has_providers`` (which select an EP by name through ep-core's device selection,
 so an ep-core session given these options honours them too), a negative thread count meaning the
 default, profiles named ``onnxruntime_profile_...json``, ``AttributeError`` for an attribute
-onnxruntime does not have, ``RuntimeError`` for a run config key that is not set. onnxruntime's
+onnxruntime does not have (SessionOptions and RunOptions), ``RuntimeError`` for a run config key that is not set. onnxruntime's
 session config keys are ep-core's too (``ep_core/runtime/onnxruntime_config_keys.toml``).
 ``SessionOptions.get_session_config_entry`` of a key not set gives None (onnxruntime raises
 ``RuntimeError``): ep-core's engine reads its options through it."""
@@ -28,8 +28,7 @@ class SessionOptions(_options.SessionOptions):
     profile_file_prefix: str = "onnxruntime_profile_"  # files onnxruntime_profile__<date>.json, as onnxruntime's
 
     def __setattr__(self, name: str, value: Any) -> None:
-        if not name.startswith("_") and name not in type(self).model_fields and not hasattr(type(self), name):
-            raise AttributeError(f"'SessionOptions' object has no attribute '{name}' (onnxruntime's have none either)")
+        _known_attribute(self, name)
         super().__setattr__(name, value)
 
     def add_provider(self, provider_name: str, provider_options: Mapping[str, Any] | None = None) -> None:
@@ -49,11 +48,22 @@ class SessionOptions(_options.SessionOptions):
 class RunOptions(_options.RunOptions):
     __doc__ = _options.RunOptions.__doc__
 
+    def __setattr__(self, name: str, value: Any) -> None:
+        _known_attribute(self, name)
+        super().__setattr__(name, value)
+
     def get_run_config_entry(self, key: str) -> str:
         """The value set for ``key``; one not set is a ``RuntimeError``, as in onnxruntime."""
         if key not in self.config_entries:
             raise _ConfigKeyError(f"RunOptions does not have configuration with key: {key}")
         return self.config_entries[key]
+
+
+def _known_attribute(options: Any, name: str) -> None:
+    """An attribute onnxruntime's options do not have is an ``AttributeError``, as there."""
+    cls = type(options)
+    if not name.startswith("_") and name not in cls.model_fields and not hasattr(cls, name):
+        raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}' (onnxruntime's have none either)")
 
 
 class _ConfigKeyError(InvalidArgument, RuntimeError):

@@ -43,6 +43,14 @@ _NO_VERSION = 2**63 - 1  # onnxruntime's ModelMetadata.version of a model withou
 CPU_PROVIDER = "CPUExecutionProvider"
 
 
+# onnxruntime 1.31's get_all_providers(): the names it knows, whether its build has them or not
+ONNXRUNTIME_PROVIDERS = frozenset(
+    f"{n}ExecutionProvider"
+    for n in "NvTensorRTRTX Tensorrt CUDA MIGraphX OpenVINO Dnnl VitisAI QNN Nnapi VSINPU Js CoreML ACL Dml Rknpu "
+    "WebNN WebGpu Xnnpack CANN Azure CPU".split()
+)
+
+
 def available_providers() -> list[str]:
     """EP names a compat session accepts: ``get_available_providers()`` (onnxruntime's names) and
     the ep-core names of EPs listed there under an alias."""
@@ -208,11 +216,14 @@ class _Meta:
         self.inputs = [arg(a) for a in session.get_inputs()]
         self.outputs = [arg(a) for a in session.get_outputs()]
         self.overridable = [arg(a) for a in session.get_overridable_initializers()]
-        self.required = tuple(a.name for a in self.inputs if not a.type.startswith("optional"))
+        self.optionals = {a.name for a in [*self.inputs, *self.overridable] if a.type.startswith("optional")}
+        self.required = tuple(a.name for a in self.inputs if a.name not in self.optionals)
         self.output_names = tuple(a.name for a in self.outputs)
         self.dtypes = {v.name: v.np_dtype for v in session.graph.inputs}
         # inputs fed as Python containers that stay containers: sequences (lists) and maps (dicts)
-        self.containers = {a.name for a in [*self.inputs, *self.overridable] if a.type.startswith(("seq", "map"))}
+        self.containers = {
+            a.name: a.type for a in [*self.inputs, *self.overridable] if a.type.startswith(("seq", "map"))
+        }
         self.strings = {a.name for a in [*self.inputs, *self.overridable] if a.type == "tensor(string)"}
         # rank-0 tensor inputs: onnxruntime also takes a one-element array there ([16000] as a rate)
         self.scalars = {v.name for v in session.graph.inputs if v.kind == "tensor" and v.shape == ()}
@@ -294,7 +305,13 @@ class InferenceSession:
                 "passed to InferenceSession().",
                 stacklevel=3,
             )
-        # onnxruntime skips a provider it does not have (after the warning above); so does this
+        # onnxruntime skips a provider it knows but does not have (after the warning above), and
+        # refuses a name it does not know (the constructor then falls back to the CPU EP)
+        unknown = [n for n in names if n not in available and n not in ONNXRUNTIME_PROVIDERS]
+        if unknown:
+            from ep_core.onnxruntime.ortvalue import OrtRuntimeError
+
+            raise OrtRuntimeError(f"Unknown Provider Type: {unknown[0]}")
         kept = [(n, o) for n, o in zip(names, options) if n in available]
         registry = get_registry()
         requested = {registry.handle(n).name: n for n, _ in kept}
@@ -460,14 +477,16 @@ class InferenceSession:
         array for a rank-0 input to that scalar (onnxruntime runs ``np.array([16000])`` as a
         sample rate; ep-core's own ``InferenceSession`` insists on the declared rank)."""
         meta = self._ep_core_meta
+        if name in meta.containers and (isinstance(value, (np.ndarray, list, tuple, dict)) or value is None):
+            return _container(name, meta.containers[name], value)
         if isinstance(value, np.ndarray):
             if name in meta.strings and value.dtype.kind in "US":
                 value = value.astype(object) if value.dtype.kind == "U" else _decoded(value)
             elif name in meta.strings and value.dtype == object and not all(type(s) is str for s in value.flat):
                 value = np.array([s if type(s) is str else str(s) for s in value.flat], object).reshape(value.shape)
             return value.reshape(()) if name in meta.scalars and value.size == 1 and value.ndim else value
-        if name in meta.containers and isinstance(value, (list, tuple, dict)):
-            return list(value) if isinstance(value, tuple) else value
+        if value is None and name in meta.optionals:  # an optional input without a value
+            return None
         if isinstance(value, (list, tuple)):
             try:
                 array = np.asarray(value, dtype=meta.dtypes.get(name))
@@ -664,6 +683,32 @@ def _sequential(options: _EpCoreOptions) -> None:
         2,
         "Parallel execution mode is not supported by ep-core's executor (it runs one node at a time). So making "
         "the execution mode sequential for this session, as onnxruntime does for the DML Execution Provider.",
+    )
+
+
+def _container(name: str, type_str: str, value: Any) -> Any:
+    """A list for a sequence input, a dict with keys of the map's key type for a map input (a
+    str key for an int64 map matched no entry and gave zeros); anything else is refused naming
+    the input, as onnxruntime refuses it."""
+    from ep_core.onnxruntime.ortvalue import OrtRuntimeError
+
+    if type_str.startswith("seq") and isinstance(value, (list, tuple)):
+        return list(value)
+    if type_str.startswith("map") and isinstance(value, dict):
+        key = type_str[4 : type_str.index(",")]
+        ok = (
+            (lambda k: type(k) is str)
+            if key == "string"
+            else (lambda k: isinstance(k, (int, np.integer)) and not isinstance(k, bool))
+        )
+        bad = next((k for k in value if not ok(k)), None)
+        if bad is None:
+            return value
+        # a key of the other map kind is a type mismatch (InvalidArgument); any other, onnxruntime cannot convert
+        error = InvalidArgument if isinstance(bad, (str, int, np.integer)) else OrtRuntimeError
+        raise error(f"input {name!r} ({type_str}): key {bad!r} is a {type(bad).__name__}, not a {key}")
+    raise OrtRuntimeError(
+        f"input {name!r} is {type_str}: it takes a {'list' if type_str.startswith('seq') else 'dict'}, got {type(value).__name__}"
     )
 
 

@@ -117,7 +117,9 @@ class _Clamps(pattern.RewriteRuleClassBase):
         if self.legacy:
             return op.Clip(x, min=lo, max=hi)
         dtype = x.dtype.numpy()  # type: ignore[union-attr]
-        bound = [op.initializer(ir.tensor(np.array(b, dtype)), name=f"{x.name}_{n}") for b, n in ((lo, "min"), (hi, "max"))]
+        bound = [
+            op.initializer(ir.tensor(np.array(b, dtype)), name=f"{x.name}_{n}") for b, n in ((lo, "min"), (hi, "max"))
+        ]
         return op.Clip(x, *bound)
 
 

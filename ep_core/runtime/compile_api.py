@@ -102,9 +102,7 @@ class ModelCompiler:
         """Compile and write the model to ``path`` (context binaries beside it); returns the path."""
         out = Path(path)
         if out.is_dir():
-            raise InvalidArgument(
-                f"compile_to_file: {str(out)!r} is a folder; give the path of the .onnx file to write"
-            )
+            raise InvalidArgument(f"compile_to_file: {str(out)!r} is a folder; give the .onnx file's path")
         self._run(out)
         return str(out)
 

@@ -11,7 +11,7 @@ import numpy as np
 from ep_core.runtime.contract import warn_declared
 from ep_core.runtime.execute import run_plan
 from ep_core.sdk.errors import InvalidArgument
-from ep_core.sdk.graph import GraphView
+from ep_core.sdk.graph import GraphView, ValueInfo
 
 if TYPE_CHECKING:
     from ep_core.runtime.engine import Built
@@ -20,41 +20,45 @@ if TYPE_CHECKING:
 
 
 def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[str] = frozenset()) -> None:
-    """Check names, dtypes, ranks and fixed dims; ``on_device`` inputs are checked through
-    their ``shape``/``dtype`` attributes instead of being required to be NumPy arrays."""
+    """Check names, dtypes, ranks and fixed dims (of an initializer fed in place of its value too,
+    against its graph input's type); an optional input may be left out. ``on_device`` inputs are
+    checked through their ``shape``/``dtype`` attributes instead of being required to be arrays."""
     expected = {v.name: v for v in graph.inputs}
-    overridable = graph.input_names
     for name in feed:
-        if name not in overridable:
-            raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {list(expected)}")
+        if name not in expected:
+            if name not in graph.input_names:
+                raise InvalidArgument(f"unknown input {name!r}; the model's inputs are {list(expected)}")
+            _check_value(name, graph.value_info(name) or ValueInfo(name), feed[name], on_device)
     for name, info in expected.items():
-        if name not in feed:
+        if name in feed:
+            _check_value(name, info, feed[name], on_device)
+        elif info.kind != "optional":
+            raise InvalidArgument(f"missing input {name!r} (a {info.type_str} of shape {_shape_str(info.shape)})")
+
+
+def _check_value(name: str, info: ValueInfo, value: Any, on_device: frozenset[str]) -> None:
+    if info.kind != "tensor":
+        return
+    if name in on_device:
+        if not (hasattr(value, "shape") and hasattr(value, "dtype")):
+            raise InvalidArgument(f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})")
+    elif not isinstance(value, np.ndarray):
+        raise InvalidArgument(f"input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
+    want = info.np_dtype
+    if want is not None and np.dtype(value.dtype) != want:
+        raise InvalidArgument(f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})")
+    if info.shape is not None:
+        if len(value.shape) != len(info.shape):
             raise InvalidArgument(
-                f"missing input {name!r} (expected {info.type_str} with shape {_shape_str(info.shape)})"
+                f"input {name!r} has rank {len(value.shape)} (shape {list(value.shape)}), expected rank "
+                f"{len(info.shape)} (shape {_shape_str(info.shape)})"
             )
-        value = feed[name]
-        if info.kind != "tensor":
-            continue
-        if name in on_device:
-            if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-                raise InvalidArgument(f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})")
-        elif not isinstance(value, np.ndarray):
-            raise InvalidArgument(f"input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
-        want = info.np_dtype
-        if want is not None and np.dtype(value.dtype) != want:
-            raise InvalidArgument(f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})")
-        if info.shape is not None:
-            if len(value.shape) != len(info.shape):
+        for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
+            if isinstance(want_dim, int) and want_dim >= 0 and want_dim != got:  # -1: a dynamic dim
                 raise InvalidArgument(
-                    f"input {name!r} has rank {len(value.shape)} (shape {list(value.shape)}), expected rank "
-                    f"{len(info.shape)} (shape {_shape_str(info.shape)})"
+                    f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
+                    f"expected {want_dim} (shape {_shape_str(info.shape)})"
                 )
-            for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
-                if isinstance(want_dim, int) and want_dim >= 0 and want_dim != got:  # -1: a dynamic dim
-                    raise InvalidArgument(
-                        f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
-                        f"expected {want_dim} (shape {_shape_str(info.shape)})"
-                    )
 
 
 def run(

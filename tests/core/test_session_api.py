@@ -43,7 +43,7 @@ def test_inputs_outputs_and_metadata() -> None:
 @pytest.mark.parametrize(
     "feed, message",
     [
-        ({}, "missing input 'x' (expected tensor(float) with shape [batch, 4])"),
+        ({}, "missing input 'x' (a tensor(float) of shape [batch, 4])"),
         ({"x": np.ones((1, 4), np.float32), "z": np.ones(1)}, "unknown input 'z'; the model's inputs are ['x']"),
         ({"x": np.ones((1, 4), np.float64)}, "input 'x' has dtype float64, expected float32 (tensor(float))"),
         ({"x": np.ones((4,), np.float32)}, "input 'x' has rank 1 (shape [4]), expected rank 2 (shape [batch, 4])"),

@@ -4,6 +4,7 @@ OrtValue runs, re-selection of providers and the EP-failure fallback."""
 
 from __future__ import annotations
 
+import builtins
 import threading
 import warnings
 from collections.abc import Mapping, Sequence
@@ -488,3 +489,96 @@ def test_disabled_optimizers_turn_off_onnxruntime_s_named_rewrites(tmp_path: Any
     assert "BatchNormalization" in ops[0] and "BatchNormalization" in ops[1], ops
     default = ort.InferenceSession(_conv_bn_relu(), providers=CPU)._sess._built.model
     assert [n.op_type for n in default.graph.node] == ["FusedConv"]  # folded and fused when not turned off
+
+
+def test_an_unknown_provider_name_is_onnxruntime_s_unknown_provider_type() -> None:
+    """A name onnxruntime does not know: the constructor prints its EP Error and falls back to the
+    CPU EP, set_providers raises RuntimeError; one it knows but lacks here (CUDA) is skipped."""
+    model = _add_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        with pytest.MonkeyPatch.context() as mp:
+            printed: list[str] = []
+            mp.setattr("builtins.print", lambda *a, **k: printed.append(" ".join(map(str, a))))
+            got = ort.InferenceSession(model, providers=["NoSuchExecutionProvider"])
+        assert got.get_providers() == CPU and "Unknown Provider Type: NoSuchExecutionProvider" in printed[1]
+        for sess in (got, real.InferenceSession(model, providers=CPU)):
+            with pytest.raises(RuntimeError, match="Unknown Provider Type: NoSuchExecutionProvider"):
+                sess.set_providers(["NoSuchExecutionProvider"])
+        assert got.get_providers() == CPU  # the session as it was (onnxruntime's has no providers left)
+        assert ort.InferenceSession(model, providers=["TensorrtExecutionProvider", *CPU]).get_providers() == CPU
+
+
+def test_unknown_run_options_attributes_are_attribute_errors() -> None:
+    for module in (real, ort):
+        with pytest.raises(AttributeError):
+            module.RunOptions().no_such_option = 1
+        with pytest.raises(AttributeError):
+            module.SessionOptions().no_such_option = 1
+
+
+def _both_raise(model: bytes, feed: dict[str, Any], error: str) -> None:
+    """Both raise ``error``: onnxruntime's exception class of that name, or a builtin's."""
+    for module in (real, ort):
+        cls = getattr(module.capi.onnxruntime_pybind11_state, error, None) or getattr(builtins, error)
+        with pytest.raises(cls):
+            module.InferenceSession(model, providers=CPU).run(None, feed)
+
+
+@pytest.mark.parametrize("shape", [(4,), (1,), (2, 3)])
+def test_a_fed_initializer_is_checked_against_its_input_s_shape(shape: tuple[int, ...]) -> None:
+    """ep-core ran a (1,) or (2, 3) override of a [3] initializer, broadcasting it."""
+    vi = helper.make_tensor_value_info
+    init = onnx.numpy_helper.from_array(np.zeros(3, np.float32), "B")
+    model = _model(
+        [helper.make_node("Add", ["X", "B"], ["Y"])],
+        [vi("X", TensorProto.FLOAT, [2, 3]), vi("B", TensorProto.FLOAT, [3])],
+        [vi("Y", TensorProto.FLOAT, [2, 3])],
+        initializer=[init],
+    )
+    feed = {"X": np.ones((2, 3), np.float32), "B": np.ones(shape, np.float32)}
+    _both_raise(model, feed, "InvalidArgument")
+    with pytest.raises(ep_core.sdk.errors.InvalidArgument, match="input 'B' has"):
+        ep_core.InferenceSession(model).run(None, feed)
+    right = {"X": feed["X"], "B": np.arange(3, dtype=np.float32)}
+    np.testing.assert_array_equal(
+        ort.InferenceSession(model, providers=CPU).run(None, right)[0], 1 + right["B"] + 0 * feed["X"]
+    )
+
+
+def test_an_optional_input_may_be_left_out_or_fed_none() -> None:
+    opt = helper.make_value_info(
+        "O", helper.make_optional_type_proto(helper.make_tensor_type_proto(TensorProto.FLOAT, [2]))
+    )
+    model = _model(
+        [helper.make_node("OptionalHasElement", ["O"], ["H"])],
+        [opt],
+        [helper.make_tensor_value_info("H", TensorProto.BOOL, [])],
+    )
+    for feed in ({}, {"O": None}):
+        assert real.InferenceSession(model, providers=CPU).run(None, feed)[0] == np.array(False)
+        assert ort.InferenceSession(model, providers=CPU).run(None, feed)[0] == np.array(False)
+    assert ep_core.InferenceSession(model).run(None, {})[0] == np.array(False)
+
+
+@pytest.mark.parametrize(
+    "value, error",
+    [({"1": 1.5}, "InvalidArgument"), ({1.0: 1.5}, "RuntimeError"), (np.ones(3, np.float32), "InvalidArgument")],
+)
+def test_a_map_input_takes_a_dict_with_keys_of_its_key_type(value: Any, error: str) -> None:
+    """A str key of an int64 map matched no entry: ep-core gave zeros where onnxruntime refuses."""
+    mt = helper.make_map_type_proto(TensorProto.INT64, helper.make_tensor_type_proto(TensorProto.FLOAT, None))
+    g = helper.make_graph(
+        [helper.make_node("DictVectorizer", ["M"], ["Y"], domain="ai.onnx.ml", int64_vocabulary=[1, 2, 3])],
+        "g",
+        [helper.make_value_info("M", mt)],
+        [helper.make_tensor_value_info("Y", TensorProto.FLOAT, None)],
+    )
+    opsets = [helper.make_opsetid("", 18), helper.make_opsetid("ai.onnx.ml", 3)]
+    model = helper.make_model(g, opset_imports=opsets, ir_version=8).SerializeToString()
+    np.testing.assert_array_equal(
+        ort.InferenceSession(model, providers=CPU).run(None, {"M": {2: 1.5}})[0], [[0, 1.5, 0]]
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        _both_raise(model, {"M": value}, error)

@@ -435,7 +435,10 @@ CLAMPS = {  # name -> (nodes, initializers): two clamps in a row
     ),
     "Clip Relu": ([node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])], {"a": -3.0, "b": 6.0}),
     "Relu Clip": ([node("Relu", ["X"], ["c"]), node("Clip", ["c", "", "b"], ["Y"])], {"b": 6.0}),
-    "legacy Clip Clip": ([node("Clip", ["X"], ["c"], min=0.0, max=6.0), node("Clip", ["c"], ["Y"], min=-1.0, max=1.0)], {}),
+    "legacy Clip Clip": (
+        [node("Clip", ["X"], ["c"], min=0.0, max=6.0), node("Clip", ["c"], ["Y"], min=-1.0, max=1.0)],
+        {},
+    ),
     "legacy Clip Relu": ([node("Clip", ["X"], ["c"], min=-3.0, max=6.0), node("Relu", ["c"], ["Y"])], {}),
 }
 APART = {  # clamps that are not one clamp, or whose bound does not bound
@@ -443,8 +446,14 @@ APART = {  # clamps that are not one clamp, or whose bound does not bound
         [node("Clip", ["X", "a", "b"], ["c"]), node("Clip", ["c", "d", "e"], ["Y"])],
         {"a": 0.0, "b": 1.0, "d": 2.0, "e": 3.0},
     ),
-    "Relu after a negative Clip": ([node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])], {"a": -5.0, "b": -1.0}),
-    "NaN min then Relu": ([node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])], {"a": math.nan, "b": 1.0}),
+    "Relu after a negative Clip": (
+        [node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])],
+        {"a": -5.0, "b": -1.0},
+    ),
+    "NaN min then Relu": (
+        [node("Clip", ["X", "a", "b"], ["c"]), node("Relu", ["c"], ["Y"])],
+        {"a": math.nan, "b": 1.0},
+    ),
 }
 
 
