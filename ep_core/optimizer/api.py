@@ -80,13 +80,48 @@ def _optimize(
             return model if hit[1] else hit[0]
     from ep_core.optimizer.passes import LibraryFailure, run_passes
 
+    fed = _overridable(model)
+    if fed:
+        names = ", ".join(repr(t.name) for t in fed[:5]) + (f" and {len(fed) - 5} more" if len(fed) > 5 else "")
+        log(
+            WARNING,
+            "initializer(s) %s appear in graph inputs and are not treated as constants (a feed may "
+            "replace them): this may prevent graph optimizations such as constant folding. Move them out of "
+            "the graph inputs if they need not be overridden",
+            names,
+        )
     try:
-        out = run_passes(model, level, asked, budget, log, config)
+        given = _without(model, fed) if fed else model
+        out = run_passes(given, level, asked, budget, log, config)
+        if out is given:
+            out = model
+        elif fed:
+            out.graph.initializer.extend(fed)
     except LibraryFailure as exc:
         log(WARNING, "graph optimizer: %s; the session runs the model unoptimized", exc)
         return model  # not cached: a library's failure is worth retrying with the next version
     if key is not None:
         cache.store(key, asked.answers, out, out is model)
+    return out
+
+
+def _overridable(model: Any) -> list[Any]:
+    """Initializers listed as graph inputs: a feed may replace them, so no rewrite or folding may
+    take their values for constants (onnxruntime's rule, and its warning)."""
+    inputs = {v.name for v in model.graph.input}
+    return [t for t in model.graph.initializer if t.name in inputs]
+
+
+def _without(model: Any, fed: list[Any]) -> Any:
+    """A copy of ``model`` whose initializers in ``fed`` are plain graph inputs."""
+    import onnx
+
+    names = {t.name for t in fed}
+    out = onnx.ModelProto()
+    out.CopyFrom(model)
+    kept = [t for t in out.graph.initializer if t.name not in names]
+    del out.graph.initializer[:]
+    out.graph.initializer.extend(kept)
     return out
 
 

@@ -63,13 +63,14 @@ def _constant(v: ir.Value | None) -> np.ndarray | None:
     return np.asarray(v.const_value.numpy())
 
 
-def clip_bounds(node: ir.Node) -> list[float] | None:
-    """[min, max] of a Clip whose bounds are constants (absent: float32's range, onnxruntime's and
-    the spec's lowest and largest values); None when one is not a constant, or is NaN (which
-    onnxruntime's Clip ignores, so no fused form may take it for a bound)."""
-    bounds = [-_F32, _F32]
+def clip_bounds(node: ir.Node, big: float = _F32) -> list[float] | None:
+    """[min, max] of a Clip whose bounds are constants (absent: -big and big, the lowest and largest
+    values of its type, float32's by default, as onnxruntime and the spec take them); None when one
+    is not a constant, or is NaN (which onnxruntime's Clip ignores, so no fused form may take it for
+    a bound)."""
+    bounds = [-big, big]
     if node.attributes.get("min") is not None or node.attributes.get("max") is not None:
-        bounds = [_float_attr(node, "min", -_F32), _float_attr(node, "max", _F32)]
+        bounds = [_float_attr(node, "min", -big), _float_attr(node, "max", big)]
     for i in (1, 2):
         if len(node.inputs) > i and node.inputs[i] is not None:
             c = _constant(node.inputs[i])
@@ -96,31 +97,38 @@ class _Clamps(pattern.RewriteRuleClassBase):
         return getattr(op, self.second)(y, _allow_other_inputs=True, _outputs=["second_out"])
 
     def _merged(self, kw: dict[str, Any]) -> list[float] | None:
-        both = []
-        for out in (kw["first_out"], kw["second_out"]):
-            node = out.producer()
-            both.append([0.0, math.inf] if node.op_type == "Relu" else clip_bounds(node))
-        if any(b is None for b in both) or not _is_float(kw["x"]):
+        """The one clamp's [min, max] (an absent bound is its type's largest value), or None."""
+        if not _is_float(kw["x"]):
             return None
-        lo, hi = max(both[0][0], both[1][0]), min(both[0][1], both[1][1])
-        return [lo, hi] if lo <= hi else None
+        big = float(np.finfo(kw["x"].dtype.numpy()).max)
+        first, second = (
+            [0.0, math.inf] if o.producer().op_type == "Relu" else clip_bounds(o.producer(), big)
+            for o in (kw["first_out"], kw["second_out"])
+        )
+        if first is None or second is None:
+            return None
+        lo, hi = max(first[0], second[0]), min(first[1], second[1])
+        return [lo, min(hi, big)] if lo <= hi else None
 
-    def check(self, context: Any, **kw: Any) -> MatchResult:
-        imports = context.model.opset_imports
+    def check(self, op: Any, *args: Any, **kw: Any) -> MatchResult:  # op: the match context
+        imports = op.model.opset_imports
         self.legacy = int(imports.get("", imports.get("ai.onnx", 0))) < 11
         if self._merged(kw) is None:
             return MatchResult().fail("a bound is not a constant, is NaN, or the intervals do not meet")
         return MatchResult()
 
     def rewrite(self, op: Any, x: ir.Value, **kw: Any) -> Any:
-        lo, hi = self._merged({"x": x, **kw})  # type: ignore[misc]
+        """The Clip in the model's form, a bound at its type's extreme left out (a float attribute
+        cannot hold a double's)."""
+        merged = self._merged({"x": x, **kw})
+        assert merged is not None and x.dtype is not None  # check() held
+        dtype = x.dtype.numpy()
+        big = float(np.finfo(dtype).max)
+        given = {n: b for n, b in zip(("min", "max"), merged) if abs(b) != big}
         if self.legacy:
-            return op.Clip(x, min=lo, max=hi)
-        dtype = x.dtype.numpy()  # type: ignore[union-attr]
-        bound = [
-            op.initializer(ir.tensor(np.array(b, dtype)), name=f"{x.name}_{n}") for b, n in ((lo, "min"), (hi, "max"))
-        ]
-        return op.Clip(x, *bound)
+            return op.Clip(x, **given)
+        bound = {n: op.initializer(ir.tensor(np.array(b, dtype)), name=f"{x.name}_{n}") for n, b in given.items()}
+        return op.Clip(x, bound.get("min"), bound.get("max")) if bound else op.Clip(x)
 
 
 @functools.cache

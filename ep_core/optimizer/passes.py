@@ -23,7 +23,7 @@ from onnxscript.optimizer import _constant_folding as folding
 from onnxscript.rewriter import RewriteRuleSet, _pattern_ir, _rewrite_rule
 from onnxscript.rewriter.rules import common as rules
 
-from ep_core.optimizer import own_rules
+from ep_core.optimizer import guards, own_rules
 from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
 from ep_core.optimizer.disabled import KEY as DISABLED_KEY
 from ep_core.optimizer.disabled import disabled
@@ -33,14 +33,15 @@ from ep_core.sdk.errors import Fail
 ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
 FOLD_NODE_LIMIT = 1 << 30  # onnxruntime's cap on what folding one node may produce
 SOURCE = "ep_core.optimizer.source"  # metadata: the name of the node a rewritten node came from
+_GUARDED = guards.basic()  # onnxscript's rules with the conditions they lack (guards.py)
 # onnxscript's rules that remove or merge nodes, in groups named for ``disabled`` (and docs/optimizer.md)
 BASIC_RULES: dict[str, tuple[Any, ...]] = {
     "Dropout elimination": (rules.dropout_inference_rule, rules.dropout_zero_rule),
     "no-op Cast": (rules.no_op_cast_rule,),
     "no-op Expand": (rules.no_op_expand_rule,),
     "no-op Slice": (rules.collapse_slice_rule, rules.collapse_slice2_rule),
-    "no-op ScatterND": (rules.no_op_static_scatter_nd_rule,),
-    "Cast chains": (rules.cast_cast_rule,),
+    "no-op ScatterND": (_GUARDED["no_op_static_scatter_nd_rule"],),
+    "Cast chains": (_GUARDED["cast_cast_rule"],),
     "Transpose chains": (rules.no_op_transpose_rule, rules.transpose_transpose_rule),
     "Reshape chains": (
         rules.reshape_reshape_rule,
@@ -49,17 +50,20 @@ BASIC_RULES: dict[str, tuple[Any, ...]] = {
         rules.two_reshapes_matmul_reshape_rule,
     ),
     "Unsqueeze chains": (rules.unsqueeze_unsqueeze_rule,),
-    "Min/Max chains": (rules.min_min_rule, rules.max_max_rule),
+    "Min/Max chains": (_GUARDED["min_min_rule"], _GUARDED["max_max_rule"]),
     "Relu/Clip chains": (rules.successive_relu_rule, *own_rules.clamp_rules()),  # see own_rules._Clamps
-    "BatchNormalization folding": (rules.fuse_batchnorm_into_conv_rule, rules.fuse_batchnorm_into_conv_transpose_rule),
-    "Gemm+BatchNormalization folding": (rules.fuse_batchnorm_into_gemm_rule,),
-    "Pad folding": (rules.fuse_pad_into_conv_rule,),
+    "BatchNormalization folding": (
+        _GUARDED["fuse_batchnorm_into_conv_rule"],
+        _GUARDED["fuse_batchnorm_into_conv_transpose_rule"],
+    ),
+    "Gemm+BatchNormalization folding": (_GUARDED["fuse_batchnorm_into_gemm_rule"],),
+    "Pad folding": (_GUARDED["fuse_pad_into_conv_rule"],),
     "zero bias removal": (
         rules.remove_optional_bias_from_conv_rule,
         rules.remove_optional_bias_from_conv_transpose_rule,
         rules.remove_optional_bias_from_gemm_rule,
     ),
-    "ConstantOfShape+Cast": (rules.cast_constant_of_shape_rule,),
+    "ConstantOfShape+Cast": (_GUARDED["cast_constant_of_shape_rule"],),
 }
 
 

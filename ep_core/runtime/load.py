@@ -191,15 +191,14 @@ def check_and_infer(proto: Any) -> Any:
 
     _check_tensors(proto)
     _check_opsets(proto)
-    moved = _lazy_initializers_as_inputs(proto)
+    proto, moved, added = _lazy_initializers_as_inputs(proto)
     try:
         onnx.checker.check_model(_with_placeholder_shapes(proto), full_check=False)
     except Exception as exc:  # ValidationError, or a proto its C++ side cannot parse
         raise InvalidGraph(f"the model is invalid: {' '.join(str(exc).split())}") from exc  # its context names the node
     inferred = _infer(proto)
     if moved:  # back from graph inputs to initializers, in the model kept
-        names = {t.name for t in moved}
-        kept = [v for v in inferred.graph.input if v.name not in names]
+        kept = [v for v in inferred.graph.input if v.name not in added]
         del inferred.graph.input[:]
         inferred.graph.input.extend(kept)
         inferred.graph.initializer.extend(moved)
@@ -426,22 +425,34 @@ def _check_args(graph: GraphView) -> None:
             raise InvalidGraph(f"{n.describe()}: {bad}")
 
 
-def _lazy_initializers_as_inputs(proto: Any) -> list[Any]:
-    """Main-graph initializers whose data stayed in its file become graph inputs of their type
-    and shape while onnx checks and infers (it would look for the file beside the working folder);
-    returns them, removed from ``proto``."""
+def _lazy_initializers_as_inputs(proto: Any) -> tuple[Any, list[Any], set[str]]:
+    """Main-graph initializers whose data stayed in its file become graph inputs of their type and
+    shape while onnx checks and infers (it would look for the file beside the working folder), and
+    so do those a feed may replace (graph inputs from IR 4: not constants, as for onnxruntime);
+    returns a copy of ``proto`` without them, them, and the names made inputs. Before IR 4 every
+    initializer is listed as an input and none may be fed: the copy takes IR 4's form."""
     from onnx import TensorProto, helper
 
-    moved = [t for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL]
+    inputs = {v.name for v in proto.graph.input}
+    if proto.ir_version < 4 or any(
+        t.name in inputs or t.data_location == TensorProto.EXTERNAL for t in proto.graph.initializer
+    ):
+        proto = type(proto).FromString(proto.SerializeToString())  # the model given stays as it was
+    if proto.ir_version < 4:
+        kept_inputs = [v for v in proto.graph.input if v.name not in {t.name for t in proto.graph.initializer}]
+        del proto.graph.input[:]
+        proto.graph.input.extend(kept_inputs)
+        proto.ir_version, inputs = 4, {v.name for v in kept_inputs}
+    moved = [t for t in proto.graph.initializer if t.data_location == TensorProto.EXTERNAL or t.name in inputs]
+    added = {t.name for t in moved} - inputs
     if moved:
-        inputs = {v.name for v in proto.graph.input}
-        kept = [t for t in proto.graph.initializer if t.data_location != TensorProto.EXTERNAL]
+        kept = [t for t in proto.graph.initializer if t.data_location != TensorProto.EXTERNAL and t.name not in inputs]
         del proto.graph.initializer[:]
         proto.graph.initializer.extend(kept)
         proto.graph.input.extend(
-            helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in moved if t.name not in inputs
+            helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in moved if t.name in added
         )
-    return moved
+    return proto, moved, added
 
 
 def _with_placeholder_shapes(proto: Any) -> Any:

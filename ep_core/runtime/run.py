@@ -39,26 +39,21 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
 def _check_value(name: str, info: ValueInfo, value: Any, on_device: frozenset[str]) -> None:
     if info.kind != "tensor":
         return
-    if name in on_device:
-        if not (hasattr(value, "shape") and hasattr(value, "dtype")):
-            raise InvalidArgument(f"input {name!r} bound on a device has no shape/dtype ({type(value).__name__})")
-    elif not isinstance(value, np.ndarray):
-        raise InvalidArgument(f"input {name!r} must be a numpy.ndarray, got {type(value).__name__}")
+    device = name in on_device
+    if not (hasattr(value, "shape") and hasattr(value, "dtype") if device else isinstance(value, np.ndarray)):
+        need = "bound on a device needs a shape and dtype" if device else "must be a numpy.ndarray"
+        raise InvalidArgument(f"input {name!r} {need}, got {type(value).__name__}")
     want = info.np_dtype
     if want is not None and np.dtype(value.dtype) != want:
         raise InvalidArgument(f"input {name!r} has dtype {value.dtype}, expected {want} ({info.type_str})")
     if info.shape is not None:
-        if len(value.shape) != len(info.shape):
-            raise InvalidArgument(
-                f"input {name!r} has rank {len(value.shape)} (shape {list(value.shape)}), expected rank "
-                f"{len(info.shape)} (shape {_shape_str(info.shape)})"
-            )
-        for axis, (got, want_dim) in enumerate(zip(value.shape, info.shape)):
-            if isinstance(want_dim, int) and want_dim >= 0 and want_dim != got:  # -1: a dynamic dim
-                raise InvalidArgument(
-                    f"input {name!r} has dim {got} on axis {axis} (shape {list(value.shape)}), "
-                    f"expected {want_dim} (shape {_shape_str(info.shape)})"
-                )
+        s, ws = value.shape, info.shape
+        bad = "" if len(s) == len(ws) else f"rank {len(s)} (shape {list(s)}), expected rank {len(ws)}"
+        for axis, (got, w) in enumerate(zip(s, ws)):
+            if not bad and isinstance(w, int) and w >= 0 and w != got:  # -1: a dynamic dim
+                bad = f"dim {got} on axis {axis} (shape {list(s)}), expected {w}"
+        if bad:
+            raise InvalidArgument(f"input {name!r} has {bad} (shape {_shape_str(ws)})")
 
 
 def run(

@@ -192,14 +192,10 @@ class NodeView:
         return "ai.onnx" if self.domain in ("", "ai.onnx") else self.domain
 
     def input_info(self, i: int) -> ValueInfo | None:
-        if i >= len(self.inputs) or not self.inputs[i]:
-            return None
-        return self.graph.value_info(self.inputs[i])
+        return self.graph.value_info(self.inputs[i]) if i < len(self.inputs) and self.inputs[i] else None
 
     def output_info(self, i: int) -> ValueInfo | None:
-        if i >= len(self.outputs) or not self.outputs[i]:
-            return None
-        return self.graph.value_info(self.outputs[i])
+        return self.graph.value_info(self.outputs[i]) if i < len(self.outputs) and self.outputs[i] else None
 
     def describe(self) -> str:
         """How errors name a node: name, op, domain and opset."""
@@ -283,10 +279,6 @@ class GraphView:
     def initializer_protos(self) -> dict[str, "onnx.TensorProto"]:
         return {t.name: t for t in self.proto.initializer}
 
-    @property
-    def initializer_names(self) -> frozenset[str]:
-        return frozenset(self.initializer_protos)
-
     def initializer(self, name: str) -> "np.ndarray | None":
         """The initializer's value (cached), or None if ``name`` is not a constant here."""
         cache: dict[str, np.ndarray] = self.__dict__.setdefault("_init_cache", {})
@@ -299,11 +291,12 @@ class GraphView:
         return arr
 
     def constant_value(self, name: str) -> "np.ndarray | None":
-        """An initializer here or in an enclosing graph, or the value of a Constant node."""
+        """An initializer here or in an enclosing graph (not one a feed may replace: listed as a
+        graph input), or the value of a Constant node."""
         g: GraphView | None = self
         while g is not None:
             if name in g.initializer_protos:
-                return g.initializer(name)
+                return None if name in g.input_names else g.initializer(name)
             prod = g.producer(name)
             if prod is not None:
                 if prod.op_type == "Constant" and prod.domain in ("", "ai.onnx"):
