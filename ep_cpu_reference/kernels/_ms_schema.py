@@ -69,7 +69,66 @@ def register(
         type_constraints=list(constraints),
         attributes=list(attrs),
     )
+    if domain == MS and name in OUTPUT_TYPES:
+        schema.set_type_and_shape_inference_function(_typing(OUTPUT_TYPES[name]))
     defs.register_schema(schema)
+
+
+def _elem(ctx: Any, i: int) -> int:
+    """The element type of input ``i`` (0 when absent or unknown)."""
+    t = ctx.get_input_type(i) if i < ctx.get_num_inputs() and ctx.has_input(i) else None
+    return int(t.tensor_type.elem_type) if t is not None and t.HasField("tensor_type") else 0
+
+
+def _float_stats(ctx: Any) -> int:
+    """LayerNormalization's mean/inverse-std outputs: float, double for a double input."""
+    return 11 if _elem(ctx, 0) == 11 else 1
+
+
+def _qgemm_output(ctx: Any) -> int:
+    """float without y_scale, else y_zero_point's type (uint8 when it is absent)."""
+    if not (ctx.get_num_inputs() > 7 and ctx.has_input(7)):
+        return 1
+    return _elem(ctx, 8) or 2
+
+
+def _murmur_output(ctx: Any) -> int:
+    positive = ctx.get_attribute("positive")
+    return 12 if positive is None or positive.i == 1 else 6  # uint32, int32
+
+
+# output -> its element type (a TensorProto.DataType) for the contrib ops whose output types no
+# input binds: onnx cannot infer them, and a strict inference of the op consuming them failed
+# (a QOperator-quantized GPT-2: QGemm feeding a Reshape); every output of such an op is set
+OUTPUT_TYPES: dict[str, tuple[Any, ...]] = {
+    "QGemm": (_qgemm_output,),
+    "MurmurHash3": (_murmur_output,),
+    "MatMulInteger16": (lambda ctx: 6,),
+    "GridSample": (lambda ctx: _elem(ctx, 0),),
+    "LayerNormalization": (lambda ctx: _elem(ctx, 0), _float_stats, _float_stats),
+    "SimplifiedLayerNormalization": (lambda ctx: _elem(ctx, 0), _float_stats),
+    "SkipLayerNormalization": (lambda ctx: _elem(ctx, 0), _float_stats, _float_stats, lambda ctx: _elem(ctx, 0)),
+    "SkipSimplifiedLayerNormalization": (
+        lambda ctx: _elem(ctx, 0),
+        _float_stats,
+        _float_stats,
+        lambda ctx: _elem(ctx, 0),
+    ),
+}
+
+
+def _typing(rules: tuple[Any, ...]) -> Any:
+    def infer(ctx: Any) -> None:
+        from onnx import TypeProto
+
+        for i, rule in enumerate(rules):
+            elem = rule(ctx) if i < ctx.get_num_outputs() and ctx.has_output(i) else 0
+            if elem:
+                tp = TypeProto()
+                tp.tensor_type.elem_type = elem
+                ctx.set_output_type(i, tp)
+
+    return infer
 
 
 # Compact schema tables (the ``_*_schemas.py`` files, transcribed from onnxruntime 1.31.1's

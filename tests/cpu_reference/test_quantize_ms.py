@@ -665,3 +665,46 @@ def test_models_quantized_by_onnxruntime_match(kind: str, how: str, expected_ops
     quantized = onnx.load(dst)
     assert expected_ops <= {n.op_type for n in quantized.graph.node}
     _close((quantized.SerializeToString(), feeds), 1e-6)
+
+
+@pytest.mark.parametrize("requantized", [True, False])
+@pytest.mark.parametrize("provider", ["CpuReferenceExecutionProvider", "NumbaCpuExecutionProvider"])
+def test_a_qgemm_feeding_a_reshape_loads_and_runs(provider: str, requantized: bool) -> None:
+    """QGemm's output type is bound by no input (float, or y_zero_point's type): onnx could not
+    infer it, so the Reshape after it failed strict inference and the model (a QOperator-quantized
+    GPT-2's Conv1D) was refused at load."""
+    i = numpy_helper.from_array
+    inits = [
+        i(_f32(0.05), "a_s"),
+        i(np.array(128, np.uint8), "a_z"),
+        i(_ints(np.int8, (16, 24)), "b"),
+        i(_f32(0.01), "b_s"),
+        i(np.array(0, np.int8), "b_z"),
+        i(_ints(np.int16, (24,)).astype(np.int32), "c"),
+        i(np.array([2, 4, 24], np.int64), "shape"),
+    ]
+    q_ins = ["a", "a_s", "a_z", "b", "b_s", "b_z", "c"] + (["y_s", "y_z"] if requantized else [])
+    inits += [i(_f32(0.2), "y_s"), i(np.array(100, np.uint8), "y_z")] if requantized else []
+    nodes = [
+        helper.make_node("QuantizeLinear", ["x", "a_s", "a_z"], ["a"]),
+        helper.make_node("QGemm", q_ins, ["g"], domain=MS),
+        helper.make_node("Reshape", ["g", "shape"], ["r"]),
+    ]
+    if requantized:
+        nodes.append(helper.make_node("DequantizeLinear", ["r", "y_s", "y_z"], ["y"]))
+    else:
+        nodes.append(helper.make_node("Identity", ["r"], ["y"]))
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        inits,
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid(MS, 1)]
+    model = helper.make_model(g, opset_imports=opsets, ir_version=8).SerializeToString()
+    x = {"x": _R.standard_normal((8, 16)).astype(np.float32)}
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, x)[0]
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, x)[0]
+    assert got.shape == (2, 4, 24)
+    np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))

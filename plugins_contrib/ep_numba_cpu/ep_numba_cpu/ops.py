@@ -87,6 +87,8 @@ def _pow(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None
         return None
     if p["square"]:
         return f"({a[0]} * {a[0]})"
+    if p.get("cube"):  # as onnxruntime: x * x * x, not a power
+        return f"({a[0]} * {a[0]} * {a[0]})"
     if dt[1] != dt[0]:
         return None
     return f"({a[0]} ** {a[1]})"
@@ -372,7 +374,7 @@ ARITY: dict[str, tuple[int, int]] = {
 }
 # The declarative parameters of the ops that have any (name -> "float", "float?" (or null), "bool")
 PARAMS: dict[str, dict[str, str]] = {
-    "Pow": {"square": "bool"},
+    "Pow": {"square": "bool", "cube": "bool"},
     "Clip": {"legacy": "bool", "min": "float?", "max": "float?"},
     "LeakyRelu": {"alpha": "float"},
     "HardSigmoid": {"alpha": "float", "beta": "float"},
@@ -383,11 +385,12 @@ PARAMS: dict[str, dict[str, str]] = {
 
 def params_for(node: Any) -> dict[str, Any]:
     """The declarative parameters of an elementwise node (what its expression depends on beyond
-    its arguments' types): attributes with their defaults, and whether Pow squares."""
+    its arguments' types): attributes with their defaults, and whether Pow squares or cubes."""
     op = node.op_type
     if op == "Pow":
         e = node.graph.constant_value(node.inputs[1])
-        return {"square": bool(e is not None and e.size == 1 and float(e.reshape(-1)[0]) == 2.0)}
+        k = float(e.reshape(-1)[0]) if e is not None and e.size == 1 else None
+        return {"square": k == 2.0, "cube": k == 3.0}
     if op == "Clip":
         legacy = node.opset < 11
         lo, hi = (node.attr("min"), node.attr("max")) if legacy else (None, None)
