@@ -80,9 +80,7 @@ def transform_to_nhwc(
             rank = _convertible(graph, node)
             if rank is not None and _wants(eps[ep_i], node):
                 chosen[idx] = (rank, eps[ep_i].name)
-    if not chosen:
-        return None
-    return _rewrite(model, graph, chosen)
+    return _rewrite(model, graph, chosen) if chosen else None
 
 
 def _rewrite(model: "onnx.ModelProto", graph: "GraphView", chosen: dict[int, tuple[int, str]]) -> LayoutResult:

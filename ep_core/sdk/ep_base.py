@@ -75,6 +75,4 @@ class HostEpFactory:
             )
 
     def ep_factory_get_hardware_device_incompatibility_details(self, device: HardwareDevice) -> list[str] | None:
-        if device.type is not DeviceType.CPU:
-            return [f"{self.ep_name} runs on the host CPU only"]
-        return None
+        return [f"{self.ep_name} runs on the host CPU only"] if device.type is not DeviceType.CPU else None

@@ -17,6 +17,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
+from ep_cpu_reference.kernels.trees import as_2d
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -51,8 +52,8 @@ def build_normalizer(node: NodeView, ctx: KernelContext) -> Fn:
     def compute(x: Any) -> tuple[Any]:
         v = x.astype(np.float64)
         v2 = v.reshape(1, -1) if v.ndim == 1 else v
-        if norm == "MAX":
-            d = v2.max(axis=1, keepdims=True)
+        if norm == "MAX":  # a NaN never wins onnxruntime's scan for the largest value
+            d = np.fmax.reduce(v2, axis=1, keepdims=True) if v2.shape[1] else v2[:, :0]
         elif norm == "L1":
             d = np.abs(v2).sum(axis=1, keepdims=True)
         else:
@@ -130,7 +131,7 @@ def build_feature_vectorizer(node: NodeView, ctx: KernelContext) -> Fn:
     def compute(*xs: Any) -> tuple[Any]:
         parts = []
         for i, x in enumerate(xs):
-            v = x.astype(np.float32).reshape(1, -1) if x.ndim == 1 else x.astype(np.float32).reshape(x.shape[0], -1)
+            v = as_2d(x, node.describe()).astype(np.float32)
             d = dims[i] if i < len(dims) else v.shape[1]
             out = np.zeros((v.shape[0], d), dtype=np.float32)
             out[:, : min(d, v.shape[1])] = v[:, :d]
@@ -285,7 +286,7 @@ def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
     post = _text(node.attr("post_transform", "NONE"))
 
     def compute(x: Any) -> tuple[Any, Any]:
-        v = x.astype(np.float64).reshape(x.shape[0] if x.ndim > 1 else 1, -1)
+        v = as_2d(x, node.describe()).astype(np.float64)
         w = coef.reshape(-1, v.shape[1])
         s = v @ w.T + (icpt if icpt.size else 0.0)
         if w.shape[0] == 1 and labels.size == 2:

@@ -10,6 +10,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import NotImplementedByAnyEp
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
@@ -72,6 +73,27 @@ def build_string_split(node: NodeView, ctx: KernelContext) -> Fn:
     return compute
 
 
+def _simple_case(s: str, upper: bool) -> str:
+    """Character by character, as onnxruntime's towlower/towupper (Unicode's simple mappings):
+    Python's full mappings lengthen "ß" to "SS" and "İ" to "i" + a combining dot, and end a word
+    in a final sigma "ς" where onnxruntime keeps "σ"."""
+    if s.isascii():
+        return s.upper() if upper else s.lower()
+    out = []
+    for c in s:
+        m = c.upper() if upper else c.lower()
+        out.append(m if len(m) == 1 else "i" if c == "\u0130" and not upper else c)
+    return "".join(out)
+
+
+def simple_lower(s: str) -> str:
+    return _simple_case(s, False)
+
+
+def simple_upper(s: str) -> str:
+    return _simple_case(s, True)
+
+
 @REGISTRY.register("StringNormalizer", since=10)
 def build_string_normalizer(node: NodeView, ctx: KernelContext) -> Fn:
     """Drops stopwords (case-insensitively unless is_case_sensitive), then changes case.
@@ -80,15 +102,21 @@ def build_string_normalizer(node: NodeView, ctx: KernelContext) -> Fn:
     if action not in ("NONE", "LOWER", "UPPER"):
         raise ValueError(f"{node.describe()}: case_change_action must be NONE, LOWER or UPPER, got {action!r}")
     sensitive = bool(node.attr("is_case_sensitive", 0))
+    locale = _text(node.attr("locale", "en_US.UTF-8"))
+    if locale.lower().startswith(("tr", "az")):  # every other UTF-8 locale cases as Unicode's simple mappings
+        raise NotImplementedByAnyEp(
+            f"{node.describe()}: locale {locale!r}: Turkic dotted/dotless i casing is not implemented; "
+            "the other locales' case mappings (Unicode's simple mappings) are"
+        )
     stops = [_text(s) for s in node.attr("stopwords", [])]
-    stop_set = set(stops) if sensitive else {s.lower() for s in stops}
-    change = {"NONE": lambda s: s, "LOWER": str.lower, "UPPER": str.upper}[action]
+    stop_set = set(stops) if sensitive else {simple_lower(s) for s in stops}
+    change = {"NONE": lambda s: s, "LOWER": simple_lower, "UPPER": simple_upper}[action]
 
     def compute(x: Any) -> tuple[Any]:
         if x.ndim not in (1, 2) or x.ndim == 2 and x.shape[0] != 1:
             raise ValueError(f"{node.describe()}: input must have shape [C] or [1, C], got {x.shape}")
         words = [str(s) for s in x.ravel()]
-        kept = [change(w) for w in words if (w if sensitive else w.lower()) not in stop_set]
+        kept = [change(w) for w in words if (w if sensitive else simple_lower(w)) not in stop_set]
         if not kept:
             kept = [""]
         out = np.array(kept, dtype=object)

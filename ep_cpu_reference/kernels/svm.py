@@ -27,7 +27,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph, NotImplementedByAnyEp
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.trees import POSTS, logistic, post_scores, probit
+from ep_cpu_reference.kernels.trees import POSTS, as_2d, logistic, post_scores, probit
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -66,6 +66,7 @@ class _Kernel:
         self.gamma, self.coef0, self.degree = values
         self.vt = np.ascontiguousarray(vectors.T)  # [F, V]
         if kind == "RBF":  # -gamma |x - v|^2 = x.(2 gamma v) - gamma |v|^2 - gamma |x|^2
+            self.vectors = vectors
             self.vt = self.vt * (2.0 * self.gamma)
             self.sq = -self.gamma * (vectors * vectors).sum(axis=1)
 
@@ -75,20 +76,32 @@ class _Kernel:
             return dot
         if self.kind == "RBF":
             xx = np.einsum("ij,ij->i", x, x)[:, None]
-            return np.exp(np.minimum(dot + (self.sq - self.gamma * xx), 0.0))  # type: ignore[no-any-return]
+            k = np.exp(np.minimum(dot + (self.sq - self.gamma * xx), 0.0))
+            far = ~np.isfinite(xx[:, 0])  # an infinite (or overflowing) row: inf - inf in the expansion
+            if far.any():  # the distance itself, as onnxruntime sums it: exp(-inf) = 0
+                k[far] = np.exp(-self.gamma * np.square(x[far, None, :] - self.vectors[None]).sum(axis=2))
+            return k  # type: ignore[no-any-return]
         dot = self.gamma * dot + self.coef0
         if self.kind == "POLY":
-            return np.power(dot, self.degree)  # type: ignore[no-any-return]
+            return _power(dot, self.degree)
         return np.tanh(dot)  # type: ignore[no-any-return]
+
+
+def _power(base: np.ndarray, degree: float) -> np.ndarray:
+    """base ** degree; a small whole degree by multiplications (a float64 power is 40x slower)."""
+    if degree != int(degree) or not 1 <= degree <= 8:
+        return np.power(base, degree)  # type: ignore[no-any-return]
+    out = base.copy()
+    for _ in range(int(degree) - 1):
+        out *= base
+    return out
 
 
 def _rows(x: np.ndarray, features: int, where: str) -> np.ndarray:
     """X as float64 [N, features], through float32 as onnxruntime casts every input type."""
     if x.dtype not in (np.float32, np.float64, np.int64, np.int32):
         raise InvalidArgument(f"{where}: X must be float, double, int64 or int32, got {x.dtype}")
-    if x.ndim == 0:
-        raise InvalidArgument(f"{where}: X must have at least one dimension, got a scalar")
-    v = x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    v = as_2d(x, where)
     if v.shape[1] != features:
         raise InvalidArgument(f"{where}: X has {v.shape[1]} features per row, the model expects {features}")
     return v.astype(np.float32, copy=False).astype(np.float64)

@@ -831,17 +831,24 @@ def build_topk(node: NodeView, ctx: KernelContext) -> Fn:
 
 def _arg(fn: Callable[..., Any]) -> Callable[[Any, Any], Fn]:
     def build(node: NodeView, ctx: KernelContext) -> Fn:
-        """keepdims keeps the reduced axis; select_last_index (12+) picks the last tie."""
+        """keepdims keeps the reduced axis; select_last_index (12+) picks the last tie. A NaN is
+        passed over as onnxruntime's comparisons pass it (numpy's first NaN wins): it is the
+        answer only at index 0 (KBinsDiscretizer put a whole row with one NaN in the last bin)."""
         axis = int(node.attr("axis", 0))
         keepdims = int(node.attr("keepdims", 1))
         last = int(node.attr("select_last_index", 0))
 
         def compute(x: Any) -> tuple[Any]:
             a = norm_axis(node, axis, x.ndim)
+            nan = np.isnan(x) if x.dtype.kind == "f" else None
+            if nan is not None and nan.any():  # onnxruntime's scan: a NaN never wins, unless it comes first
+                x = np.where(nan, -np.inf if fn is np.argmax else np.inf, x)
             if last:
                 r = x.shape[a] - 1 - fn(np.flip(x, a), axis=a)
             else:
                 r = fn(x, axis=a)
+            if nan is not None and nan.any() and x.shape[a]:
+                r = np.where(np.take(nan, 0, axis=a), 0, r)
             r = r.astype(np.int64)
             return (np.expand_dims(r, a) if keepdims else r,)
 

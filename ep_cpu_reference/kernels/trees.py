@@ -247,10 +247,11 @@ def _aggregate(forest: Forest, x: np.ndarray, agg: str, acc: Any) -> tuple[np.nd
     return scores, has
 
 
-def _as_2d(x: np.ndarray, where: str) -> np.ndarray:
+def as_2d(x: np.ndarray, where: str) -> np.ndarray:
+    """X as [N, features] (1-D as one row); a batch of no rows stays one (-1 cannot size it)."""
     if x.ndim == 0:
         raise InvalidArgument(f"{where}: X must have at least one dimension, got a scalar")
-    return x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], -1)
+    return x.reshape(1, -1) if x.ndim == 1 else x.reshape(x.shape[0], int(np.prod(x.shape[1:])))
 
 
 def _acc_dtype(x: np.ndarray, where: str) -> Any:
@@ -505,7 +506,7 @@ def build_tree_classifier(node: NodeView, ctx: KernelContext, traverse_for: Trav
 
     def compute(x: np.ndarray) -> tuple[Any, Any]:
         forest, acc = forests(x)
-        v = _as_2d(x, node.describe()).astype(acc, copy=False)
+        v = as_2d(x, node.describe()).astype(acc, copy=False)
         idx, scores = _classify(forest, v, post, base, binary, positive, acc)
         return (idx if literal else labels[idx]), scores
 
@@ -523,7 +524,7 @@ def build_tree_regressor(node: NodeView, ctx: KernelContext, traverse_for: Trave
 
     def compute(x: np.ndarray) -> tuple[Any]:
         forest, acc = forests(x)
-        v = _as_2d(x, node.describe()).astype(acc, copy=False)
+        v = as_2d(x, node.describe()).astype(acc, copy=False)
         return (_regress(forest, v, agg, post, base, acc),)
 
     return compute
@@ -606,7 +607,7 @@ def build_tree_ensemble(node: NodeView, ctx: KernelContext, traverse_for: Traver
 
     def compute(x: np.ndarray) -> tuple[Any]:
         forest, acc = forests(x)
-        v = _as_2d(x, node.describe()).astype(acc, copy=False)
+        v = as_2d(x, node.describe()).astype(acc, copy=False)
         return (_regress(forest, v, agg, post, np.zeros(0), acc).astype(x.dtype),)
 
     return compute

@@ -300,3 +300,33 @@ def test_a_double_clip_chain_at_opset_10_keeps_the_type_s_own_limit() -> None:
     for provider in PROVIDERS:
         np.testing.assert_array_equal(_ours(model, feed, 0, provider)[0], [0, 1e300, 5e38, big])
         np.testing.assert_array_equal(_ours(model, feed, 1, provider)[0], [0, 1e300, 5e38, big])
+
+
+def _with_function(body_op: str, function_opset: int, model_opset: int) -> bytes:
+    f = h.make_function(
+        "local", "act", ["x"], ["y"], [h.make_node(body_op, ["x"], ["y"])], [h.make_opsetid("", function_opset)]
+    )
+    g = h.make_graph(
+        [h.make_node("act", ["x"], ["y"], domain="local")], "g", [vi("x", TP.FLOAT, [3])], [vi("y", TP.FLOAT, [3])]
+    )
+    opsets = [h.make_opsetid("", model_opset), h.make_opsetid("local", 1)]
+    return h.make_model(g, opset_imports=opsets, functions=[f], ir_version=10).SerializeToString()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("function_opset", [22, 21])
+def test_model_local_functions_are_inlined(provider: str, function_opset: int) -> None:
+    """skl2onnx's KNNImputer calls nine local functions at ai.onnx 21 in an opset 22 model: onnx's
+    inliner refuses the mismatch, so no EP could run the calls; Relu is the same at both."""
+    model = _with_function("Relu", function_opset, 22)
+    want = _onnxruntime(model, X3)
+    np.testing.assert_array_equal(_ours(model, X3, 0, provider)[0], want[0])
+
+
+def test_a_local_function_whose_op_changed_between_its_opset_and_the_model_s_is_refused() -> None:
+    from ep_core.sdk.errors import InvalidGraph
+
+    with pytest.raises(
+        InvalidGraph, match=r"function op Relu.*FunctionOp imports version 11 whereas model imports version 13"
+    ):
+        InferenceSession(_with_function("Relu", 11, 13))

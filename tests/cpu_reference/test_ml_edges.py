@@ -1,0 +1,118 @@
+"""Classical-ML ops at the edges, against onnxruntime (found by a red-team run over skl2onnx,
+onnxmltools, LightGBM, XGBoost and CatBoost models): a batch of no rows, NaN and infinite
+inputs, non-ASCII text. Both CPU EPs (the Numba EP runs these through the reference kernels)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+
+import ep_core
+
+ML = "ai.onnx.ml"
+PROVIDERS = ["CpuReferenceExecutionProvider", "NumbaCpuExecutionProvider"]
+
+
+def _model(node: Any, x_type: int, outs: list[tuple[str, int]], x_shape: list[Any]) -> bytes:
+    g = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("X", x_type, x_shape)],
+        [h.make_tensor_value_info(n, t, None) for n, t in outs],
+    )
+    opsets = [h.make_opsetid("", 17), h.make_opsetid(ML, 3)]
+    return h.make_model(g, opset_imports=opsets, ir_version=8).SerializeToString()
+
+
+def _both(model: bytes, x: np.ndarray, provider: str) -> tuple[list[Any], list[Any]]:
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, {"X": x})
+    return want, got
+
+
+def _tree() -> Any:
+    return h.make_node(
+        "TreeEnsembleRegressor", ["X"], ["Y"], domain=ML, n_targets=1,
+        nodes_treeids=[0, 0, 0], nodes_nodeids=[0, 1, 2], nodes_featureids=[1, 0, 0], nodes_values=[0.5, 0, 0],
+        nodes_modes=["BRANCH_LEQ", "LEAF", "LEAF"], nodes_truenodeids=[1, 0, 0], nodes_falsenodeids=[2, 0, 0],
+        target_treeids=[0, 0], target_nodeids=[1, 2], target_ids=[0, 0], target_weights=[-1.5, 2.0],
+    )  # fmt: skip
+
+
+def _svm(kernel: str) -> Any:
+    return h.make_node(
+        "SVMRegressor", ["X"], ["Y"], domain=ML, kernel_type=kernel, kernel_params=[0.3, 1.0, 3.0],
+        support_vectors=[0.5, -1.0, 2.0, 0.25, -0.75, 1.5], n_supports=3, coefficients=[0.7, -0.4, 0.2], rho=[0.1],
+    )  # fmt: skip
+
+
+def _linear() -> Any:
+    return h.make_node(
+        "LinearClassifier", ["X"], ["L", "S"], domain=ML, coefficients=[1.0, -2.0, 0.5, 0.25, -1.0, 1.5],
+        intercepts=[0.1, -0.2, 0.3], classlabels_ints=[4, 5, 6], post_transform="SOFTMAX",
+    )  # fmt: skip
+
+
+ZERO_ROWS = {
+    "TreeEnsembleRegressor": (_tree, [("Y", TP.FLOAT)]),
+    "SVMRegressor": (lambda: _svm("RBF"), [("Y", TP.FLOAT)]),
+    "LinearClassifier": (_linear, [("L", TP.INT64), ("S", TP.FLOAT)]),
+}
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("op", sorted(ZERO_ROWS))
+def test_a_batch_of_no_rows_gives_empty_outputs(op: str, provider: str) -> None:
+    """reshape(0, -1) cannot size the features: every tree, SVM and linear model failed."""
+    make, outs = ZERO_ROWS[op]
+    want, got = _both(_model(make(), TP.FLOAT, outs, ["N", 2]), np.zeros((0, 2), np.float32), provider)
+    for w, g in zip(want, got, strict=True):
+        assert g.shape == w.shape and g.dtype == w.dtype
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("kernel", ["RBF", "POLY"])
+def test_svm_kernels_on_infinite_and_huge_inputs(kernel: str, provider: str) -> None:
+    """RBF from |x|^2 + |v|^2 - 2 x.v gave inf - inf = NaN for an infinite input; onnxruntime sums
+    the squared distance (exp(-inf) = 0). POLY's whole degree is now multiplied out."""
+    x = np.array([[0.3, -0.2], [np.inf, 1.0], [-3e38 if kernel == "RBF" else -3e3, 2.0], [1.0, 2.0]], np.float32)
+    want, got = _both(_model(_svm(kernel), TP.FLOAT, [("Y", TP.FLOAT)], ["N", 2]), x, provider)
+    np.testing.assert_array_equal(np.isnan(got[0]), np.isnan(want[0]))
+    np.testing.assert_allclose(got[0], want[0], rtol=2e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("op", ["ArgMax", "ArgMin"])
+def test_argmax_passes_nan_over_unless_it_comes_first(op: str, provider: str) -> None:
+    """numpy's first NaN wins; onnxruntime's scan never picks a NaN after index 0 (skl2onnx's
+    KBinsDiscretizer put a row with one NaN in the last bin)."""
+    x = np.array([[np.nan, 1, 2, 3], [1, np.nan, 5, 2], [1, 2, 3, np.nan], [4, 3, np.nan, 9]], np.float32)
+    for keep_last in (0, 1):
+        node = h.make_node(op, ["X"], ["Y"], axis=1, keepdims=0, select_last_index=keep_last)
+        want, got = _both(_model(node, TP.FLOAT, [("Y", TP.INT64)], [4, 4]), x, provider)
+        np.testing.assert_array_equal(got[0], want[0])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_normalizer_max_keeps_a_nan_to_its_own_entry(provider: str) -> None:
+    x = np.array([[0.5, np.nan, -2.0, 1.5], [np.nan, 1.0, 2.0, 3.0], [1.0, 2.0, 4.0, -8.0]], np.float32)
+    node = h.make_node("Normalizer", ["X"], ["Y"], domain=ML, norm="MAX")
+    want, got = _both(_model(node, TP.FLOAT, [("Y", TP.FLOAT)], [3, 4]), x, provider)
+    np.testing.assert_allclose(got[0], want[0], rtol=1e-7, equal_nan=True)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("action", ["LOWER", "UPPER"])
+def test_string_normalizer_changes_case_character_by_character(action: str, provider: str) -> None:
+    """onnxruntime's towlower/towupper: "ß" stays, "İ" lowers to "i", a final "Σ" lowers to "σ"."""
+    x = np.array(["İSTANBUL", "Straße ß", "ΣΟΦΙΑΣ", "ǅemal", "ÉCOLE", "plain"], dtype=object)
+    node = h.make_node(
+        "StringNormalizer", ["X"], ["Y"], case_change_action=action, stopwords=["straße ß"], locale="C.UTF-8"
+    )
+    want, got = _both(_model(node, TP.STRING, [("Y", TP.STRING)], [6]), x, provider)
+    assert list(got[0]) == list(want[0])
