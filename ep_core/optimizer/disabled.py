@@ -33,10 +33,10 @@ def onnxruntime_names() -> dict[str, tuple[str, ...]]:
 
 @functools.cache
 def own_names() -> frozenset[str]:
-    from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, QDQ
+    from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, NBITS, QDQ
     from ep_core.optimizer.passes import BASIC_RULES
 
-    return frozenset((*PASSES, *BASIC_RULES, *(f.name for f in (*BASIC_GATED, *EXTENDED, QDQ[False]))))
+    return frozenset((*PASSES, *BASIC_RULES, NBITS, *(f.name for f in (*BASIC_GATED, *EXTENDED, QDQ[False]))))
 
 
 def disabled(config: Mapping[str, str] | None) -> frozenset[str]:

@@ -153,6 +153,22 @@ QDQ = {
     for allowed in (False, True)
 }
 
+
+@functools.cache
+def dq_matmulnbits(accuracy: int, block_size: int) -> Fusion:
+    """onnxruntime's DQ -> MatMul/Gemm to MatMulNBits (``dq_matmulnbits.py``), part of its QDQ
+    transformer, at the session's accuracy level and per-channel block size."""
+
+    def load() -> Sequence[Any]:
+        from ep_core.optimizer.dq_matmulnbits import matmulnbits_rules
+
+        return matmulnbits_rules(accuracy, block_size)
+
+    return Fusion(NBITS, (("MatMulNBits", MS),), _anchors("DequantizeLinear"), load, own=True)
+
+
+NBITS = "DQ+MatMul to MatMulNBits"
+
 # EXTENDED: fusions into contrib ops (and LayerNormalization), in the order they build on each other
 EXTENDED = (
     Fusion("Gelu fusion", (("Gelu", MS),), _anchors("Erf"), _ort("ort_fusions.erfgelu", "rules")),

@@ -27,7 +27,7 @@ from ep_core.optimizer import guards, own_rules
 from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
 from ep_core.optimizer.disabled import KEY as DISABLED_KEY
 from ep_core.optimizer.disabled import disabled
-from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, INTERNAL, QDQ, Fusion
+from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, INTERNAL, QDQ, Fusion, dq_matmulnbits
 from ep_core.sdk.errors import Fail
 
 ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
@@ -228,6 +228,11 @@ def run_passes(
     if level >= ENABLE_EXTENDED:
         if config.get("session.disable_quant_qdq", "0") != "1":
             gated(QDQ[config.get("session.qdqisint8allowed", "0") == "1"], {n.op_type for n in _nodes(model)})
+            accuracy, blocks = (
+                int(config.get(f"session.qdq_matmulnbits_{k}", d))
+                for k, d in (("accuracy_level", "4"), ("block_size", "32"))
+            )
+            gated(dq_matmulnbits(accuracy, blocks), {n.op_type for n in _nodes(model)})
         for f in EXTENDED:
             gated(f, {n.op_type for n in _nodes(model)})
         step("intermediate attention ops", lambda: resolve_internal(model))

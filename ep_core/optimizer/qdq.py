@@ -39,7 +39,8 @@ activation scales must be float32 scalars (the QLinear kernels read one scale), 
 does not check but its kernels require. A DQ shared with other consumers stays for them (onnxruntime
 duplicates it per consumer), so the rules do not remove matched nodes; the rule set's unused-node
 sweep removes what is left. Not mirrored: Split's group (SplitReplaceWithQuant), QDQPropagation,
-DoubleQDQPairsRemover, MatMulNBits from blocked int4 DQ, com.microsoft Q/DQ, 16-bit groups."""
+DoubleQDQPairsRemover, com.microsoft Q/DQ, 16-bit groups. Weight-only DQ -> MatMul/Gemm to MatMulNBits
+is its own fusion (``dq_matmulnbits.py``), run beside these."""
 
 from __future__ import annotations
 
