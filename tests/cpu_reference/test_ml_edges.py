@@ -136,3 +136,33 @@ def test_float16_matmul_is_one_rounding_of_the_float32_product(provider: str) ->
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": a, "B": b})[0]
     ulps = np.abs(got.astype(np.float32) - want.astype(np.float32)) / np.spacing(np.abs(want)).astype(np.float32)
     assert float(ulps.max()) <= 1.0
+
+
+@pytest.mark.parametrize("strings", [False, True])
+@pytest.mark.parametrize("max_skip", [0, 2])
+def test_tfidf_vectorizer_counts_as_onnxruntime(strings: bool, max_skip: int) -> None:
+    """The n-grams of a whole batch counted at once (int64 keys, one bincount), unknown tokens and
+    skips included, against onnxruntime (and the tuple-per-n-gram path it replaced)."""
+    rng = np.random.default_rng(max_skip + 2 * strings)
+    vocab = [f"t{i}" for i in range(9)] if strings else list(range(9))
+    pool: list[Any] = []
+    counts = []
+    for n in (1, 2, 3):
+        counts.append(len(pool))
+        grams = {tuple(rng.choice(len(vocab), n)) for _ in range(12)}
+        pool += [vocab[i] for g in sorted(grams) for i in g]
+    size = sum(1 for _ in range(counts[1])) + (counts[2] - counts[1]) // 2 + (len(pool) - counts[2]) // 3
+    attrs = {"pool_strings" if strings else "pool_int64s": pool}
+    node = h.make_node(
+        "TfIdfVectorizer", ["X"], ["Y"], mode="TFIDF", min_gram_length=1, max_gram_length=3, max_skip_count=max_skip,
+        ngram_counts=counts, ngram_indexes=list(range(size)), weights=list(rng.random(size).round(3)), **attrs,
+    )  # fmt: skip
+    tokens = vocab + (["zz", "t1 "] if strings else [99, -1])
+    x = np.array(
+        [[tokens[i] for i in row] for row in rng.integers(0, len(tokens), (50, 17))],
+        dtype=object if strings else np.int64,
+    )
+    model = _model(node, TP.STRING if strings else TP.INT64, [("Y", TP.FLOAT)], [50, 17])
+    for provider in PROVIDERS:
+        want, got = _both(model, x, provider)
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
