@@ -30,15 +30,11 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
+from ep_core.optimizer.own_rules import constant
+
 MS = "com.microsoft"
 _BITS = {ir.DataType.INT4: 4, ir.DataType.UINT4: 4, ir.DataType.INT8: 8, ir.DataType.UINT8: 8}
 _SIGNED = (ir.DataType.INT4, ir.DataType.INT8)
-
-
-def _const(v: ir.Value | None) -> np.ndarray | None:
-    if v is None or v.const_value is None or v.is_graph_input():
-        return None
-    return np.asarray(v.const_value.numpy())
 
 
 class _ToMatMulNBits(pattern.RewriteRuleClassBase):
@@ -71,9 +67,9 @@ class _ToMatMulNBits(pattern.RewriteRuleClassBase):
 
     def _layout(self, dq: ir.Node, w: Any, scale: Any) -> tuple[int, int] | None:
         """(bits, block size) when the DQ is one MatMulNBits takes, else None."""
-        wv, sv = _const(w), _const(scale)
+        wv, sv = constant(w), constant(scale)
         zp = dq.inputs[2] if len(dq.inputs) > 2 else None
-        zv = _const(zp) if zp is not None else None
+        zv = constant(zp) if zp is not None else None
         if wv is None or sv is None or (zp is not None and zv is None) or w.dtype not in _BITS or wv.ndim != 2:
             return None
         if scale.dtype not in (ir.DataType.FLOAT, ir.DataType.FLOAT16):
@@ -108,10 +104,10 @@ class _ToMatMulNBits(pattern.RewriteRuleClassBase):
         bits, block = layout
         zp = dq.inputs[2] if len(dq.inputs) > 2 else None
         packed, scales, zeros = _pack(
-            _const(w), _const(scale), _const(zp) if zp is not None else None, w.dtype, bits, block
+            constant(w), constant(scale), constant(zp) if zp is not None else None, w.dtype, bits, block
         )
-        k, n = _const(w).shape  # type: ignore[union-attr]
-        name = mm_out.name  # one set of weights per MatMul (a shared DQ fuses into each)
+        k, n = constant(w).shape  # type: ignore[union-attr]
+        name = mm_out.name  # the new initializers are named after the MatMul they serve
         inputs = [
             a,
             op.initializer(ir.tensor(packed), name=f"{name}_nbits"),

@@ -29,6 +29,8 @@ import onnx_ir as ir
 from onnxscript.rewriter import MatchResult
 from onnxscript.rewriter.rules import common as rules
 
+from ep_core.optimizer.own_rules import constant
+
 Check = Callable[..., Any]
 
 
@@ -43,12 +45,6 @@ def guarded(rule: Any, check: Check) -> Any:
 
     out._condition_function = both
     return out
-
-
-def _const(v: Any) -> np.ndarray | None:
-    if not isinstance(v, ir.Value) or v.const_value is None or v.is_graph_input():
-        return None
-    return np.asarray(v.const_value.numpy())
 
 
 def _rank(v: Any) -> int | None:
@@ -86,7 +82,7 @@ def _bounds(out1: Any, out2: Any) -> list[np.ndarray] | None:
     first, second = out1.producer(), out2.producer()
     if len(first.inputs) < 2 or len(second.inputs) < 2:
         return None
-    values = [_const(v) for v in list(first.inputs[1:]) + [v for v in second.inputs if v is not out1]]
+    values = [constant(v) for v in list(first.inputs[1:]) + [v for v in second.inputs if v is not out1]]
     return None if any(v is None for v in values) else values  # type: ignore[return-value]
 
 
@@ -111,7 +107,7 @@ _HARD = {"clip_min": 0.0, "clip_max": 6.0, "bias": 3.0, "divisor": 6.0}
 
 
 def _hard_constants_exact(context: Any, x: Any, **bound: Any) -> MatchResult:
-    values = [_const(bound[name]) for name in _HARD]
+    values = [constant(bound[name]) for name in _HARD]
     if any(v is None or v.size != 1 for v in values):
         return MatchResult().fail("a constant of the HardSwish/HardSigmoid form is missing")
     if any(float(v.reshape(-1)[0]) != want for v, want in zip(values, _HARD.values())):  # type: ignore[union-attr]

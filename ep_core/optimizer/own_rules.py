@@ -56,8 +56,9 @@ def _float_attr(node: ir.Node, name: str, default: float) -> float:
     return default if a is None else float(a.as_float())
 
 
-def _constant(v: ir.Value | None) -> np.ndarray | None:
-    """The value of a constant that is not a graph input (a feed could override it)."""
+def constant(v: ir.Value | None) -> np.ndarray | None:
+    """The value of a constant that is not a graph input (a feed could override it): the one
+    reading of constants for ep-core's rules (own, guards, QDQ, MatMulNBits)."""
     if v is None or v.const_value is None or v.is_graph_input():
         return None
     return np.asarray(v.const_value.numpy())
@@ -73,7 +74,7 @@ def clip_bounds(node: ir.Node, big: float = _F32) -> list[float] | None:
         bounds = [_float_attr(node, "min", -big), _float_attr(node, "max", big)]
     for i in (1, 2):
         if len(node.inputs) > i and node.inputs[i] is not None:
-            c = _constant(node.inputs[i])
+            c = constant(node.inputs[i])
             if c is None or c.size != 1:
                 return None
             bounds[i - 1] = float(c.reshape(()))
@@ -154,11 +155,11 @@ class _ConvAffine(pattern.RewriteRuleClassBase):
         assert conv is not None
         w = conv.inputs[1] if len(conv.inputs) > 1 else None
         weights = [w] + ([conv.inputs[2]] if len(conv.inputs) > 2 and conv.inputs[2] is not None else [])
-        if any(_constant(v) is None or not v.is_initializer() for v in weights):  # type: ignore[union-attr]
+        if any(constant(v) is None or not v.is_initializer() for v in weights):  # type: ignore[union-attr]
             return result.fail("Conv weights or bias are not constant initializers")
         if any(u is not conv for v in weights for u, _ in v.uses()):  # type: ignore[union-attr]
             return result.fail("Conv weights or bias are shared with another node")
-        k, wv = _constant(c), _constant(w)
+        k, wv = constant(c), constant(w)
         assert wv is not None
         if k is None or k.dtype != wv.dtype or wv.dtype.kind != "f" or k.ndim > wv.ndim:
             return result.fail("the other operand is not a float constant of the Conv's type")
@@ -172,11 +173,11 @@ class _ConvAffine(pattern.RewriteRuleClassBase):
         assert conv is not None
         w = conv.inputs[1]
         assert w is not None
-        wv, k = _constant(w), _constant(c)
+        wv, k = constant(w), constant(c)
         assert wv is not None and k is not None
         per_channel = np.broadcast_to(k.reshape(-1), (wv.shape[0],)).astype(wv.dtype)
         b = conv.inputs[2] if len(conv.inputs) > 2 else None
-        bias = _constant(b) if b is not None else np.zeros(wv.shape[0], wv.dtype)
+        bias = constant(b) if b is not None else np.zeros(wv.shape[0], wv.dtype)
         assert bias is not None
         if self.kind == "Mul":
             wv = wv * per_channel.reshape((-1,) + (1,) * (wv.ndim - 1))

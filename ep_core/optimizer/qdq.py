@@ -53,7 +53,7 @@ import numpy as np
 import onnx_ir as ir
 from onnxscript.rewriter import pattern
 
-from ep_core.optimizer.own_rules import clip_bounds
+from ep_core.optimizer.own_rules import clip_bounds, constant
 
 MS = "com.microsoft"
 _ONNX = ("", "ai.onnx")
@@ -72,13 +72,6 @@ DROP_POSITIVE = ("MaxPool", "ReduceMax", "ReduceMin")
 # ------------------------------------------------------------------------------- small helpers
 def _is(node: ir.Node | None, op: str) -> bool:
     return node is not None and node.op_type == op and node.domain in _ONNX
-
-
-def _const(v: ir.Value | None) -> np.ndarray | None:
-    """A constant's value (None for a graph input, which a feed could override)."""
-    if v is None or v.const_value is None or v.is_graph_input():
-        return None
-    return np.asarray(v.const_value.numpy())
 
 
 def _zp(node: ir.Node) -> ir.Value | None:
@@ -108,7 +101,7 @@ def _dq_type(dq: ir.Node) -> ir.DataType | None:
 
 def _scalar(v: ir.Value | None) -> np.ndarray | None:
     """A constant scalar (rank 0 or shape [1]), as onnxruntime's IsScalar + constant initializer."""
-    c = _const(v)
+    c = constant(v)
     return c if c is not None and c.ndim <= 1 and c.size == 1 else None
 
 
@@ -196,7 +189,7 @@ class _S8ToU8(pattern.RewriteRuleClassBase):
     def rewrite(self, op: Any, x: Any, s: Any, zp: ir.Value, s2: Any, q: ir.Value, dq: ir.Value, **_: Any) -> Any:
         qn, dqn = q.producer(), dq.producer()
         assert qn is not None and dqn is not None
-        v = _const(zp)
+        v = constant(zp)
         assert v is not None
         zp_u8 = op.Constant(value=ir.tensor((v.astype(np.int16) + 128).astype(np.uint8)))
         attrs = {k: a for k, a in qn.attributes.items() if k != "output_dtype"}
@@ -215,7 +208,7 @@ def _clip_redundant(clip: ir.Node, q: ir.Node) -> bool:
     quantized bounds cover the type's range."""
     scale, zp = _scalar(q.inputs[1]), _zp(q)
     zpv = _scalar(zp) if zp is not None else np.zeros((), np.uint8)
-    if scale is None or scale.dtype != np.float32 or zpv is None or (zp is not None and _const(zp).ndim != 0):  # type: ignore[union-attr]
+    if scale is None or scale.dtype != np.float32 or zpv is None or (zp is not None and constant(zp).ndim != 0):  # type: ignore[union-attr]
         return False
     qt = _q_type(q)
     if qt not in _RANGE:
@@ -265,7 +258,7 @@ def _float_scales(nodes: list[ir.Node], scalar: list[ir.Node]) -> bool:
     if any(n.inputs[1] is None or n.inputs[1].dtype not in (None, _DT.FLOAT) for n in nodes):
         return False
     for n in scalar:
-        c = _const(n.inputs[1])
+        c = constant(n.inputs[1])
         scale = n.inputs[1]
         assert scale is not None  # refused just above
         size = c.size if c is not None else _numel(scale.shape)
