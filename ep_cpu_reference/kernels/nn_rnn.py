@@ -36,8 +36,8 @@ def _activation(name: str, alpha: float | None, beta: float | None) -> Callable[
         return _sigmoid
     if n == "tanh":
         return np.tanh
-    if n == "relu":
-        return lambda x: np.maximum(x, 0)
+    if n == "relu":  # onnxruntime's recurrent Relu and HardSigmoid are std::max(0, x): NaN gives 0
+        return lambda x: np.fmax(x, 0)
     if n == "affine":
         a, b = (1.0 if alpha is None else alpha), (0.0 if beta is None else beta)
         return lambda x: a * x + b
@@ -52,7 +52,7 @@ def _activation(name: str, alpha: float | None, beta: float | None) -> Callable[
         return lambda x: a * np.tanh(b * x)
     if n == "hardsigmoid":
         a, b = (0.2 if alpha is None else alpha), (0.5 if beta is None else beta)
-        return lambda x: np.clip(a * x + b, 0, 1)
+        return lambda x: np.minimum(np.fmax(a * x + b, 0), 1)
     if n == "elu":
         a = 1.0 if alpha is None else alpha
         return lambda x: np.where(x >= 0, x, a * (np.exp(x) - 1))

@@ -336,3 +336,16 @@ def test_nan_in_the_input_goes_through_as_in_the_reference_ep(op, clip, bias):
         np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6, equal_nan=True)
         if not bias:
             np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6, equal_nan=True)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_relu_and_hardsigmoid_gates_take_nan_to_zero_in_both_eps(op):
+    """onnxruntime's recurrent Relu and HardSigmoid are std::max(0, x): a NaN pre-activation gives
+    0 (the Numba loops did so; the reference EP propagated it)."""
+    feeds = problem(op)
+    feeds["X"][1, 0, 1] = np.nan
+    acts = ["HardSigmoid", "Relu", "Relu"][: 3 if op == "LSTM" else 2]
+    got, _, ref = run_all(op, {"hidden_size": 4, "activations": acts}, feeds, OUTPUTS[op], with_ort=False)
+    for g, r in zip(got, ref, strict=True):
+        assert not np.isnan(r).any()
+        np.testing.assert_allclose(g, r, rtol=1e-5, atol=1e-6)
