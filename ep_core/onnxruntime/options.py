@@ -10,8 +10,11 @@ session config keys are ep-core's too (``ep_core/runtime/onnxruntime_config_keys
 
 from __future__ import annotations
 
+import enum
 from collections.abc import Mapping
 from typing import Any
+
+import numpy as np
 
 from ep_core.runtime import options as _options
 from ep_core.runtime.discover import get_registry
@@ -28,7 +31,7 @@ class SessionOptions(_options.SessionOptions):
     profile_file_prefix: str = "onnxruntime_profile_"  # files onnxruntime_profile__<date>.json, as onnxruntime's
 
     def __setattr__(self, name: str, value: Any) -> None:
-        _known_attribute(self, name)
+        _known_attribute(self, name, value)
         super().__setattr__(name, value)
 
     def add_provider(self, provider_name: str, provider_options: Mapping[str, Any] | None = None) -> None:
@@ -49,7 +52,7 @@ class RunOptions(_options.RunOptions):
     __doc__ = _options.RunOptions.__doc__
 
     def __setattr__(self, name: str, value: Any) -> None:
-        _known_attribute(self, name)
+        _known_attribute(self, name, value)
         super().__setattr__(name, value)
 
     def get_run_config_entry(self, key: str) -> str:
@@ -59,11 +62,30 @@ class RunOptions(_options.RunOptions):
         return self.config_entries[key]
 
 
-def _known_attribute(options: Any, name: str) -> None:
-    """An attribute onnxruntime's options do not have is an ``AttributeError``, as there."""
+def _known_attribute(options: Any, name: str, value: Any = None) -> None:
+    """An attribute onnxruntime's options do not have is an ``AttributeError``, and a value its
+    binding would not take a ``TypeError``, as there: an int field takes ints and bools (within
+    int32), a bool field ints and bools, a str field str or bytes, an enum field only its enum
+    (``graph_optimization_level = 99`` and ``intra_op_num_threads = "2"`` fail there; pydantic
+    would convert them)."""
     cls = type(options)
     if not name.startswith("_") and name not in cls.model_fields and not hasattr(cls, name):
         raise AttributeError(f"'{cls.__name__}' object has no attribute '{name}' (onnxruntime's have none either)")
+    field = cls.model_fields.get(name)
+    kind = field.annotation if field is not None else None
+    integral = isinstance(value, (int, np.integer))
+    ok = {
+        int: integral and -(2**31) <= int(value) < 2**31,
+        bool: integral or isinstance(value, np.bool_),
+        str: isinstance(value, (str, bytes)),
+    }.get(kind, not (isinstance(kind, type) and issubclass(kind, enum.Enum)) or isinstance(value, kind))  # type: ignore[call-overload]
+    if not ok:
+        from ep_core.onnxruntime.ortvalue import OrtTypeError
+
+        want = getattr(kind, "__name__", str(kind))
+        raise OrtTypeError(
+            f"{cls.__name__}.{name}: incompatible value {value!r} ({type(value).__name__}); it takes {want}"
+        )
 
 
 class _ConfigKeyError(InvalidArgument, RuntimeError):

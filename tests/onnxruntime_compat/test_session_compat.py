@@ -582,3 +582,35 @@ def test_a_map_input_takes_a_dict_with_keys_of_its_key_type(value: Any, error: s
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         _both_raise(model, {"M": value}, error)
+
+
+@pytest.mark.parametrize(
+    "name, value",
+    [
+        ("intra_op_num_threads", "2"),
+        ("intra_op_num_threads", 2.0),
+        ("inter_op_num_threads", 2**40),
+        ("enable_profiling", "yes"),
+        ("graph_optimization_level", 99),
+        ("execution_mode", 1),
+        ("log_severity_level", "1"),
+        ("logid", 5),
+        ("optimized_model_filepath", 5),
+    ],
+)
+def test_option_values_onnxruntime_s_binding_refuses_are_type_errors(name: str, value: Any) -> None:
+    """pydantic converted these ("2" -> 2, 99 -> the enum); onnxruntime's binding raises TypeError."""
+    for module in (real, ort):
+        with pytest.raises(TypeError):
+            setattr(module.SessionOptions(), name, value)
+
+
+@pytest.mark.parametrize(
+    "name, value, want",
+    [("intra_op_num_threads", True, 1), ("intra_op_num_threads", np.int64(3), 3), ("enable_profiling", 1, True)],
+)
+def test_option_values_onnxruntime_s_binding_converts_are_taken(name: str, value: Any, want: Any) -> None:
+    for module in (real, ort):
+        so = module.SessionOptions()
+        setattr(so, name, value)
+        assert getattr(so, name) == want
