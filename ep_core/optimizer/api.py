@@ -38,6 +38,7 @@ def optimize_model(
     log: Log,
     config: Mapping[str, str] | None = None,
     declared: Any = None,
+    host: bool = True,
 ) -> Any:
     """``model`` (a checked, inferred ModelProto) optimized to ``level``; the very object given
     when nothing changes. ``supports`` gates every rewrite into an op the graph did not have;
@@ -46,11 +47,14 @@ def optimize_model(
     Whatever the level, values inference left without a shape take the model's own value_info
     shapes (``declared``, a GraphProto: ``shape_hints``), and Reshapes whose targets are computed
     from shapes get their output shapes (``shape_values``): shapes are data the EPs plan with, not
-    a change to the graph."""
+    a change to the graph. ``host``: the first EP runs on the host, so float16 nodes compute as
+    onnxruntime's CPU EP computes them, at every level as there (``fp16.upcast_float16``)."""
+    from ep_core.optimizer.fp16 import upcast_float16
     from ep_core.optimizer.shape_hints import with_hints
     from ep_core.optimizer.shape_values import with_computed_reshapes
 
-    return with_computed_reshapes(_optimize(with_hints(model, declared), level, supports, budget, log, config))
+    model = _optimize(with_hints(model, declared), level, supports, budget, log, config)
+    return with_computed_reshapes(upcast_float16(model) if host else model)  # after the rewrites, as there
 
 
 def _optimize(

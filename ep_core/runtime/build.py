@@ -97,7 +97,8 @@ def build(request: BuildRequest) -> Built:
         kernels, budget = built.eps[0].kernel_registry if built.eps else None, materialise_budget(built.model.graph)
         supports = kernels.has_op if kernels is not None else None  # fusions make only ops the first EP has
         level, config = options.graph_optimization_level, options.config_entries
-        built.model = optimize_model(built.model, level, supports, budget, host.log.log, config, built.declared)
+        cpu = not built.eps or built.eps[0].memory_info.is_host  # float16 as onnxruntime's CPU EP runs it
+        built.model = optimize_model(built.model, level, supports, budget, host.log.log, config, built.declared, cpu)
         _trace(profiler, "model_loading_uri" if model_path else "model_loading_array", t0)
         validate_model_compatibility(built.model, built.eps, options, model_path)
         if profiler is not None:
