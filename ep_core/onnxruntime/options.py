@@ -74,11 +74,12 @@ def _known_attribute(options: Any, name: str, value: Any = None) -> None:
     field = cls.model_fields.get(name)
     kind = field.annotation if field is not None else None
     integral = isinstance(value, (int, np.integer))
-    ok = {
+    checks: dict[Any, bool] = {
         int: integral and -(2**31) <= int(value) < 2**31,
         bool: integral or isinstance(value, np.bool_),
         str: isinstance(value, (str, bytes)),
-    }.get(kind, not (isinstance(kind, type) and issubclass(kind, enum.Enum)) or isinstance(value, kind))  # type: ignore[call-overload]
+    }
+    ok = checks.get(kind, not (isinstance(kind, type) and issubclass(kind, enum.Enum)) or isinstance(value, kind))
     if not ok:
         from ep_core.onnxruntime.ortvalue import OrtTypeError
 

@@ -163,7 +163,7 @@ def _reinferred(model: Any) -> Any:
 
 def write_table() -> None:
     """The kernel table from the installed onnxruntime (a development step)."""
-    import onnxruntime.capi._pybind_state as ort_state  # type: ignore[import-not-found]
+    import onnxruntime.capi._pybind_state as ort_state  # type: ignore[import-untyped]
 
     rows = set()
     for d in ort_state.get_all_opkernel_def():
