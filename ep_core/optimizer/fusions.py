@@ -119,7 +119,6 @@ def _attention(*parts: str) -> Callable[[], Sequence[Any]]:
 # BASIC rewrites that make an op the matched nodes were not (the others only remove or merge nodes)
 BASIC_GATED = (
     Fusion("Min/Max to Clip", (("Clip", ""),), _anchors("Min Max"), _own("min_max_clip_rules", "guards"), min_opset=11),
-    Fusion("Flatten to Reshape", (("Reshape", ""),), _anchors("Flatten"), _own("flatten_rules", "guards")),
     Fusion(
         "HardSwish/HardSigmoid fusion",
         (("HardSwish", ""), ("HardSigmoid", "")),

@@ -10,7 +10,6 @@ results (or failing the optimizer, which then runs the model unoptimized) agains
 - Min/Max chains: a one-input Min or Max raised;
 - HardSwish/HardSigmoid fusion: constants matched within rtol 1e-4 (a bias of 3.0003 was fused),
   and one-element constants of higher rank than x lost their broadcast dims;
-- Flatten to Reshape: a zero-sized dim made the Reshape target 0, which Reshape reads as "copy";
 - ConstantOfShape+Cast: a value the target type cannot hold raised (2^40 to int32, NaN to int);
 - BatchNormalization folding: an opset 6-8 ``spatial=0`` BatchNormalization raised;
 - Pad folding: an opset 2-10 Pad (pads as an attribute) raised.
@@ -117,13 +116,6 @@ def _hard_constants_exact(context: Any, x: Any, **bound: Any) -> MatchResult:
     return MatchResult()
 
 
-def _no_zero_dims(context: Any, x: Any, **_: Any) -> MatchResult:
-    shapes = [getattr(x, "shape", None), getattr(context.output_values[0], "shape", None)]
-    if any(d == 0 for s in shapes if s is not None for d in s if isinstance(d, int)):
-        return MatchResult().fail("a zero-sized dim would be a 0 ('copy') in the Reshape target")
-    return MatchResult()
-
-
 def _value_fits_type(context: Any, scalar: Any = None, dtype: Any = None, **_: Any) -> MatchResult:
     if scalar is None or dtype is None:
         return MatchResult()
@@ -168,10 +160,6 @@ def basic() -> dict[str, Any]:
 
 def min_max_clip_rules() -> list[Any]:
     return [guarded(rules.min_max_rule, _min_max_clip), guarded(rules.max_min_rule, _min_max_clip)]
-
-
-def flatten_rules() -> list[Any]:
-    return [guarded(rules.flatten_to_reshape_rule, _no_zero_dims)]
 
 
 def hardswish_rules() -> list[Any]:

@@ -790,7 +790,7 @@ def build_cumsum(node: NodeView, ctx: KernelContext) -> Fn:
         a = norm_axis(node, int(np.asarray(axis).reshape(-1)[0]), x.ndim)
         y = np.flip(x, a) if reverse else x
         s = np.cumsum(y, axis=a, dtype=x.dtype)
-        if exclusive:
+        if exclusive and s.shape[a]:  # (an empty axis has nothing to shift)
             s = np.concatenate(
                 [np.zeros_like(np.take(s, [0], axis=a)), np.take(s, np.arange(s.shape[a] - 1), axis=a)], axis=a
             )

@@ -166,3 +166,17 @@ def test_tfidf_vectorizer_counts_as_onnxruntime(strings: bool, max_skip: int) ->
     for provider in PROVIDERS:
         want, got = _both(model, x, provider)
         np.testing.assert_allclose(got[0], want[0], rtol=1e-6)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("exclusive", [0, 1])
+def test_cumsum_over_an_empty_axis_is_empty(provider: str, exclusive: int) -> None:
+    """An exclusive CumSum took element 0 of an empty axis (torchvision detection with no box)."""
+    g = h.make_graph(
+        [h.make_node("CumSum", ["X", "axis"], ["Y"], exclusive=exclusive, reverse=1)], "g",
+        [h.make_tensor_value_info("X", TP.FLOAT, [3, "n"])], [h.make_tensor_value_info("Y", TP.FLOAT, None)],
+        [h.make_tensor("axis", TP.INT64, [], [1])],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    want, got = _both(model, np.zeros((3, 0), np.float32), provider)
+    assert got[0].shape == want[0].shape == (3, 0)

@@ -118,6 +118,26 @@ CASES: dict[str, tuple[Callable[[], bytes], dict[str, np.ndarray]]] = {
         ),
         {"x": np.zeros((2, 0, 3), F)},
     ),
+    "Flatten of an empty batch (no Reshape [0, -1])": (
+        lambda: _model(
+            [h.make_node("Flatten", ["x"], ["y"], axis=1)],
+            [vi("x", TP.FLOAT, ["N", "K", 4])],
+            [vi("y", TP.FLOAT, None)],
+        ),
+        {"x": np.zeros((0, 1, 4), F)},
+    ),
+    "two Flattens of one value": (
+        lambda: _model(
+            [
+                h.make_node("Flatten", ["x"], ["a"], axis=1),
+                h.make_node("Flatten", ["x"], ["b"], axis=1),
+                h.make_node("Add", ["a", "b"], ["y"]),
+            ],
+            [vi("x", TP.FLOAT, ["N", "K", 4])],
+            [vi("y", TP.FLOAT, None)],
+        ),
+        {"x": np.ones((2, 3, 4), F)},
+    ),
     "ConstantOfShape of 2**40 cast to int32": (
         lambda: _model(
             [
