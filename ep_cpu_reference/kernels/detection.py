@@ -16,23 +16,54 @@ Fn = Callable[..., Any]
 
 
 def _corners(boxes: np.ndarray, center: int) -> np.ndarray:
-    """[..., 4] boxes as (y_min, x_min, y_max, x_max) whatever corner order or center format."""
-    b = boxes.astype(np.float64)
+    """[..., 4] boxes as (y_min, x_min, y_max, x_max) whatever corner order or center format, in
+    float32 as onnxruntime computes every box, area and IoU (float64 moved a box lying on the
+    threshold to the other side, and doubled the work)."""
+    b = boxes.astype(np.float32)
     if center:
         xc, yc, w, h = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
-        return np.stack([yc - h / 2, xc - w / 2, yc + h / 2, xc + w / 2], axis=-1)
+        half = np.float32(2)
+        return np.stack([yc - h / half, xc - w / half, yc + h / half, xc + w / half], axis=-1)
     y1, x1, y2, x2 = b[..., 0], b[..., 1], b[..., 2], b[..., 3]
     return np.stack([np.minimum(y1, y2), np.minimum(x1, x2), np.maximum(y1, y2), np.maximum(x1, x2)], axis=-1)
 
 
-def _iou(box: np.ndarray, others: np.ndarray) -> np.ndarray:
-    ih = np.clip(np.minimum(box[2], others[:, 2]) - np.maximum(box[0], others[:, 0]), 0, None)
-    iw = np.clip(np.minimum(box[3], others[:, 3]) - np.maximum(box[1], others[:, 1]), 0, None)
+def _iou(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """IoU of every box of ``a`` [m, 4] with every box of ``b`` [n, 4] (0 where the union is empty)."""
+    ih = np.clip(np.minimum(a[:, None, 2], b[None, :, 2]) - np.maximum(a[:, None, 0], b[None, :, 0]), 0, None)
+    iw = np.clip(np.minimum(a[:, None, 3], b[None, :, 3]) - np.maximum(a[:, None, 1], b[None, :, 1]), 0, None)
     inter = ih * iw
-    area = (box[2] - box[0]) * (box[3] - box[1])
-    areas = (others[:, 2] - others[:, 0]) * (others[:, 3] - others[:, 1])
-    union = area + areas - inter
-    return np.where(union > 0, inter / np.where(union > 0, union, 1), 0.0)
+    union = ((a[:, 2] - a[:, 0]) * (a[:, 3] - a[:, 1]))[:, None] + ((b[:, 2] - b[:, 0]) * (b[:, 3] - b[:, 1]))[None, :]
+    union -= inter
+    return np.divide(inter, union, out=np.zeros_like(inter), where=union > 0)  # type: ignore[no-any-return]
+
+
+BLOCK = 256  # candidates decided together: their IoUs as one matrix, the later ones suppressed at once
+
+
+def _greedy(boxes: np.ndarray, threshold: float, limit: int) -> list[int]:
+    """The boxes (sorted by score) greedy NMS keeps, in order: a block of candidates is decided
+    one by one against its own IoU matrix (a row of booleans per kept box), then the block's
+    kept boxes suppress the later candidates still alive in one matrix. Same decisions as a box
+    at a time against every kept box (each IoU the same float32 arithmetic), without a NumPy call
+    per candidate (torchvision's unbounded NMS of thousands of boxes ran 25-76x onnxruntime)."""
+    n = len(boxes)
+    alive = np.ones(n, bool)
+    kept: list[int] = []
+    for start in range(0, n, BLOCK):
+        end = min(n, start + BLOCK)
+        over = _iou(boxes[start:end], boxes[start:end]) > threshold
+        first = len(kept)
+        for i in range(start, end):
+            if alive[i]:
+                kept.append(i)
+                if len(kept) >= limit:
+                    return kept
+                alive[i + 1 : end] &= ~over[i - start, i - start + 1 :]
+        rest = np.flatnonzero(alive[end:]) + end
+        if rest.size and len(kept) > first:
+            alive[rest[(_iou(boxes[kept[first:]], boxes[rest]) > threshold).any(axis=0)]] = False
+    return kept
 
 
 @REGISTRY.register("NonMaxSuppression", since=10, host_inputs=(2, 3, 4))
@@ -53,14 +84,8 @@ def build_nms(node: NodeView, ctx: KernelContext) -> Fn:
                     cand = np.argsort(-sc, kind="stable")
                     if has_score_t:
                         cand = cand[sc[cand] > score_t]
-                    chosen: list[int] = []
-                    for i in cand:
-                        if len(chosen) >= limit:
-                            break
-                        if chosen and np.any(_iou(corners[b, i], corners[b, chosen]) > iou_t):
-                            continue
-                        chosen.append(int(i))
-                    picked.extend((b, c, i) for i in chosen)
+                    chosen = _greedy(corners[b, cand], iou_t, limit)
+                    picked.extend((b, c, int(cand[i])) for i in chosen)
         return (np.array(picked, dtype=np.int64).reshape(-1, 3),)
 
     return compute

@@ -180,3 +180,26 @@ def test_cumsum_over_an_empty_axis_is_empty(provider: str, exclusive: int) -> No
     model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
     want, got = _both(model, np.zeros((3, 0), np.float32), provider)
     assert got[0].shape == want[0].shape == (3, 0)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("center", [0, 1])
+def test_non_max_suppression_of_many_boxes_as_onnxruntime(provider: str, center: int) -> None:
+    """Thousands of overlapping boxes, torchvision's unbounded form (max_output_boxes_per_class
+    INT64_MAX, no score threshold): decided a block at a time, in float32 as onnxruntime."""
+    rng = np.random.default_rng(center)
+    xy = rng.random((1, 1500, 2)).astype(np.float32) * 100
+    wh = rng.random((1, 1500, 2)).astype(np.float32) * 20 + 1
+    boxes = np.concatenate([xy, xy + wh], axis=-1) if not center else np.concatenate([xy, wh], axis=-1)
+    scores = rng.random((1, 2, 1500)).astype(np.float32)
+    g = h.make_graph(
+        [h.make_node("NonMaxSuppression", ["X", "S", "m", "t"], ["Y"], center_point_box=center)], "g",
+        [h.make_tensor_value_info("X", TP.FLOAT, [1, 1500, 4]), h.make_tensor_value_info("S", TP.FLOAT, [1, 2, 1500])],
+        [h.make_tensor_value_info("Y", TP.INT64, None)],
+        [h.make_tensor("m", TP.INT64, [1], [2**63 - 1]), h.make_tensor("t", TP.FLOAT, [1], [0.5])],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    feed = {"X": boxes, "S": scores}
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, feed)[0]
+    np.testing.assert_array_equal(got, want)
