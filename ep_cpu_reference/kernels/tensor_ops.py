@@ -808,9 +808,28 @@ def _topk(node: Any, x: Any, k: int, axis: int, largest: bool, sorted_: bool) ->
     a = norm_axis(node, axis, x.ndim)
     if not 0 <= k <= x.shape[a]:
         raise ValueError(f"{node.describe()}: k={k} is out of range for axis length {x.shape[a]}")
-    order = np.argsort(_sort_key(x, largest), axis=a, kind="stable")  # ties: lower index first
-    idx = np.take(order, np.arange(k), axis=a)
+    key = _sort_key(x, largest)
+    n = x.shape[a]
+    if 0 < k and 8 * k < n and not (key.dtype.kind == "f" and np.isnan(key).any()):
+        idx = np.moveaxis(
+            _few_smallest(np.moveaxis(key, a, -1).reshape(-1, n), k).reshape(*np.moveaxis(key, a, -1).shape[:-1], k),
+            -1,
+            a,
+        )
+    else:
+        idx = np.take(np.argsort(key, axis=a, kind="stable"), np.arange(k), axis=a)  # ties: lower index first
     return (np.take_along_axis(x, idx, axis=a), idx.astype(np.int64))
+
+
+def _few_smallest(rows: np.ndarray, k: int) -> np.ndarray:
+    """The k smallest of each row, ties to the lower index, in order: a partition finds each row's
+    k-th value, the rows' entries below it and its first ties are the k (one O(n) pass, where a
+    full sort of a 100000-long axis for k = 100 was 150x onnxruntime)."""
+    kth = np.take_along_axis(rows, np.argpartition(rows, k - 1, axis=1)[:, k - 1 : k], axis=1)
+    less, tie = rows < kth, rows == kth
+    chosen = less | (tie & (np.cumsum(tie, axis=1) <= k - less.sum(axis=1, keepdims=True)))
+    idx = np.flatnonzero(chosen).reshape(rows.shape[0], k) % rows.shape[1]
+    return np.take_along_axis(idx, np.argsort(np.take_along_axis(rows, idx, axis=1), axis=1, kind="stable"), axis=1)
 
 
 @REGISTRY.register("TopK", since=1, end=9)

@@ -203,3 +203,23 @@ def test_non_max_suppression_of_many_boxes_as_onnxruntime(provider: str, center:
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
     got = ep_core.InferenceSession(model, providers=[provider]).run(None, feed)[0]
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("largest", [0, 1])
+@pytest.mark.parametrize("axis", [0, -1])
+def test_topk_of_a_long_axis_with_ties_as_onnxruntime(provider: str, largest: int, axis: int) -> None:
+    """A small k over a long axis takes a partition (one pass) instead of a full sort: ties still go
+    to the lower index, in onnxruntime's order."""
+    x = np.random.default_rng(abs(axis) + 2 * largest).integers(0, 50, (3, 2000)).astype(np.float32)
+    x = x.T.copy() if axis == 0 else x
+    g = h.make_graph(
+        [h.make_node("TopK", ["X", "k"], ["V", "I"], axis=axis, largest=largest)], "g",
+        [h.make_tensor_value_info("X", TP.FLOAT, list(x.shape))],
+        [h.make_tensor_value_info("V", TP.FLOAT, None), h.make_tensor_value_info("I", TP.INT64, None)],
+        [h.make_tensor("k", TP.INT64, [1], [37])],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    want, got = _both(model, x, provider)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_array_equal(got[1], want[1])
