@@ -587,7 +587,9 @@ def build_gqa(node: NodeView, ctx: KernelContext) -> Any:
             _check_bias(node, attention_bias, batch, heads, s, total)
             scores[..., :total] += _ct(attention_bias)
         j = np.arange(buf)
-        last = past_lens[:, None] + np.arange(s)  # [B, S] the last key each query sees
+        # [B, S] the last key each query sees: its own position, and never past the batch entry's
+        # valid length (a padded prompt row sees up to seqlens_k[b], as onnxruntime's)
+        last = np.minimum(past_lens[:, None] + np.arange(s), lens[:, None] - 1)
         allowed = j <= (last if causal else np.broadcast_to(lens[:, None] - 1, last.shape))[..., None]
         if window > 0:  # the window holds local_window_size keys, the query's own included
             allowed &= j > (last - window)[..., None]

@@ -251,6 +251,9 @@ TOKEN = {"s": 1, "lens": [5, 3], "total": 6}
 ROT = {"h": 16, "attrs": {"do_rotary": 1}, "extra": [_COS16, _SIN16]}
 GQA = {
     "prompt_no_past": {**PROMPT, "past": 0},
+    # a padded prompt row (position >= seqlens_k + 1) sees keys up to seqlens_k only, as onnxruntime
+    "prompt_padded_rows": {"s": 5, "lens": [4, 2], "total": 5, "past": 0},
+    "prompt_padded_rows_buffer": {"s": 5, "lens": [1, 4], "total": 5},
     "prompt_buffer": PROMPT,
     "token_ragged": TOKEN,
     "token_tight_buffer": {"s": 1, "lens": [5, 5], "total": 6, "past": 5},
