@@ -181,15 +181,20 @@ REGISTRY.register("SimplifiedLayerNormalization", domain=MS)(_layer_norm(True))
 
 @REGISTRY.register("FusedMatMul", domain=MS)
 def build_fused_matmul(node: NodeView, ctx: KernelContext) -> Any:
-    """FusedMatMul: alpha * op(A) @ op(B), op transposing the last two axes when asked."""
+    """FusedMatMul: alpha * op(A) @ op(B), op moving the first axis behind the batch axes when
+    transBatch (a Transpose perm [1, ..., r-2, 0, r-1], as onnxruntime's MatMulTransposeFusion reads
+    it: nn.MultiheadAttention's in-projection), then transposing the last two axes when trans."""
     alpha = float(node.attr("alpha", 1.0))
     ta, tb = bool(node.attr("transA", 0)), bool(node.attr("transB", 0))
-    if node.attr("transBatchA", 0) or node.attr("transBatchB", 0):
-        raise fail(node, "transBatchA/transBatchB are not supported; allowed transA, transB, alpha")
+    batch_a, batch_b = bool(node.attr("transBatchA", 0)), bool(node.attr("transBatchB", 0))
 
     def compute(a: np.ndarray, b: np.ndarray) -> tuple[np.ndarray]:
         odt = a.dtype
         ac, bc = as_compute(a), as_compute(b)
+        if batch_a and ac.ndim > 2:
+            ac = np.moveaxis(ac, 0, -2)
+        if batch_b and bc.ndim > 2:
+            bc = np.moveaxis(bc, 0, -2)
         if ta:
             ac = ac.T if ac.ndim == 1 else np.swapaxes(ac, -1, -2)
         if tb:

@@ -223,3 +223,40 @@ def test_topk_of_a_long_axis_with_ties_as_onnxruntime(provider: str, largest: in
     want, got = _both(model, x, provider)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_array_equal(got[1], want[1])
+
+
+@pytest.mark.parametrize("rank", [3, 4])
+@pytest.mark.parametrize("flags", [(0, 0, 1, 0), (0, 0, 0, 1), (1, 0, 1, 0), (0, 1, 1, 1), (1, 1, 1, 1)])
+def test_fused_matmul_trans_batch_as_onnxruntime(flags: tuple[int, int, int, int], rank: int) -> None:
+    """transBatchA/B (nn.MultiheadAttention's in-projection, fused at the default level) were
+    refused, failing the session; the first axis moves behind the batch axes, as onnxruntime's."""
+    ta, tb, ba, bb = flags
+    rng = np.random.default_rng(rank)
+    dims = {3: (2, 5, 3), 4: (2, 4, 5, 3)}[rank]
+    a = rng.standard_normal(dims).astype(np.float32)
+    # B chosen so the product is defined whichever flags: build op(B) then undo the flags
+    op_a = np.moveaxis(a, 0, -2) if ba else a
+    op_a = np.swapaxes(op_a, -1, -2) if ta else op_a
+    b_op = rng.standard_normal((*op_a.shape[:-2], op_a.shape[-1], 6)).astype(np.float32)
+    b = np.swapaxes(b_op, -1, -2) if tb else b_op
+    b = np.moveaxis(b, -2, 0) if bb else b
+    node = h.make_node(
+        "FusedMatMul",
+        ["X", "B"],
+        ["Y"],
+        domain="com.microsoft",
+        transA=ta,
+        transB=tb,
+        transBatchA=ba,
+        transBatchB=bb,
+        alpha=0.5,
+    )
+    g = h.make_graph(
+        [node], "g", [h.make_tensor_value_info("X", TP.FLOAT, list(a.shape)), h.make_tensor_value_info("B", TP.FLOAT, list(b.shape))],
+        [h.make_tensor_value_info("Y", TP.FLOAT, None)],
+    )  # fmt: skip
+    opsets = [h.make_opsetid("", 17), h.make_opsetid("com.microsoft", 1)]
+    model = h.make_model(g, opset_imports=opsets, ir_version=8).SerializeToString()
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": a, "B": b})[0]
+    got = ep_core.InferenceSession(model).run(None, {"X": a, "B": b})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
