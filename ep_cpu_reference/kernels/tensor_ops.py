@@ -329,13 +329,18 @@ def build_constant_of_shape(node: NodeView, ctx: KernelContext) -> Fn:
 
 @REGISTRY.register("Range", since=11, host_inputs=(0, 1, 2))
 def build_range(node: NodeView, ctx: KernelContext) -> Fn:
-    """max(ceil((limit - start) / delta), 0) elements of start's type."""
+    """max(ceil((limit - start) / delta), 0) elements of start's type; floats accumulate delta as
+    onnxruntime does (start + i * delta drifted 0.097 from it over 10000 steps of 0.1)."""
 
     def compute(start: Any, limit: Any, delta: Any) -> tuple[Any]:
         s, lim, d = (np.asarray(v).reshape(()) for v in (start, limit, delta))
         if d == 0:
             raise ValueError(f"{node.describe()}: delta must not be zero")
         n = max(int(math.ceil((float(lim) - float(s)) / float(d))), 0)
+        if s.dtype.kind == "f" and n:  # onnxruntime adds delta step by step in the type (x[i] = x[i-1] + delta)
+            steps = np.full(n, d, dtype=s.dtype)
+            steps[0] = s
+            return (np.cumsum(steps, dtype=s.dtype),)
         return ((s + np.arange(n, dtype=np.float64 if s.dtype.kind == "f" else np.int64) * d).astype(s.dtype),)
 
     return compute
@@ -697,6 +702,11 @@ def build_gather_nd(node: NodeView, ctx: KernelContext) -> Fn:
         batch = x.shape[:b]
         nb = int(np.prod(batch, dtype=np.int64))
         data = x.reshape((nb,) + x.shape[b:])
+        if k == 0:  # an empty index tuple selects the whole slice, once per tuple
+            m = int(np.prod(indices.shape[b:-1], dtype=np.int64))
+            return (
+                np.broadcast_to(data[:, None], (nb, m) + x.shape[b:]).reshape(indices.shape[:-1] + x.shape[b:]).copy(),
+            )
         idx = indices.astype(np.int64).reshape(nb, -1, k)
         idx = np.where(idx < 0, idx + np.array(x.shape[b : b + k]), idx)
         rows = np.arange(nb).repeat(idx.shape[1])
@@ -882,7 +892,8 @@ REGISTRY.register("ArgMin", since=1)(_arg(np.argmin))
 
 @REGISTRY.register("NonZero", since=9)
 def build_nonzero(node: NodeView, ctx: KernelContext) -> Fn:
-    return lambda x: (np.array(np.nonzero(x), dtype=np.int64).reshape(x.ndim, -1),)
+    """A scalar is a one-element tensor there, as onnxruntime reads it: indices of shape (1, nnz)."""
+    return lambda x: (np.array(np.nonzero(np.atleast_1d(x)), dtype=np.int64).reshape(max(x.ndim, 1), -1),)
 
 
 @REGISTRY.register("Unique", since=11)

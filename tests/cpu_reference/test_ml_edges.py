@@ -260,3 +260,36 @@ def test_fused_matmul_trans_batch_as_onnxruntime(flags: tuple[int, int, int, int
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": a, "B": b})[0]
     got = ep_core.InferenceSession(model).run(None, {"X": a, "B": b})[0]
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+
+
+def _one(op: str, inputs: list[tuple[str, Any]], out_type: int = TP.FLOAT) -> tuple[bytes, dict[str, np.ndarray]]:
+    infos = [h.make_tensor_value_info(n, h.np_dtype_to_tensor_dtype(v.dtype), list(v.shape)) for n, v in inputs]
+    node = h.make_node(op, [n for n, _ in inputs], ["Y"])
+    g = h.make_graph([node], "g", infos, [h.make_tensor_value_info("Y", out_type, None)])
+    return h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString(), dict(inputs)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    "case",
+    [
+        "GatherND with empty index tuples",
+        "Range of 10000 float steps",
+    ],
+)
+def test_detection_graph_edges_as_onnxruntime(provider: str, case: str) -> None:
+    """Found in torchvision exports: GatherND with indices of last dim 0 failed; a float Range is
+    onnxruntime's step-by-step sum, not start + i * delta."""
+    model, feed = {
+        "GatherND with empty index tuples": lambda: _one(
+            "GatherND", [("x", np.arange(4, dtype=np.float32).reshape(2, 2)), ("i", np.zeros((3, 0), np.int64))]
+        ),
+        "Range of 10000 float steps": lambda: _one(
+            "Range",
+            [("s", np.array(0.1, np.float32)), ("l", np.array(1000.0, np.float32)), ("d", np.array(0.1, np.float32))],
+        ),
+    }[case]()
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, feed)[0]
+    assert got.shape == want.shape and got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)
