@@ -211,6 +211,34 @@ def exact_no_op_rules() -> list[Any]:
     ]
 
 
+class _DropoutElimination(pattern.RewriteRuleClassBase):
+    """Dropout -> Identity when its mask is not used, whatever ``ratio`` and ``training_mode``, when
+    another node feeds it and its output is not a graph output: as onnxruntime's EliminateDropout
+    at level 1 (a train-mode GPT-2 export's seven Dropouts dropped at random, so greedy tokens
+    changed run to run, where onnxruntime passes the values through). onnxscript's rules match only
+    a ratio of 0 or training_mode false."""
+
+    def pattern(self, op: Any, x: Any) -> Any:
+        return op.Dropout(x, _allow_other_inputs=True, _outputs=["out"])
+
+    def check(self, op: Any, *args: Any, **kw: Any) -> MatchResult:
+        node = kw["out"].producer()
+        mask = node.outputs[1] if node is not None and len(node.outputs) > 1 else None
+        if mask is not None and (mask.is_graph_output() or mask.uses()):
+            return MatchResult().fail("the mask output is used")
+        if kw["x"].producer() is None or kw["out"].is_graph_output():  # as onnxruntime's (measured)
+            return MatchResult().fail("the input is not another node's, or the output is a graph output")
+        return MatchResult()
+
+    def rewrite(self, op: Any, x: ir.Value, **_: Any) -> Any:
+        return op.Identity(x)
+
+
+@functools.cache
+def dropout_rules() -> list[Any]:
+    return [_DropoutElimination.rule()]
+
+
 @functools.cache
 def conv_affine_rules(op: str) -> list[Any]:
     """Conv followed by Add (``op`` 'Add') or Mul of a per-channel constant, folded into the Conv."""

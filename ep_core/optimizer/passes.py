@@ -36,7 +36,7 @@ SOURCE = "ep_core.optimizer.source"  # metadata: the name of the node a rewritte
 _GUARDED = guards.basic()  # onnxscript's rules with the conditions they lack (guards.py)
 # onnxscript's rules that remove or merge nodes, in groups named for ``disabled`` (and docs/optimizer.md)
 BASIC_RULES: dict[str, tuple[Any, ...]] = {
-    "Dropout elimination": (rules.dropout_inference_rule, rules.dropout_zero_rule),
+    "Dropout elimination": (rules.dropout_inference_rule, rules.dropout_zero_rule, *own_rules.dropout_rules()),
     "no-op Cast": (rules.no_op_cast_rule,),
     "no-op Expand": (rules.no_op_expand_rule,),
     "no-op Slice": (rules.collapse_slice_rule, rules.collapse_slice2_rule),
