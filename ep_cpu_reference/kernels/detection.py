@@ -8,6 +8,7 @@ from typing import Any
 
 import numpy as np
 
+from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.registry import REGISTRY
@@ -75,15 +76,27 @@ def build_nms(node: NodeView, ctx: KernelContext) -> Fn:
         iou_t = 0.0 if iou_thr is None or np.asarray(iou_thr).size == 0 else float(np.asarray(iou_thr).reshape(-1)[0])
         has_score_t = score_thr is not None and np.asarray(score_thr).size > 0
         score_t = float(np.asarray(score_thr).reshape(-1)[0]) if has_score_t else 0.0
+        if not 0.0 <= iou_t <= 1.0:  # onnxruntime refuses it too
+            raise InvalidArgument(f"{node.describe()}: iou_threshold must be in range [0, 1], got {iou_t}")
+        if (
+            boxes.ndim != 3
+            or scores.ndim != 3
+            or boxes.shape[0] != scores.shape[0]
+            or boxes.shape[1] != scores.shape[2]
+        ):
+            raise InvalidArgument(
+                f"{node.describe()}: boxes {list(boxes.shape)} must be [batch, spatial, 4] and scores "
+                f"{list(scores.shape)} [batch, classes, spatial] with the same batch and spatial dims"
+            )
         corners = _corners(boxes, center)
         picked: list[tuple[int, int, int]] = []
         if limit > 0:
             for b in range(scores.shape[0]):
                 for c in range(scores.shape[1]):
                     sc = scores[b, c].astype(np.float64)
-                    cand = np.argsort(-sc, kind="stable")
-                    if has_score_t:
-                        cand = cand[sc[cand] > score_t]
+                    # the score threshold first: a YOLO tail sorted 8400 scores for each of 80 classes
+                    cand = np.flatnonzero(sc > score_t) if has_score_t else np.arange(sc.size)
+                    cand = cand[np.argsort(-sc[cand], kind="stable")]
                     chosen = _greedy(corners[b, cand], iou_t, limit)
                     picked.extend((b, c, int(cand[i])) for i in chosen)
         return (np.array(picked, dtype=np.int64).reshape(-1, 3),)
