@@ -351,6 +351,8 @@ class _Resizer:
         for a, n in zip(axes, sizes, strict=True):
             if shape[a] == 0 and n != 0:
                 raise fail(node, f"sizes asks {n} on axis {a} of length 0")
+            if shape[a] and n <= 0:  # its scale n / length would be <= 0: onnxruntime refuses it too
+                raise fail(node, f"sizes asks {n} on axis {a} of length {shape[a]}; sizes must be positive")
             full_scales[a] = float(_F32(n) / _F32(shape[a])) if shape[a] else 1.0
             out[a] = n
         if self.policy != "stretch":

@@ -18,6 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
+from ep_core.sdk.errors import InvalidArgument
 
 ort = pytest.importorskip("onnxruntime")
 
@@ -178,6 +179,20 @@ def test_resize10_nearest_downsample_takes_ceil(scale: float) -> None:
     model = _resize_model(x.shape, np.array([1, 1, scale, 1], np.float32), opset=10, mode="nearest")
     want, got = _run_both(model, {"x": x})
     assert got.ravel().astype(int).tolist() == want.ravel().astype(int).tolist()
+
+
+@pytest.mark.parametrize("sizes", [[1, 1, 0, 4], [1, 1, 3, -2]])
+def test_resize_refuses_sizes_that_are_not_positive(sizes: list[int]) -> None:
+    """As onnxruntime (a zero or negative scale): an empty output would hide the bad input."""
+    model = _resize_model((1, 1, 2, 2), np.array(sizes, np.int64), mode="nearest")
+    feed = {"x": np.ones((1, 1, 2, 2), np.float32)}
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    with pytest.raises(Exception, match="greater than 0"):
+        ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"]).run(None, feed)
+    sess = ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+    with pytest.raises(InvalidArgument, match="must be positive"):
+        sess.run(None, feed)
 
 
 def _grid_sample_model(x: np.ndarray, grid: np.ndarray, opset: int, **attrs: Any) -> onnx.ModelProto:
