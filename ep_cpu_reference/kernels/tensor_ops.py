@@ -736,8 +736,12 @@ def _scatter_elements(node: Any, x: Any, indices: Any, updates: Any, axis: int, 
     out = x.copy()
     if ufunc is None:
         out[tuple(grid)] = updates
+        return out
+    where = tuple(g.reshape(-1) for g in np.broadcast_arrays(*grid))
+    if _extreme_meets_nan(ufunc, out, where, updates):
+        _scatter_extreme_with_nan(out, where, updates.reshape(-1), ufunc is np.maximum)
     else:
-        ufunc.at(out, tuple(np.broadcast_arrays(*grid)), updates)
+        ufunc.at(out, where, updates.reshape(-1))
     return out
 
 
@@ -768,11 +772,31 @@ def build_scatter_nd(node: NodeView, ctx: KernelContext) -> Fn:
         out = x.copy()
         if ufunc is None:
             out[tuple(idx.T)] = upd  # duplicate indices are undefined by the spec
+        elif _extreme_meets_nan(ufunc, out, tuple(idx.T), upd):
+            _scatter_extreme_with_nan(out, tuple(idx.T), upd, ufunc is np.maximum)
         else:
             ufunc.at(out, tuple(idx.T), upd)
         return (out,)
 
     return compute
+
+
+def _extreme_meets_nan(ufunc: Any, out: np.ndarray, where: tuple[np.ndarray, ...], upd: np.ndarray) -> bool:
+    """Whether a max/min scatter has a NaN on either side (then NumPy's rule is not onnxruntime's)."""
+    if ufunc not in (np.maximum, np.minimum) or out.dtype.kind != "f":
+        return False
+    return bool(np.isnan(upd).any() or np.isnan(out[where]).any())
+
+
+def _scatter_extreme_with_nan(out: np.ndarray, where: tuple[np.ndarray, ...], upd: np.ndarray, largest: bool) -> None:
+    """onnxruntime's max/min scatters (ScatterND and ScatterElements) where a NaN is involved:
+    std::max(update, data), which keeps the update when either is NaN (NumPy's maximum takes any
+    NaN, fmax drops it), one index at a time in index order as duplicates accumulate. Only this
+    rare path loops."""
+    for i in range(len(where[0])):
+        at = tuple(w[i] for w in where)
+        d, u = out[at], upd[i]
+        out[at] = np.where((u < d) if largest else (d < u), d, u)
 
 
 @REGISTRY.register("Compress", since=9)
