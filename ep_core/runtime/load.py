@@ -189,8 +189,9 @@ def check_and_infer(proto: Any) -> Any:
     """Validate the model and add inferred value types (kernels match on them)."""
     import onnx
 
-    from ep_core.optimizer.functions import inline_functions
+    from ep_core.optimizer import functions, toposort
 
+    proto = toposort.sorted_topologically(proto)  # as onnxruntime sorts graphs; onnx's checker needs it
     _check_tensors(proto)
     _check_opsets(proto)
     proto, moved, added = _lazy_initializers_as_inputs(proto)
@@ -198,7 +199,7 @@ def check_and_infer(proto: Any) -> Any:
         onnx.checker.check_model(_with_placeholder_shapes(proto), full_check=False)
     except Exception as exc:  # ValidationError, or a proto its C++ side cannot parse
         raise InvalidGraph(f"the model is invalid: {' '.join(str(exc).split())}") from exc  # its context names the node
-    proto = inline_functions(proto)  # model-local functions run as their bodies, as in onnxruntime
+    proto = functions.inline_functions(proto)  # model-local functions run as their bodies, as in onnxruntime
     inferred = _infer(proto)
     if moved:  # back from graph inputs to initializers, in the model kept
         kept = [v for v in inferred.graph.input if v.name not in added]
