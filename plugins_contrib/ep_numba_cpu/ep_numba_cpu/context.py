@@ -16,7 +16,7 @@ import hashlib
 import json
 import lzma
 import struct
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -135,20 +135,21 @@ def signed_parts(
     source: str,
     main_context: int,
     embed_mode: int,
-    inputs: Sequence[str],
-    outputs: Sequence[str],
+    n_inputs: int,
+    n_outputs: int,
     digest: str,
 ) -> dict[str, bytes | str]:
     """What an EPContext node's signature covers: the context format, the node's binding to its
-    graph, and the graph's digest."""
+    graph (by position: the design lets users rename the edges of context nodes to merge and
+    interconnect models, so the values' names are not part of it), and the graph's digest."""
     binding = {
         "name": name,
         "partition_name": partition_name,
         "source": source,
         "main_context": main_context,
         "embed_mode": embed_mode,
-        "inputs": list(inputs),
-        "outputs": list(outputs),
+        "inputs": n_inputs,
+        "outputs": n_outputs,
     }
     return {"format": CONTEXT_FORMAT, "binding": canonical(binding), "graph": digest}
 

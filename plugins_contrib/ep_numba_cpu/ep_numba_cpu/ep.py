@@ -34,7 +34,7 @@ from ep_core.sdk.epcontext.payload import (
 )
 from ep_core.sdk.epcontext.schema import EP_CONTEXT_OP, MS_DOMAIN, register_ep_context_schema
 from ep_core.sdk.epcontext.sharing import is_last_sharing_session, sharing_enabled, workspace
-from ep_core.sdk.errors import ConfigError, InvalidGraph
+from ep_core.sdk.errors import ConfigError, InvalidArgument, InvalidGraph
 from ep_core.sdk.kernels import KernelContext, KernelDef, KernelRegistry
 from ep_numba_cpu import EP_NAME, codegen, compile_pool, context, generate, kernel_cache, spec
 from ep_numba_cpu.delegate import GroupRegistry, Host
@@ -204,7 +204,9 @@ class NumbaCpuEp:
         # lazily compiled kernels (never called yet) have no machine code in the context: None, as a loader sees them
         payloads = {k: (self.kernels[k].sha256 if k in self.kernels else None) for k in rec["kernels"]}
         digest = context.graph_digest(rec["record"], payloads)
-        parts = context.signed_parts(name, name, EP_NAME, main, embed, plan["inputs"], plan["outputs"], digest)
+        parts = context.signed_parts(
+            name, name, EP_NAME, main, embed, len(plan["inputs"]), len(plan["outputs"]), digest
+        )
         notes: dict[str, Any] = {"signature": signing.sign(parts)}
         if blob_sha:
             notes["blob_sha256"] = blob_sha
@@ -230,9 +232,10 @@ class NumbaCpuEp:
     def _build_context_kernel(self, node: Any, ctx: KernelContext) -> Any:
         cn = ContextNode.from_node(node)
         base = context_base_dir(ctx.model_path, ctx.session_options)
-        return _compute_kernel(self._runner_for(cn, node.graph, base))
+        runner, types = self._runner_for(cn, node.graph, base)
+        return _checked_compute(runner, types, cn.inputs)
 
-    def _runner_for(self, cn: ContextNode, graph: Any, base: Path | None) -> GraphRunner:
+    def _runner_for(self, cn: ContextNode, graph: Any, base: Path | None) -> tuple[GraphRunner, list[Any]]:
         gname = cn.graph_name
         if cn.main_context == 1:
             primaries = [cn]
@@ -338,7 +341,9 @@ class LoadedContext:
         self._payloads: bytes | None = None
         self._lock = threading.Lock()
 
-    def runner(self, gname: str, cn: ContextNode, graph: Any, ep: NumbaCpuEp) -> GraphRunner:
+    def runner(self, gname: str, cn: ContextNode, graph: Any, ep: NumbaCpuEp) -> tuple[GraphRunner, list[Any]]:
+        """The graph's runner and its recorded input types ([dtype | None, [dim | None] | None])."""
+
         def fail(msg: str) -> InvalidGraph:
             return InvalidGraph(f"EPContext node {cn.name!r}, context {self.loc}: {msg}; regenerate the context model")
 
@@ -347,8 +352,9 @@ class LoadedContext:
             _check_binding(g, gname, cn, graph, fail)
             signature = cn.notes_json().get("signature")
             parts = context.signed_parts(
-                cn.name, cn.partition_name, cn.source, cn.main_context, cn.embed_mode, cn.inputs, cn.outputs, g.digest
-            )
+                cn.name, cn.partition_name, cn.source, cn.main_context, cn.embed_mode, len(cn.inputs), len(cn.outputs),
+                g.digest,
+            )  # fmt: skip
             verdict = signing.verify(parts, signature if isinstance(signature, str) else None)
             if not verdict.trusted:
                 ep.untrusted(cn, self.loc, self._why_untrusted(verdict.reason))
@@ -368,7 +374,7 @@ class LoadedContext:
                 except spec.SpecError as exc:  # a delegated node the reference kernels do not serve as stored
                     raise fail(f"graph {gname!r} is not one this EP accepts: {exc}") from None
                 self._runners[gname] = runner
-            return runner
+            return runner, g.record["types"]["inputs"]
 
     def _why_untrusted(self, reason: str) -> str:
         """The verdict's reason, and where the context names another build of this EP (whose plan
@@ -430,22 +436,25 @@ def _location(node: ContextNode, base: Path | None) -> str:
 
 
 def _check_binding(g: _Graph, gname: str, cn: ContextNode, graph: Any, fail: Fail) -> None:
-    """The graph a node resolves to must take exactly the node's inputs and make exactly its
-    outputs, with the types and shapes the model declares for them (where both are known): a
-    ``partition_name`` pointing at another node's graph is an error, never a wrong result."""
+    """The graph a node resolves to must take as many inputs and make as many outputs as the node,
+    bound by position, with the types and shapes the model declares for the node's values (where
+    both are known): a ``partition_name`` pointing at another node's graph is an error, never a
+    wrong result. The values' names may differ from those the context was written with (the
+    design lets users rename edges to merge and interconnect context models)."""
     plan = g.record["plan"]
-    if tuple(plan["inputs"]) != cn.inputs or tuple(plan["outputs"]) != cn.outputs:
+    if len(plan["inputs"]) != len(cn.inputs) or len(plan["outputs"]) != len(cn.outputs):
         raise fail(
-            f"its graph {gname!r} takes {plan['inputs']} and makes {plan['outputs']}, but the node has inputs "
-            f"{list(cn.inputs)} and outputs {list(cn.outputs)} (its partition_name names another node's graph?)"
+            f"its graph {gname!r} takes {len(plan['inputs'])} inputs and makes {len(plan['outputs'])} outputs, but the "
+            f"node has inputs {list(cn.inputs)} and outputs {list(cn.outputs)} (its partition_name names another "
+            "node's graph?)"
         )
-    for side in ("inputs", "outputs"):
-        for name, (dtype, shape) in zip(plan[side], g.record["types"][side], strict=True):
+    for side, names in (("inputs", cn.inputs), ("outputs", cn.outputs)):
+        for name, (dtype, shape) in zip(names, g.record["types"][side], strict=True):
             vi = graph.value_info(name)
             have = None if vi is None else vi.np_dtype
             have_name = None if have is None else ("bool" if have == np.bool_ else str(np.dtype(have)))
             if dtype is not None and have_name is not None and dtype != have_name:
-                raise fail(f"its graph's {side[:-1]} {name!r} is {dtype}, the model declares {have_name}")
+                raise fail(f"its graph's {side[:-1]} for {name!r} is {dtype}, the model declares {have_name}")
             dims = None if vi is None else vi.shape
             if (
                 shape is not None
@@ -455,7 +464,7 @@ def _check_binding(g: _Graph, gname: str, cn: ContextNode, graph: Any, fail: Fai
                     or any(a is not None and isinstance(b, int) and a != b for a, b in zip(shape, dims, strict=True))
                 )
             ):
-                raise fail(f"its graph's {side[:-1]} {name!r} has shape {shape}, the model declares {list(dims)}")
+                raise fail(f"its graph's {side[:-1]} for {name!r} has shape {shape}, the model declares {list(dims)}")
 
 
 def _compiler(ks: generate.KernelSource, cache: kernel_cache.KernelCache | None) -> Callable[[], Any]:
@@ -470,8 +479,25 @@ def _compute(runner: GraphRunner) -> Any:
     return compute
 
 
-def _compute_kernel(runner: GraphRunner) -> Any:
+def _checked_compute(runner: GraphRunner, types: Sequence[Any], names: Sequence[str]) -> Any:
+    """An EPContext node's compute: its inputs are bound by position, and the values a (merged or
+    rewired) model feeds it are checked against the types its graph was written for (dtype, rank,
+    fixed dims) before any kernel sees them; a view is made contiguous, as the kernels take it."""
+
     def compute(*inputs: Any) -> tuple[Any, ...]:
-        return tuple(runner(*inputs))
+        args = []
+        for x, name, (dtype, shape) in zip(inputs, names, types, strict=True):
+            a = np.asarray(x)
+            have = "bool" if a.dtype == np.bool_ else str(a.dtype)
+            if (dtype is not None and have != dtype) or (
+                shape is not None
+                and (a.ndim != len(shape) or any(d is not None and d != n for d, n in zip(shape, a.shape, strict=True)))
+            ):
+                raise InvalidArgument(
+                    f"input {name!r} is {have}{list(a.shape)}, but the context graph was written for {dtype}"
+                    f"{shape if shape is None else [d if d is not None else '?' for d in shape]}"
+                )
+            args.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
+        return tuple(runner(*args))
 
     return compute
