@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ep_core.host.model_files import all_tensors, resolve_external, stored_bytes, tensor_bits
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoadCanceled, NoSuchFile
 from ep_core.sdk.graph import GraphView, nested_graphs, opset_map
 
@@ -19,7 +20,6 @@ if TYPE_CHECKING:
     from ep_core.runtime.options import SessionOptions
 
 EXTERNAL_FOLDER_KEY = "session.model_external_initializers_file_folder_path"
-INLINE_LIMIT = 1 << 30  # a model whose external data brings it past this keeps that data in its file
 _EDITS = "initializers external_initializer_files free_dimension_overrides free_dimension_overrides_by_denotation"
 BUDGET_FLOOR = 64 << 20  # what creation may materialise (folds, sparse densifying) beyond 4x the stored tensors
 
@@ -59,7 +59,7 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
     if so is not None and any(getattr(so, k) for k in _EDITS.split()):  # a ModelProto given is not changed
         proto = onnx.ModelProto.FromString(proto.SerializeToString()) if proto is model else proto
         _apply_options(proto, so)
-    external = [t for t in external_data_helper._get_all_tensors(proto) if external_data_helper.uses_external_data(t)]
+    external = [t for t in all_tensors(proto) if external_data_helper.uses_external_data(t)]
     if external:
         if base is None:
             raise InvalidArgument(
@@ -68,35 +68,8 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
             )
         if proto is model:
             proto = onnx.ModelProto.FromString(proto.SerializeToString())
-        _resolve_external(proto, base)
+        resolve_external(proto, base)
     return proto, path
-
-
-def _resolve_external(proto: Any, base: str) -> None:
-    """Checks every external tensor against its file (inside ``base``, offset and length within
-    the file, length matching the dims), then reads it into the model, unless that would take the
-    model past ``INLINE_LIMIT``: main-graph initializers then keep their data in the file, their
-    location made the absolute path checked here, which ``GraphView`` reads (``tensor_array``)."""
-    from onnx import TensorProto
-    from onnx import external_data_helper as edh
-
-    total = sum(_external_span(t, base)[2] for t in edh._get_all_tensors(proto) if edh.uses_external_data(t))
-    if proto.ByteSize() + total > INLINE_LIMIT:
-        for t in proto.graph.initializer:
-            if edh.uses_external_data(t):
-                file, offset, length = _external_span(t, base)
-                del t.external_data[:]
-                for key, value in (("location", file), ("offset", str(offset)), ("length", str(length))):
-                    e = t.external_data.add()
-                    e.key, e.value = key, value
-    for t in edh._get_all_tensors(proto):
-        if edh.uses_external_data(t) and not os.path.isabs(edh.ExternalDataInfo(t).location):
-            file, offset, length = _external_span(t, base)
-            with open(file, "rb") as fh:
-                fh.seek(offset)
-                t.raw_data = fh.read(length)
-            del t.external_data[:]
-            t.data_location = TensorProto.DEFAULT
 
 
 def check_options(options: SessionOptions | None) -> None:
@@ -115,13 +88,12 @@ def _apply_options(proto: Any, options: SessionOptions) -> None:
     (the model's dtype and shape), then graph inputs' free dims, by dim_param or denotation."""
     import numpy as np
     from onnx import TensorProto, helper, numpy_helper
-    from onnx import external_data_helper as edh
 
     files, values = options.external_initializer_files, options.initializers
-    for t in (t for t in edh._get_all_tensors(proto) if t.data_location == TensorProto.EXTERNAL):
+    for t in (t for t in all_tensors(proto) if t.data_location == TensorProto.EXTERNAL):
         info = {e.key: e.value for e in t.external_data}
         if (buf := files.get(info.get("location", ""))) is not None:
-            at, n = int(info.get("offset", "0")), _stored_bytes(t, raw=True)
+            at, n = int(info.get("offset", "0")), stored_bytes(t, raw=True)
             if not 0 <= at <= len(buf) - n or int(info.get("length", n)) != n:
                 raise InvalidArgument(
                     f"tensor {t.name!r}: {n} bytes at offset {at} overrun in-memory file {info['location']!r}"
@@ -131,7 +103,7 @@ def _apply_options(proto: Any, options: SessionOptions) -> None:
     done = set()
     for t in (t for g in nested_graphs(proto.graph) for t in g.initializer if t.name in values):
         arr = np.asarray(v.numpy() if hasattr(v := values[t.name], "numpy") else v)
-        want = helper.tensor_dtype_to_np_dtype(t.data_type) if _bits(t.data_type) else None
+        want = helper.tensor_dtype_to_np_dtype(t.data_type) if tensor_bits(t.data_type) else None
         if arr.dtype != want or arr.shape != tuple(t.dims):
             raise InvalidArgument(
                 f"initializer {t.name!r} given is {arr.dtype}{list(arr.shape)}, not {want}{list(t.dims)}"
@@ -152,37 +124,6 @@ def _apply_options(proto: Any, options: SessionOptions) -> None:
                 )
             if found:
                 d.dim_value = found.pop()
-
-
-def _external_span(t: Any, base: str) -> tuple[str, int, int]:
-    """(file, offset, length) of an external tensor, checked by onnx's own resolver (relative,
-    inside ``base``, no symbolic link out of it) and against the file's size."""
-    from onnx.onnx_cpp2py_export import checker as c_checker
-
-    info = {e.key: e.value for e in t.external_data}
-    location = info.get("location", "")
-    where = f"external data of tensor {t.name!r} ({location!r} in folder {base!r})"
-    try:
-        fd = c_checker._open_external_data(base, location, t.name, True)
-    except Exception as exc:
-        missing = not os.path.lexists(os.path.join(base, location))
-        raise (NoSuchFile if missing else InvalidGraph)(f"{where} cannot be read: {exc}") from exc
-    try:
-        size = os.fstat(fd).st_size
-        offset = int(info.get("offset", "0"))
-        want = _stored_bytes(t, raw=True)
-        length = int(info["length"]) if "length" in info else want
-    except (ValueError, OSError, KeyError) as exc:
-        raise InvalidGraph(f"{where}: {exc}") from exc
-    finally:
-        os.close(fd)
-    file = os.path.realpath(os.path.join(base, location))
-    if offset < 0 or length != want or offset + length > size:
-        raise InvalidGraph(
-            f"{where}: offset {offset} and length {length} do not fit: its dims {list(t.dims)} need {want} "
-            f"bytes and the file has {size}"
-        )
-    return file, offset, length
 
 
 def check_and_infer(proto: Any) -> Any:
@@ -299,27 +240,6 @@ def _check_strings(msg: Any, where: str) -> None:
             _check_strings(child, f"{where} / {name}[{i}]{f' {label!r}' if isinstance(label, str) and label else ''}")
 
 
-_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2, 24: 6, 27: 6}  # UINT4 INT4 FLOAT4E2M1, UINT2 INT2, FLOAT6 types
-
-
-def _bits(data_type: int) -> int:
-    """Bits per element of an ONNX tensor type; 0 for a number that is not one."""
-    from onnx import helper
-
-    try:
-        return _BITS.get(data_type) or int(helper.tensor_dtype_to_np_dtype(data_type).itemsize) * 8
-    except KeyError:
-        return 0
-
-
-def _stored_bytes(t: Any, raw: bool) -> int:
-    """What a tensor's dims need: bytes of raw data, else entries of its typed field."""
-    n, bits = int(math.prod(t.dims)), _bits(t.data_type)
-    if raw or bits in (2, 4):  # sub-byte types pack their typed field too
-        return -(-n * bits // 8)
-    return 2 * n if t.data_type in (14, 15) else n  # COMPLEX64, COMPLEX128: two floats each
-
-
 def _check_tensors(proto: Any) -> None:
     """Tensor types and data lengths against dims (onnx checks only that data is not too short),
     value types, and sparse tensors within what creation may materialise."""
@@ -359,13 +279,13 @@ def _check_tensors(proto: Any) -> None:
                 continue  # checked against its file by load_model
             raw = t.HasField("raw_data")  # len() below copies the data once: in proportion to the model
             have = len(t.raw_data) if raw else len(getattr(t, helper.tensor_dtype_to_field(t.data_type)))
-            if have != _stored_bytes(t, raw):
+            if have != stored_bytes(t, raw):
                 unit = "bytes of raw_data" if raw else f"entries of {helper.tensor_dtype_to_field(t.data_type)}"
-                raise InvalidGraph(f"{where}: {have} {unit}, but its dims {list(t.dims)} need {_stored_bytes(t, raw)}")
+                raise InvalidGraph(f"{where}: {have} {unit}, but its dims {list(t.dims)} need {stored_bytes(t, raw)}")
         sparse = [(s, f"sparse initializer {s.values.name!r}") for s in g.sparse_initializer]
         sparse += [(s, w) for a, w in attrs for s in ([a.sparse_tensor] if a.HasField("sparse_tensor") else [])]
         for s, where in sparse + [(s, w) for a, w in attrs for s in a.sparse_tensors]:
-            dense = math.prod(s.dims) * _bits(s.values.data_type) // 8
+            dense = math.prod(s.dims) * tensor_bits(s.values.data_type) // 8
             if dense > budget:
                 raise InvalidGraph(
                     f"{where}: densifying it takes {dense} bytes, more than the {budget} bytes session creation "
@@ -377,7 +297,7 @@ def materialise_budget(graph: Any) -> int:
     """Bytes session creation may materialise (constant folds, densified sparse tensors): 4x what
     the model stores in tensors (dequantizing int8 weights to float32), plus BUDGET_FLOOR (room for
     the transient copy of a Cast -> Mul dequantization, freed when the Mul folds)."""
-    stored = sum(max(0, int(math.prod(t.dims))) * _bits(t.data_type) // 8 for t in graph.initializer)
+    stored = sum(max(0, int(math.prod(t.dims))) * tensor_bits(t.data_type) // 8 for t in graph.initializer)
     return BUDGET_FLOOR + 4 * stored
 
 

@@ -12,9 +12,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from ep_core.host.model_files import INLINE_LIMIT
 from ep_core.runtime.discover import hook_error
 from ep_core.runtime.execute import execute_subplan
-from ep_core.runtime.load import INLINE_LIMIT
 from ep_core.runtime.partition import Partition, fused_inputs_outputs, partition_graph, require_complete
 from ep_core.runtime.plan import Plan, build_plan
 from ep_core.runtime.units import SessionContext, Unit

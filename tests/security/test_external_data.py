@@ -20,6 +20,7 @@ import pytest
 from onnx import TensorProto, helper
 
 import ep_core
+from ep_core.host import model_files
 from ep_core.runtime import load
 from ep_core.sdk.errors import InvalidGraph, NoSuchFile
 
@@ -67,7 +68,7 @@ def _expect(n: int) -> tuple[np.ndarray, np.ndarray]:
 def test_data_past_the_inline_limit_stays_in_its_file_and_runs(tmp_path, monkeypatch):
     n = 4096
     path = _gather_model(tmp_path, n)
-    monkeypatch.setattr(load, "INLINE_LIMIT", 1024)
+    monkeypatch.setattr(model_files, "INLINE_LIMIT", 1024)
     proto, _ = load.load_model(str(path), None)
     model = load.check_and_infer(proto)
     (w,) = [t for t in model.graph.initializer if t.name == "w"]
@@ -136,3 +137,39 @@ def test_a_2_004_gib_external_data_model_loads_and_runs_holding_its_data_once(tm
     print(f"2.004 GiB external data: loaded and ran in {out['seconds']:.1f} s, peak RSS {peak / 2**30:.2f} GiB")
     if before * 1024 < peak:  # this child set the peak: its data is held once, not twice
         assert peak < 1.5 * 2.004 * 2**30
+
+
+def _sparse_constant_model(folder: Path, location: str) -> Path:
+    """A Constant whose sparse_value keeps its 4 values in external data at ``location``."""
+    values = TensorProto(name="vals", data_type=TensorProto.UINT8, dims=[4])
+    for key, value in (("location", location), ("offset", "0"), ("length", "4")):
+        entry = values.external_data.add()
+        entry.key, entry.value = key, value
+    values.data_location = TensorProto.EXTERNAL
+    sparse = helper.make_sparse_tensor(values, helper.make_tensor("idx", TensorProto.INT64, [4], [0, 2, 4, 6]), [8])
+    graph = helper.make_graph(
+        [helper.make_node("Constant", [], ["y"], sparse_value=sparse)],
+        "sparse",
+        [],
+        [helper.make_tensor_value_info("y", TensorProto.UINT8, [8])],
+    )
+    path = folder / "model.onnx"
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=10), str(path))
+    return path
+
+
+def test_sparse_external_data_is_read_from_the_model_folder_only(tmp_path, monkeypatch):
+    """A sparse tensor's external values were resolved against the working folder: a downloaded
+    model could return a file of the user's current directory. Now as every tensor: the model's
+    folder only (onnxruntime also looks there, and refuses the file missing)."""
+    model_dir, cwd = tmp_path / "model", tmp_path / "cwd"
+    model_dir.mkdir()
+    cwd.mkdir()
+    (cwd / "private.bin").write_bytes(b"\x07\x08\x09\x0a")
+    monkeypatch.chdir(cwd)
+    path = _sparse_constant_model(model_dir, "private.bin")
+    with pytest.raises(NoSuchFile, match="'vals' \\('private.bin' in folder"):
+        ep_core.InferenceSession(str(path), providers=["CpuReferenceExecutionProvider"])
+    (model_dir / "private.bin").write_bytes(b"\x01\x02\x03\x04")  # beside the model: read, checked
+    got = ep_core.InferenceSession(str(path), providers=["CpuReferenceExecutionProvider"]).run(None, {})[0]
+    np.testing.assert_array_equal(got, np.array([1, 0, 2, 0, 3, 0, 4, 0], np.uint8))

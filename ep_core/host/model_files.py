@@ -1,0 +1,121 @@
+"""A model's files on disk: the external data its tensors name, read from the model's folder
+only, checked against the file before a byte is read.
+
+Every tensor is covered, sparse ones included (their values and indices may be external too;
+onnx's ``external_data_helper`` lists only dense initializers and attribute tensors, so a sparse
+``Constant`` once read a file of the working folder). Kept out of the runtime's load step, which
+decides what a model may be; this module only locates and reads bytes."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from typing import Any
+
+from ep_core.sdk.errors import InvalidGraph, NoSuchFile
+from ep_core.sdk.graph import nested_graphs
+
+INLINE_LIMIT = 1 << 30  # a model whose external data brings it past this keeps that data in its file
+_BITS = {21: 4, 22: 4, 23: 4, 25: 2, 26: 2, 24: 6, 27: 6}  # UINT4 INT4 FLOAT4E2M1, UINT2 INT2, FLOAT6 types
+
+
+def tensor_bits(data_type: int) -> int:
+    """Bits per element of an ONNX tensor type; 0 for a number that is not one."""
+    from onnx import helper
+
+    try:
+        return _BITS.get(data_type) or int(helper.tensor_dtype_to_np_dtype(data_type).itemsize) * 8
+    except KeyError:
+        return 0
+
+
+def stored_bytes(t: Any, raw: bool) -> int:
+    """What a tensor's dims need: bytes of raw data, else entries of its typed field."""
+    n, bits = int(math.prod(t.dims)), tensor_bits(t.data_type)
+    if raw or bits in (2, 4):  # sub-byte types pack their typed field too
+        return -(-n * bits // 8)
+    return 2 * n if t.data_type in (14, 15) else n  # COMPLEX64, COMPLEX128: two floats each
+
+
+def all_tensors(proto: Any) -> Iterator[Any]:
+    """Every TensorProto of the model: initializers, attribute tensors, and the values and indices
+    of sparse initializers and sparse attributes, in every graph and function."""
+    from onnx import external_data_helper as edh
+
+    yield from edh._get_all_tensors(proto)
+    for g in (*nested_graphs(proto.graph), *(g for f in proto.functions for g in _function_graphs(f))):
+        attrs = [a for n in g.node for a in n.attribute]
+        sparse = [
+            *getattr(g, "sparse_initializer", ()),
+            *(a.sparse_tensor for a in attrs if a.HasField("sparse_tensor")),
+        ]
+        for s in sparse + [s for a in attrs for s in a.sparse_tensors]:
+            yield from (s.values, s.indices)
+
+
+def _function_graphs(f: Any) -> Iterator[Any]:
+    """A function (its nodes, as a graph has them) and the subgraphs of its nodes."""
+    yield f
+    for n in f.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from nested_graphs(sub)
+
+
+def resolve_external(proto: Any, base: str) -> None:
+    """Checks every external tensor against its file (inside ``base``, offset and length within
+    the file, length matching the dims), then reads it into the model, unless that would take the
+    model past ``INLINE_LIMIT``: main-graph initializers then keep their data in the file, their
+    location made the absolute path checked here, which ``GraphView`` reads (``tensor_array``)."""
+    from onnx import TensorProto
+    from onnx import external_data_helper as edh
+
+    total = sum(external_span(t, base)[2] for t in all_tensors(proto) if edh.uses_external_data(t))
+    if proto.ByteSize() + total > INLINE_LIMIT:
+        for t in proto.graph.initializer:
+            if edh.uses_external_data(t):
+                file, offset, length = external_span(t, base)
+                del t.external_data[:]
+                for key, value in (("location", file), ("offset", str(offset)), ("length", str(length))):
+                    e = t.external_data.add()
+                    e.key, e.value = key, value
+    for t in all_tensors(proto):
+        if edh.uses_external_data(t) and not os.path.isabs(edh.ExternalDataInfo(t).location):
+            file, offset, length = external_span(t, base)
+            with open(file, "rb") as fh:
+                fh.seek(offset)
+                t.raw_data = fh.read(length)
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+
+
+def external_span(t: Any, base: str) -> tuple[str, int, int]:
+    """(file, offset, length) of an external tensor, checked by onnx's own resolver (relative,
+    inside ``base``, no symbolic link out of it) and against the file's size."""
+    from onnx.onnx_cpp2py_export import checker as c_checker
+
+    info = {e.key: e.value for e in t.external_data}
+    location = info.get("location", "")
+    where = f"external data of tensor {t.name!r} ({location!r} in folder {base!r})"
+    try:
+        fd = c_checker._open_external_data(base, location, t.name, True)
+    except Exception as exc:
+        missing = not os.path.lexists(os.path.join(base, location))
+        raise (NoSuchFile if missing else InvalidGraph)(f"{where} cannot be read: {exc}") from exc
+    try:
+        size = os.fstat(fd).st_size
+        offset = int(info.get("offset", "0"))
+        want = stored_bytes(t, raw=True)
+        length = int(info["length"]) if "length" in info else want
+    except (ValueError, OSError, KeyError) as exc:
+        raise InvalidGraph(f"{where}: {exc}") from exc
+    finally:
+        os.close(fd)
+    file = os.path.realpath(os.path.join(base, location))
+    if offset < 0 or length != want or offset + length > size:
+        raise InvalidGraph(
+            f"{where}: offset {offset} and length {length} do not fit: its dims {list(t.dims)} need {want} "
+            f"bytes and the file has {size}"
+        )
+    return file, offset, length
