@@ -73,7 +73,7 @@ class LibraryFailure(Exception):
 
 class FoldGate:
     """onnxscript's ``should_fold``: a node is folded only when its outputs' sizes are known before
-    computing them and fit what is left of the session's budget (and onnxruntime's per-node cap);
+    computing them (never strings') and fit what is left of the session's budget (and onnxruntime's per-node cap);
     nodes making a graph output stay. None leaves onnxscript's own limits to decide."""
 
     def __init__(self, budget: int, log: Log) -> None:
@@ -83,6 +83,8 @@ class FoldGate:
         size = 0
         for v in node.outputs:
             if v.is_graph_output() or v.shape is None or v.dtype is None or not v.shape.is_static():
+                return False
+            if v.dtype == ir.DataType.STRING:  # its bytes are data: StringConcat(x, x) doubles them per node
                 return False
             size += math.ceil(math.prod(v.shape.numpy()) * v.dtype.itemsize)
         if size > min(FOLD_NODE_LIMIT, self.left):

@@ -278,9 +278,12 @@ def _output_bytes(graph: GraphView, u: Unit, ins: list[Any]) -> int | None:
 
 
 def _sized(info: ValueInfo | None) -> bool:
+    """Whether a value's bytes are known from its type: never a string's (its elements' lengths are
+    data: a chain of StringConcat(x, x) doubles them per node), so strings are not folded."""
     return (
         info is not None
         and info.np_dtype is not None
+        and info.np_dtype.kind != "O"
         and info.shape is not None
         and all(isinstance(d, int) and d >= 0 for d in info.shape)
     )

@@ -39,7 +39,7 @@ def mb():
 t0 = time.perf_counter()
 out = {}
 try:
-    sess = ep_core.InferenceSession(data, providers=["CpuReferenceExecutionProvider"])
+    sess = ep_core.InferenceSession(data, providers=[sys.argv[3]])
     out["created"], out["created_mb"] = time.perf_counter() - t0, mb()
     if sys.argv[2] == "run":
         sess.run(None, {})
@@ -51,12 +51,14 @@ print(json.dumps(out))
 """
 
 
-def _in_child(tmp_path: Path, data: bytes, run: bool) -> dict[str, object]:
+def _in_child(
+    tmp_path: Path, data: bytes, run: bool, provider: str = "CpuReferenceExecutionProvider"
+) -> dict[str, object]:
     """Creates a session of ``data`` (and runs it) in a fresh process: what happened, in how many
     seconds, and the process's peak RSS in MB."""
     path = tmp_path / "model.onnx"
     path.write_bytes(data)
-    cmd = [sys.executable, "-c", _CHILD, str(path), "run" if run else "create"]
+    cmd = [sys.executable, "-c", _CHILD, str(path), "run" if run else "create", provider]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
@@ -70,6 +72,33 @@ def test_the_tile_bomb_is_refused_in_under_a_second_below_300_mb(tmp_path):
     assert str(out["result"]).startswith("FAIL: node 'tile' (op Tile)")  # refused when it runs, as onnxruntime does
     assert float(out["seconds"]) < 1.0
     assert float(out["peak_mb"]) < 300
+
+
+def _string_bomb(kind: str) -> bytes:
+    """Strings whose bytes no shape tells: 19 StringConcat(x, x) of a 1 KiB string (512 MiB if
+    folded), or a Cast to string of 4 million zeros (each a Python str when folded)."""
+    if kind == "concat":
+        init = [helper.make_tensor("s0", TensorProto.STRING, [1], [b"A" * 1024])]
+        nodes = [helper.make_node("StringConcat", [f"s{i}", f"s{i}"], [f"s{i + 1}"]) for i in range(19)]
+        nodes.append(helper.make_node("Shape", ["s19"], ["y"]))
+    else:
+        init = [helper.make_tensor("n", TensorProto.INT64, [1], [4_000_000])]
+        nodes = [helper.make_node("ConstantOfShape", ["n"], ["z"]), helper.make_node("Cast", ["z"], ["c"], to=8)]
+        nodes.append(helper.make_node("Shape", ["c"], ["y"]))
+    graph = helper.make_graph(nodes, "g", [], [helper.make_tensor_value_info("y", TensorProto.INT64, [1])], init)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString()
+
+
+@pytest.mark.parametrize("provider", ["CpuReferenceExecutionProvider", "NumbaCpuExecutionProvider"])
+@pytest.mark.parametrize("kind", ["concat", "cast"])
+def test_strings_are_not_folded_at_session_creation(tmp_path, kind, provider):
+    """A string element's bytes are its length: counted as 8 bytes, a 1.8 KB model folded a 1 GiB
+    string at creation (red-team 12). Strings are never folded, by the graph optimizer, the plan or
+    the Numba EP's runner; they are made when the model runs, as any value."""
+    out = _in_child(tmp_path, _string_bomb(kind), run=False, provider=provider)
+    print(f"string bomb {kind} on {provider}: {out}")
+    assert "created" in out, out
+    assert float(out["created_mb"]) < 300
 
 
 @pytest.mark.parametrize("name", ["data_propagation_tile_cast_100000000", "data_propagation_declared_input"])

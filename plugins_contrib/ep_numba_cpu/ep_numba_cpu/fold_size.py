@@ -40,6 +40,8 @@ def fold_bytes(kind: str, step: Mapping[str, Any], weights: Mapping[str, np.ndar
     """An upper bound of the bytes step ``step`` of ``kind`` makes from ``weights``, or None when
     it cannot be known before running it (then it is not folded)."""
     shapes = [np.shape(weights[n]) for n in step["inputs"] if n]
+    if _makes_strings(kind, step, weights):  # their bytes are data, not shape: never folded
+        return None
     try:
         if kind == "kernel":
             per = sum(_item_bytes(o.get("dtype")) for o in step["outputs"])
@@ -57,6 +59,28 @@ def fold_bytes(kind: str, step: Mapping[str, Any], weights: Mapping[str, np.ndar
     except ValueError:  # shapes that do not broadcast or multiply: running it would fail anyway
         return None
     return _inferred(step["node"], weights)
+
+
+def _makes_strings(kind: str, step: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> bool:
+    """Whether the step may make strings, whose bytes are their lengths, which no shape bounds
+    (StringConcat(x, x) doubles them): it reads one, or declares one, or casts to one (the record's
+    declared types are not trusted alone)."""
+    if any(np.asarray(weights[n]).dtype.kind in "OUS" for n in step["inputs"] if n):
+        return True
+    if kind == "kernel":
+        return any(_is_string(o.get("dtype")) for o in step["outputs"])
+    node = step.get("node") or {}
+    attrs = node.get("attrs") or {}  # name -> (kind, value); a tensor attribute's value names a weight
+    if any(k == "tensor" and np.asarray(weights.get(v, 0)).dtype.kind in "OUS" for k, v in attrs.values()):
+        return True
+    return tuple(attrs.get("to") or ()) == ("int", 8) or any(_is_string(t[0]) for t in node.get("out_types", ()))
+
+
+def _is_string(dtype: Any) -> bool:
+    try:
+        return dtype is not None and np.dtype(dtype).kind in "OUS"
+    except TypeError:
+        return True
 
 
 def _item_bytes(dtype: Any) -> int:
