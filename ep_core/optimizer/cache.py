@@ -105,8 +105,9 @@ def _parts(key: str, header: Mapping[str, Any], body_sha: str) -> dict[str, str]
     }
 
 
-def _usable(directory: Path) -> str:
-    """Why ``directory`` must not be used ('' when it may)."""
+def usable_folder(directory: Path) -> str:
+    """Why ``directory`` must not be used for a cache this user trusts ('' when it may): another
+    user owns it, or others may write to it (also ``ep-core run``'s context cache)."""
     try:
         info = directory.lstat()
     except FileNotFoundError:
@@ -137,7 +138,7 @@ def load(key: str, supports: SupportsOp) -> tuple[Any, bool] | None:
     """``(model, unchanged)`` from a verified entry whose recorded answers ``supports`` repeats."""
     directory = folder()
     path = directory / f"{key}.onnxopt"
-    why = _usable(directory)
+    why = usable_folder(directory)
     if why:
         _warn(path, why)
         return None
@@ -179,7 +180,7 @@ def load(key: str, supports: SupportsOp) -> tuple[Any, bool] | None:
 
 def store(key: str, answers: Mapping[tuple[str, str], bool], model: Any, unchanged: bool) -> None:
     directory = folder()
-    if _usable(directory):
+    if usable_folder(directory):
         return  # warned about when loading
     body = b"" if unchanged else model.SerializeToString()
     header: dict[str, Any] = {

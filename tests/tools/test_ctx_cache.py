@@ -56,8 +56,33 @@ def test_a_broken_cache_entry_is_reported_and_rebuilt(chain: str, cli: Callable)
     assert r.code == 0, r.err
     data = r.json()
     assert data["session"]["source"] == "compiled"
-    assert any("should be rebuilt" in n or "did not load" in n for n in data["notes"]), data["notes"]
+    assert any(w in n for n in data["notes"] for w in ("should be rebuilt", "did not load", "not one this user")), data[
+        "notes"
+    ]
     assert cli("run", chain, "--providers", NUMBA, "--json").json()["session"]["source"] == "cache"
+
+
+def test_a_replaced_cache_entry_is_never_run(chain: str, tmp_path: Path, cli: Callable) -> None:
+    """Whoever can write the cache could replace the context model with any model of the same inputs
+    and outputs: meta.json signs its sha256 with this user's key, so it is compiled again instead
+    (red-team 12: the replaced model ran, giving other outputs, with no note)."""
+    first = cli("run", chain, "--providers", NUMBA, "--json").json()
+    folder = Path(first["session"]["cache"])
+    other = add_mul_chain(4)
+    other.graph.node[0].op_type = "Sub"  # same inputs and outputs, other results
+    (folder / "chain_ctx.onnx").write_bytes(other.SerializeToString())
+    data = cli("run", chain, "--providers", NUMBA, "--json").json()
+    assert data["session"]["source"] == "compiled"
+    assert any("is not one this user wrote" in n for n in data["notes"]), data["notes"]
+    assert data["outputs"] == first["outputs"]
+
+
+def test_a_cache_folder_others_may_write_is_not_used(chain: str, ctx_cache: Path, cli: Callable) -> None:
+    ctx_cache.mkdir(parents=True, exist_ok=True)
+    ctx_cache.chmod(0o777)
+    data = cli("run", chain, "--providers", NUMBA, "--json").json()
+    assert data["session"]["source"] == "model" and not any(ctx_cache.iterdir())
+    assert any("not using the EPContext cache" in n and "other users may write" in n for n in data["notes"]), data
 
 
 def test_an_entry_written_by_another_build_of_the_ep_is_rebuilt(chain: str, cli: Callable) -> None:

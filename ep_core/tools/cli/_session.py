@@ -4,7 +4,12 @@ The cache (``$EP_CORE_CTX_CACHE`` or ``~/.cache/ep-core/ctx``) holds one folder 
 provider choice, keyed by the model's sha256, the providers asked for and their options, the
 provider config file's bytes, and the name and version of every installed EP and of ep-core. The
 first session compiles with ``ep.context_enable=1`` writing the EPContext model there; later ones
-load that model and skip compiling. A cached model that no longer loads is reported and rebuilt."""
+load that model and skip compiling. A cached model that no longer loads is reported and rebuilt.
+
+An entry is trusted as the kernel and optimizer caches are: its folder must be this user's and
+not writable by others (else the session runs without the cache, saying so), and meta.json holds
+an HMAC of the context model's sha256 by this user's key (``ep_core.sdk.epcontext.signing``): a
+context model replaced by anyone else is reported and compiled again, never run."""
 
 from __future__ import annotations
 
@@ -20,6 +25,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ep_core.optimizer.cache import usable_folder
+from ep_core.sdk.epcontext import signing
 from ep_core.sdk.errors import EpCoreError, InvalidArgument
 from ep_core.sdk.hookspecs import hookimpl
 
@@ -243,15 +250,17 @@ def create(
     choice, else compiled (writing the cache when an EP asked for fuses anything)."""
     names = requested(providers, config)
     startup = start_providers(opts, providers, config)
-    if use_cache and compiles(names):
-        stem = model.name[:-5] if model.name.endswith(".onnx") else model.name
-        folder = cache_root() / f"{stem}-{cache_key(model, providers, config, dict(opts.config_entries))[:16]}"
+    stem = model.name[:-5] if model.name.endswith(".onnx") else model.name
+    folder = cache_root() / f"{stem}-{cache_key(model, providers, config, dict(opts.config_entries))[:16]}"
+    why = usable_folder(folder) or usable_folder(folder.parent) if use_cache and compiles(names) else ""
+    if use_cache and compiles(names) and not why:
         notes: list[str] = []
         made = _load_cached(folder / f"{stem}_ctx.onnx", opts, providers, config, notes)
         made = made or _compile_into(folder / f"{stem}_ctx.onnx", model, opts, providers, config, notes)
     else:
         sess, seconds, caught = _timed(model, opts, providers, config, "creating the session")
-        made = Made(sess, seconds, "model", None, None, caught)
+        unused = [f"not using the EPContext cache {folder}: {why}; set {CTX_CACHE_ENV} to a folder of your own"]
+        made = Made(sess, seconds, "model", None, None, (unused if why else []) + caught)
     made.startup_seconds = startup
     return made
 
@@ -268,13 +277,30 @@ def _load_cached(
         notes.append(f"the cached EPContext model in {folder} should be rebuilt ({stale}); compiling it again")
         return None
     try:
-        first = float(json.loads(meta_path.read_text(encoding="utf-8"))["first_session_s"])
+        meta = json.loads(meta_path.read_text(encoding="utf-8"))
+        first = float(meta["first_session_s"])
+        signature = meta.get("signature")
+        verdict = signing.verify(
+            _signed(folder, _sha256(ctx_model), first), signature if isinstance(signature, str) else None
+        )
+        if not verdict.trusted:  # replaced by someone who could write the folder: never run it
+            notes.append(
+                f"the cached EPContext model in {folder} is not one this user wrote ({verdict.reason}); compiling it again"
+            )
+            return None
         sess, seconds, caught = _timed(ctx_model, opts, providers, config, "loading the cached EPContext model")
     except (EpCoreError, ValueError, KeyError) as exc:
         why = exc.message if isinstance(exc, EpCoreError) else f"{type(exc).__name__}: {exc}"
         notes.append(f"the cached EPContext model in {folder} did not load ({why}); compiling it again")
         return None
     return Made(sess, seconds, "cache", folder, first, notes + caught)
+
+
+def _signed(folder: Path, ctx_sha256: str, first_seconds: float) -> dict[str, str]:
+    """What a cache entry's signature covers: its folder (the model and provider key), the context
+    model's bytes (which hold its EPContext nodes' own signatures over their payloads) and the time
+    it reports."""
+    return {"kind": "ep-core run context cache", "folder": folder.name, "ctx": ctx_sha256, "first": repr(first_seconds)}
 
 
 def _compile_into(
@@ -290,7 +316,7 @@ def _compile_into(
     the session is made without it."""
     folder = ctx_model.parent
     try:
-        folder.mkdir(parents=True, exist_ok=True)
+        folder.mkdir(mode=0o700, parents=True, exist_ok=True)
     except OSError as exc:
         raise InvalidArgument(
             f"cannot create the EPContext cache folder {folder}: {exc.strerror}; set {CTX_CACHE_ENV} or pass --no-cache"
@@ -315,6 +341,7 @@ def _compile_into(
     notes.extend(c for c in caught if not c.startswith(_NOTHING_COMPILED))
     if _fused_groups(sess) and _context_nodes(ctx_model):
         meta = {"model": str(model), "first_session_s": seconds, "created": time.strftime("%Y-%m-%d %H:%M:%S")}
+        meta["signature"] = signing.sign(_signed(folder, _sha256(ctx_model), seconds))
         (folder / META).write_text(json.dumps(meta, indent=1), encoding="utf-8")
         return Made(sess, seconds, "compiled", folder, None, notes)
     shutil.rmtree(folder, ignore_errors=True)
