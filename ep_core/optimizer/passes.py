@@ -252,6 +252,8 @@ def run_passes(
         out = ir.serde.serialize_model(model)
     except Exception as exc:
         raise LibraryFailure(f"onnx-ir cannot write the optimized model: {type(exc).__name__}: {exc}") from exc
+    if proto.HasField("model_version"):  # onnx-ir keeps its value, not that it was set (0 is a version)
+        out.model_version = proto.model_version
     try:
         onnx.checker.check_model(_with_shape_fields(out), full_check=False)
         out = _fresh_shapes(out)

@@ -121,6 +121,28 @@ def test_model_metadata_as_onnxruntime() -> None:
         assert g.custom_metadata_map == w.custom_metadata_map == {"author": "ep-core"}
 
 
+@pytest.mark.parametrize(
+    "level", [ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
+)
+def test_a_model_version_of_zero_is_a_version(level: Any) -> None:
+    """skl2onnx writes model_version 0: onnxruntime reports 0, not its no-version value, also when the
+    graph optimizer rewrote the model (onnx-ir kept the value but not that it was set)."""
+    c = onnx.numpy_helper.from_array(np.array([2.0], np.float32), "c")
+    g = helper.make_graph(
+        [helper.make_node("Mul", ["c", "c"], ["cc"]), helper.make_node("Add", ["x", "cc"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])],
+        [c],
+    )
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    m.model_version = 0
+    so = ort.SessionOptions()
+    so.graph_optimization_level = level
+    got = ort.InferenceSession(m.SerializeToString(), so, providers=["CPUExecutionProvider"]).get_modelmeta()
+    assert got.version == real.InferenceSession(m.SerializeToString()).get_modelmeta().version == 0
+
+
 def _add_model() -> bytes:
     vi = helper.make_tensor_value_info
     return _model(
