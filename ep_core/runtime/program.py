@@ -288,8 +288,15 @@ def _refuse_compiling(ep_name: str, items: list[tuple[Any, FusedNode, GraphView]
     if fresh:
         groups = "; ".join(f"{f.name} (nodes {list(f.node_names)})" for f in fresh[:5])
         more = f" and {len(fresh) - 5} more" if len(fresh) > 5 else ""
+        nested = any(g.parent is not None for claim, f, g in items if f in fresh)  # no EPContext node there
+        way = (
+            "Groups inside If/Loop/Scan bodies get no EPContext node (context models hold main-graph groups), "
+            f"so they compile on every load: unset {DISABLE_COMPILE_KEY}"
+            if nested
+            else f"Compile the model once (ep.context_enable=1 or `ep-core compile`) and load the _ctx.onnx model, "
+            f"or unset {DISABLE_COMPILE_KEY}"
+        )
         raise ModelRequiresCompilation(
             f"{ep_name} needs to compile {len(fresh)} fused group(s), but {DISABLE_COMPILE_KEY}=1 allows only "
-            f"precompiled EPContext nodes: {groups}{more}. Compile the model once (ep.context_enable=1 or "
-            f"`ep-core compile`) and load the _ctx.onnx model, or unset {DISABLE_COMPILE_KEY}"
+            f"precompiled EPContext nodes: {groups}{more}. {way}"
         )

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper
 import ep_core.runtime.context_write as gen
 from ep_core import InferenceSession
 from ep_core.sdk.epcontext.output import staged_name
-from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.errors import InvalidArgument, ModelRequiresCompilation
 from ep_core.tools.zoo import fetch_model
 
 
@@ -180,3 +180,6 @@ def test_fused_groups_inside_if_branches_do_not_break_context_generation(tmp_pat
     again = InferenceSession(str(ctx), options(), providers=[NUMBA])
     for f, w in zip(feeds, want):
         np.testing.assert_allclose(again.run(None, f)[0], w, rtol=1e-6)
+    # so session.disable_compile=1 refuses it, saying why compiling it once more would not help
+    with pytest.raises(ModelRequiresCompilation, match="inside If/Loop/Scan bodies get no EPContext node"):
+        InferenceSession(str(ctx), options(session__disable_compile=1), providers=[NUMBA])
