@@ -90,6 +90,23 @@ def resolve_external(proto: Any, base: str) -> None:
             t.data_location = TensorProto.DEFAULT
 
 
+def read_back(tensors: Iterator[Any] | list[Any]) -> None:
+    """Reads the data ``resolve_external`` left in its file (an absolute location it checked) into
+    each tensor, for writing a model elsewhere: a written model never names a file by absolute
+    path (no loader would accept it, and it would tell where the user keeps their files)."""
+    from onnx import TensorProto
+    from onnx import external_data_helper as edh
+
+    for t in tensors:
+        if edh.uses_external_data(t) and os.path.isabs(location := edh.ExternalDataInfo(t).location):
+            info = edh.ExternalDataInfo(t)
+            with open(location, "rb") as fh:
+                fh.seek(info.offset or 0)
+                t.raw_data = fh.read(info.length or stored_bytes(t, raw=True))
+            del t.external_data[:]
+            t.data_location = TensorProto.DEFAULT
+
+
 def external_span(t: Any, base: str) -> tuple[str, int, int]:
     """(file, offset, length) of an external tensor, checked by onnx's own resolver (relative,
     inside ``base``, no symbolic link out of it) and against the file's size."""

@@ -12,7 +12,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ep_core.host.model_files import INLINE_LIMIT
+from ep_core.host.model_files import INLINE_LIMIT, read_back
 from ep_core.runtime.discover import hook_error
 from ep_core.runtime.execute import execute_subplan
 from ep_core.runtime.partition import Partition, fused_inputs_outputs, partition_graph, require_complete
@@ -254,7 +254,8 @@ class GraphProgram:
         for field, items in (("node", kept), ("initializer", inits), ("value_info", infos), outs):
             out.graph.ClearField(field)
             getattr(out.graph, field).extend(items)
-        try:  # past protobuf's reach, tensors go to <file>.data beside it
+        try:  # past protobuf's reach, tensors go to <file>.data beside it (also those left in the source's)
+            read_back(out.graph.initializer)
             big = out.ByteSize() > INLINE_LIMIT
             onnx.save_model(out, path, save_as_external_data=big, location=os.path.basename(path) + ".data")
         except (OSError, ValueError) as exc:

@@ -80,6 +80,26 @@ def test_data_past_the_inline_limit_stays_in_its_file_and_runs(tmp_path, monkeyp
     np.testing.assert_array_equal(sess.run(None, {"idx": idx})[0], want)
 
 
+def test_the_optimized_model_of_data_left_in_its_file_names_no_absolute_path(tmp_path, monkeypatch):
+    """optimized_model_filepath wrote the absolute location the loader had checked: a model no
+    loader accepts (onnx, onnxruntime and ep-core refuse absolute external paths), naming where the
+    user keeps their files (red-team 12). The data left in the source's file is written again."""
+    import onnxruntime as ort
+
+    n = 4096
+    path = _gather_model(tmp_path, n)
+    monkeypatch.setattr(model_files, "INLINE_LIMIT", 1024)
+    so = ep_core.SessionOptions()
+    so.optimized_model_filepath = str(tmp_path / "out" / "optimized.onnx")
+    (tmp_path / "out").mkdir()
+    ep_core.InferenceSession(str(path), so, providers=["CpuReferenceExecutionProvider"])
+    written = (tmp_path / "out" / "optimized.onnx").read_bytes()
+    assert str(tmp_path).encode() not in written
+    idx, want = _expect(n)
+    got = ort.InferenceSession(str(tmp_path / "out" / "optimized.onnx")).run(None, {"idx": idx})[0]
+    np.testing.assert_array_equal(got, want)
+
+
 def test_data_under_the_limit_is_read_into_the_model(tmp_path):
     path = _gather_model(tmp_path, 4096)
     model = load.check_and_infer(load.load_model(str(path), None)[0])
