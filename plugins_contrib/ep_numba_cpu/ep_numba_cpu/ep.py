@@ -483,19 +483,23 @@ def _checked_compute(runner: GraphRunner, types: Sequence[Any], names: Sequence[
     """An EPContext node's compute: its inputs are bound by position, and the values a (merged or
     rewired) model feeds it are checked against the types its graph was written for (dtype, rank,
     fixed dims) before any kernel sees them; a view is made contiguous, as the kernels take it."""
+    wants = [
+        (name, None if dtype is None else np.dtype(dtype), None if shape is None else tuple(shape), dtype, shape)
+        for name, (dtype, shape) in zip(names, types, strict=True)
+    ]
 
     def compute(*inputs: Any) -> tuple[Any, ...]:
         args = []
-        for x, name, (dtype, shape) in zip(inputs, names, types, strict=True):
+        for x, (name, dt, shape, dtype_name, shape_list) in zip(inputs, wants, strict=True):
             a = np.asarray(x)
-            have = "bool" if a.dtype == np.bool_ else str(a.dtype)
-            if (dtype is not None and have != dtype) or (
+            if (dt is not None and a.dtype != dt) or (
                 shape is not None
                 and (a.ndim != len(shape) or any(d is not None and d != n for d, n in zip(shape, a.shape, strict=True)))
             ):
+                written = "" if shape_list is None else str([d if d is not None else "?" for d in shape_list])
                 raise InvalidArgument(
-                    f"input {name!r} is {have}{list(a.shape)}, but the context graph was written for {dtype}"
-                    f"{shape if shape is None else [d if d is not None else '?' for d in shape]}"
+                    f"input {name!r} is {a.dtype}{list(a.shape)}, but the context graph was written for {dtype_name}"
+                    f"{written}"
                 )
             args.append(a if a.flags.c_contiguous else np.ascontiguousarray(a))
         return tuple(runner(*args))
