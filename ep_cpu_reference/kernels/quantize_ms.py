@@ -560,6 +560,11 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
         hs = int(spec.hidden)
         if w.shape != (spec.num_dir, x.shape[2], 4 * hs) or r.shape != (spec.num_dir, hs, 4 * hs):
             raise fail(node, f"W {list(w.shape)} / R {list(r.shape)} must be (D, I, 4H) / (D, H, 4H) with H={hs}")
+        for what, v in (("W_scale", w_s), ("W_zero_point", w_zp), ("R_scale", r_s), ("R_zero_point", r_zp)):
+            if v is not None and np.shape(v) not in ((spec.num_dir,), (spec.num_dir, 4 * hs)):  # as onnxruntime
+                raise fail(
+                    node, f"{what} {list(np.shape(v))} must be (D,) per tensor or (D, 4H) per channel, D={spec.num_dir}"
+                )
         shape = (spec.num_dir, batch, hs)
         full = lens is None or bool(np.all(np.asarray(lens) == seq))
         states_ok = all(s is None or s.shape == shape for s in (h0, c0))

@@ -435,6 +435,43 @@ def test_dynamic_quantize_lstm_wide_input_projection_in_exact_slices(monkeypatch
     _close((model, feed))
 
 
+def test_mlas_tanh_is_onnxruntime_tanh_bit_for_bit() -> None:
+    """onnxruntime's recurrent ops take tanh and the logistic from MLAS (x86-64 FMA3 kernels)."""
+    from ep_cpu_reference.kernels.special import mlas_tanh
+
+    x = np.concatenate([_R.standard_normal(50000) * 3, np.linspace(-10, 10, 40001), _R.standard_normal(5000) * 1e-3])
+    x = np.concatenate([x, [0.0, -0.0, 9.0, -9.5, np.inf, -np.inf]]).astype(np.float32)
+    model, feed = _model("Tanh", [("x", x)], [np.float32], set(), domain="")
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(mlas_tanh(x).view(np.uint32), want.view(np.uint32))
+
+
+@pytest.mark.parametrize("direction", ["forward", "bidirectional"])
+def test_dynamic_quantize_lstm_is_onnxruntime_bit_for_bit(direction: str) -> None:
+    """Its state is quantized again every step, so one ulp of an activation can flip a quantum and
+    drift from there (ddddocr's old model: 2.8e-3 by step 5 with NumPy's tanh): the cell takes
+    MLAS's logistic and tanh, as onnxruntime's LSTM does, and the outputs are onnxruntime's."""
+    t, b, i, h = 30, 2, 24, 32
+    d = 2 if direction == "bidirectional" else 1
+    rng = np.random.default_rng(7)
+    ins = [("x", rng.standard_normal((t, b, i)).astype(np.float32) * 2)]
+    ins += [("w", rng.integers(-128, 128, (d, i, 4 * h)).astype(np.int8))]
+    ins += [("r", rng.integers(-128, 128, (d, h, 4 * h)).astype(np.int8))]
+    ins += [("b", rng.standard_normal((d, 8 * h)).astype(np.float32) * 0.1)]
+    ins += [("sl", None), ("h0", None), ("c0", None), ("p", None)]
+    ins += [("ws", np.full(d, 0.01, np.float32)), ("wz", np.zeros(d, np.int8))]
+    ins += [("rs", np.full(d, 0.02, np.float32)), ("rz", np.zeros(d, np.int8))]
+    inits = {"w", "r", "b", "ws", "wz", "rs", "rz"}
+    model, feed = _model("DynamicQuantizeLSTM", ins, [np.float32] * 3, inits, hidden_size=h, direction=direction)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1  # with more, onnxruntime quantizes the state per thread's rows
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feed)
+    for provider in ("CpuReferenceExecutionProvider", "NumbaCpuExecutionProvider"):
+        got = ep_core.InferenceSession(model, providers=[provider]).run(None, feed)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+
+
 @pytest.mark.parametrize("wdt", INT8)
 @pytest.mark.parametrize("mask", [None, "lengths", "start_end", "keys"])
 @pytest.mark.parametrize("unidirectional", [0, 1])
