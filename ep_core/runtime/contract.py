@@ -139,9 +139,10 @@ def declared_outputs(declared: Any, inferred: Any) -> list[Any]:
     """The graph outputs users see (``get_outputs``, saved models): as ``declared`` (a GraphProto),
     dims only ``inferred`` knows filled in as onnxruntime merges them; as declared where they clash."""
     found = {v.name: v.type.tensor_type for v in inferred.output if v.type.HasField("tensor_type")}
+    typed = {v.name: v for v in inferred.output}  # for an output declared with no type: inference's
     outputs = []
     for given in (declared if declared is not None else inferred).output:
-        (v := type(given)()).CopyFrom(given)
+        (v := type(given)()).CopyFrom(typed.get(given.name, given) if given.type.WhichOneof("value") is None else given)
         t, src = v.type.tensor_type, found.get(v.name)
         if src is not None and src.HasField("shape") and v.type.HasField("tensor_type"):
             t.elem_type, pairs = t.elem_type or src.elem_type, list(zip(t.shape.dim, src.shape.dim))

@@ -386,8 +386,14 @@ def _with_placeholder_shapes(proto: Any) -> Any:
     but onnx 1.23's checker insists on the field for graph inputs and outputs. Only the copy is
     touched; the session runs the model as given."""
 
-    def missing(v: Any) -> bool:
-        return v.type.WhichOneof("value") == "tensor_type" and not v.type.tensor_type.HasField("shape")
+    def missing(v: Any) -> bool:  # a graph output of no type at all too: onnxruntime infers it
+        kind = v.type.WhichOneof("value")
+        return (
+            kind is None
+            and v in proto.graph.output
+            or kind == "tensor_type"
+            and not v.type.tensor_type.HasField("shape")
+        )
 
     if not any(missing(v) for v in list(proto.graph.input) + list(proto.graph.output)):
         return proto
@@ -396,6 +402,8 @@ def _with_placeholder_shapes(proto: Any) -> Any:
     copy = onnx.ModelProto()
     copy.CopyFrom(proto)
     for v in list(copy.graph.input) + list(copy.graph.output):
+        if v.type.WhichOneof("value") is None:
+            v.type.tensor_type.elem_type = 1  # the checker's copy only: inference gives the real type
         if missing(v):
             v.type.tensor_type.shape.dim.add()  # one unknown dim: satisfies the field, checks nothing else
     return copy

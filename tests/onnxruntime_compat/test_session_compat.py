@@ -121,6 +121,24 @@ def test_model_metadata_as_onnxruntime() -> None:
         assert g.custom_metadata_map == w.custom_metadata_map == {"author": "ep-core"}
 
 
+def test_a_graph_output_of_no_type_is_inferred_as_onnxruntime() -> None:
+    """``graph.output.append(ValueInfoProto(name=...))``, the usual way to expose an intermediate
+    value, leaves it without a type: onnxruntime infers it; onnx's checker refused it."""
+    g = helper.make_graph(
+        [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Neg", ["r"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])],
+    )
+    g.output.append(onnx.ValueInfoProto(name="r"))
+    blob = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    want, got = _sessions(blob)
+    x = {"x": np.array([-1.0, 2.0], np.float32)}
+    for w, o in zip(want.run(None, x), got.run(None, x), strict=True):
+        np.testing.assert_array_equal(o, w)
+    assert _args(got.get_outputs()) == _args(want.get_outputs())
+
+
 @pytest.mark.parametrize(
     "level", [ort.GraphOptimizationLevel.ORT_DISABLE_ALL, ort.GraphOptimizationLevel.ORT_ENABLE_ALL]
 )
