@@ -303,12 +303,14 @@ for _op, _fn in (("Add", np.add), ("Sub", np.subtract), ("Mul", np.multiply), ("
 def _pow(x: Any, y: Any) -> Any:
     """A scalar exponent of 2 or 3 multiplies, as onnxruntime does (float16 in float32): exact
     products, 100x faster than a float64 power (GPT-2's gelu_new cubes every activation)."""
-    if x.dtype.kind in "iu" and y.dtype.kind in "iu":
-        return np.power(x.astype(np.int64), y.astype(np.int64)).astype(x.dtype)
+    if x.dtype.kind in "iu" and y.dtype.kind in "iu":  # onnxruntime: static_cast<T>(std::pow(double, double))
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):  # 2 ** -1 is 0, 0 ** -1 INT_MIN
+            return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
     if x.dtype.kind == "f" and y.size == 1 and float(y.reshape(-1)[0]) in (2.0, 3.0):
         v = x if x.dtype.itemsize >= 4 else x.astype(np.float32)
         r = v * v if float(y.reshape(-1)[0]) == 2.0 else v * v * v
-        return r.astype(x.dtype, copy=False)
+        shape = np.broadcast_shapes(x.shape, y.shape)  # a [1, 1] exponent still broadcasts
+        return (r if r.shape == shape else np.broadcast_to(r, shape)).astype(x.dtype, copy=r.shape != shape)
     return np.power(x.astype(np.float64), y.astype(np.float64)).astype(x.dtype)
 
 

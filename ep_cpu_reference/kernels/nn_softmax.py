@@ -60,6 +60,8 @@ def _family(fn: Callable[[np.ndarray, int], np.ndarray]) -> Callable[..., Any]:
             axis = axis_attr + r if axis_attr < 0 else axis_attr
             if not 0 <= axis < max(r, 1):
                 raise fail(node, f"axis={axis_attr} is outside the input rank {r}")
+            if x.size == 0:  # nothing to normalise (a batch of none): onnxruntime returns it empty
+                return (np.empty_like(x),)
             # half types compute natively, as the ONNX reference does (its expected values round there)
             xc = x if x.dtype.itemsize == 2 and is_float(x.dtype) else as_compute(x)
             if legacy:

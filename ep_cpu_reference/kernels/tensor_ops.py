@@ -464,12 +464,15 @@ def _slice(
         if st == 0:
             raise ValueError(f"{node.describe()}: slice step must not be 0")
         dim = x.shape[norm_axis(node, a, x.ndim)]
-        # clamp the way the spec does: huge sentinels (INT64_MAX/MIN) become the bounds
-        s = max(-dim - 1, min(s, dim))
-        e = max(-dim - 1, min(e, dim))
-        if st < 0 and e < -dim:
-            e = None  # type: ignore[assignment]
-        index[norm_axis(node, a, x.ndim)] = slice(s, e, st)
+        if st > 0:  # clamp the way the spec does: huge sentinels (INT64_MAX/MIN) become the bounds
+            index[norm_axis(node, a, x.ndim)] = slice(max(-dim - 1, min(s, dim)), max(-dim - 1, min(e, dim)), st)
+            continue
+        # a negative step: start in [0, dim - 1] (one below -dim takes the first element), end in
+        # [-1, dim - 1] with -1 "through the first" (the spec's, as onnx infers the shape; onnxruntime
+        # alone reads an end of INT64_MAX as -1 too, where the spec and inference give nothing)
+        s = min(max(s + dim if s < 0 else s, 0), dim - 1)
+        e = min(max(e + dim if e < 0 else e, -1), dim - 1)
+        index[norm_axis(node, a, x.ndim)] = slice(s, None if e == -1 else e, st) if dim else slice(0, 0)
     return x[tuple(index)]
 
 

@@ -6,6 +6,7 @@ are all constants run once when the runner is built (folded), as the core folds 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection, Mapping, Sequence
 from typing import Any
 
@@ -140,7 +141,7 @@ def matmul(a: np.ndarray, b: np.ndarray, ws: Workspace | None = None, key: Any =
     """MatMul; a stack times a matrix is one BLAS call (np.dot is much faster than np.matmul's
     stacked loop here), into the workspace's buffer when one is given."""
     if b.ndim == 2 and a.ndim >= 2 and a.dtype == b.dtype:
-        a2 = np.ascontiguousarray(a).reshape(-1, a.shape[-1])
+        a2 = np.ascontiguousarray(a).reshape(math.prod(a.shape[:-1]), a.shape[-1])  # (-1, 0) is ambiguous
         out = _buf(ws, (key, "out"), (a2.shape[0], b.shape[1]), a.dtype)
         if few_rows(a2, b, out) is None:  # the reference EP's gemv per row, where it pays
             np.dot(a2, b, out=out)
