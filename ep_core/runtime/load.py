@@ -130,10 +130,11 @@ def check_and_infer(proto: Any) -> Any:
     """Validate the model and add inferred value types (kernels match on them)."""
     import onnx
 
-    from ep_core.optimizer import functions, toposort
+    from ep_core.optimizer import functions, sparse, toposort
 
     proto = toposort.sorted_topologically(proto)  # as onnxruntime sorts graphs; onnx's checker needs it
     _check_tensors(proto)
+    proto = sparse.dense_initializers(proto)  # as onnxruntime loads them
     _check_opsets(proto)
     proto, moved, added = _lazy_initializers_as_inputs(proto)
     try:
