@@ -231,6 +231,32 @@ _TANH_Q = tuple(
 )
 
 
+def _padded(coefs: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+    """Leading zero coefficients: an FMA Horner step from 0 gives the next coefficient exactly, so
+    a padded polynomial rounds as the original, and several share one pass of array operations."""
+    return (np.float64(0.0),) * (n - len(coefs)) + coefs
+
+
+def _stacked(p: tuple[Any, ...], q: tuple[Any, ...], shape: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """Numerator and denominator coefficients stacked on a leading axis of 2 (each step's pair of
+    shape (2, *shape)): both polynomials in one Horner pass, half the calls at small sizes."""
+    n = max(len(p), len(q))
+    pairs = zip(_padded(p, n), _padded(q, n), strict=True)
+    return tuple(np.stack(np.broadcast_arrays(*map(np.float64, pair))).reshape((2, *shape)) for pair in pairs)
+
+
+def _rational(v: np.ndarray, coefs: tuple[np.ndarray, ...]) -> np.ndarray:
+    """v * p(v^2) / q(v^2) in MLAS's FMA steps (float32 ``v``, stacked ``coefs``)."""
+    v2 = (v * v).astype(np.float64)
+    pq = _fma_horner(v2, coefs, np.empty((2, *v2.shape)), np.empty((2, *v.shape), np.float32))
+    pq[0] *= v
+    pq[0] /= pq[1]
+    return pq[0]
+
+
+_TANH_PQ = _stacked(_TANH_P, _TANH_Q, (1,))
+
+
 def mlas_tanh(x: np.ndarray) -> np.ndarray:
     """MlasComputeTanh as onnxruntime 1.31's x86-64 FMA3 kernel computes it, bit for bit (checked
     on 500,001 values over [-10, 10] and near 0): x clamped to [-9, 9], Eigen's rational p(x)/q(x)
@@ -241,27 +267,16 @@ def mlas_tanh(x: np.ndarray) -> np.ndarray:
     y = np.empty_like(flat)
     for s in range(0, flat.size, _LOGISTIC_BLOCK):
         v = np.clip(flat[s : s + _LOGISTIC_BLOCK], np.float32(-9.0), np.float32(9.0))
-        v2 = (v * v).astype(np.float64)
-        tmp = np.empty_like(v2)
-        p = _fma_horner(v2, _TANH_P, tmp, np.empty_like(v))
-        p *= v
-        np.divide(p, _fma_horner(v2, _TANH_Q, tmp, np.empty_like(v)), out=y[s : s + _LOGISTIC_BLOCK])
+        y[s : s + _LOGISTIC_BLOCK] = _rational(v, _TANH_PQ)
     return y.reshape(x.shape)
-
-
-def _padded(coefs: tuple[np.float64, ...], n: int) -> tuple[np.float64, ...]:
-    """Leading zero coefficients: an FMA Horner step from 0 gives the next coefficient exactly, so
-    a padded polynomial rounds as the original (and several can share one pass, gate by gate)."""
-    return (np.float64(0.0),) * (n - len(coefs)) + coefs
 
 
 # LSTM gates i, o, f (logistic) and the candidate (tanh) in one pass: per-gate bounds and coefficients
 _GATE_BOUND = np.array([18.0, 18.0, 18.0, 9.0], np.float32).reshape(4, 1, 1)
-_GATE_P = tuple(
-    np.array(c).reshape(4, 1, 1) for c in zip(*([_padded(_LOGISTIC_P, 7)] * 3 + [_padded(_TANH_P, 7)]), strict=True)
-)
-_GATE_Q = tuple(
-    np.array(c).reshape(4, 1, 1) for c in zip(*([_padded(_LOGISTIC_Q, 6)] * 3 + [_padded(_TANH_Q, 6)]), strict=True)
+_GATE_PQ = _stacked(
+    tuple(np.array(c) for c in zip(*([_padded(_LOGISTIC_P, 7)] * 3 + [_padded(_TANH_P, 7)]), strict=True)),
+    tuple(np.array(c) for c in zip(*([_padded(_LOGISTIC_Q, 6)] * 3 + [_padded(_TANH_Q, 6)]), strict=True)),
+    (4, 1, 1),
 )
 
 
@@ -269,12 +284,7 @@ def mlas_lstm_gates(x: np.ndarray) -> np.ndarray:
     """MLAS's logistic of x[:3] and tanh of x[3] (x: (4, B, H) float32), bit for bit as
     ``mlas_logistic`` and ``mlas_tanh``, in one pass of array operations: an LSTM step calls it
     once, and at small batch the per-call overhead is most of its cost."""
-    v = np.clip(x, -_GATE_BOUND, _GATE_BOUND)
-    v2 = (v * v).astype(np.float64)
-    tmp = np.empty_like(v2)
-    p = _fma_horner(v2, _GATE_P, tmp, np.empty_like(v))
-    p *= v
-    p /= _fma_horner(v2, _GATE_Q, tmp, np.empty_like(v))
+    p = _rational(np.clip(x, -_GATE_BOUND, _GATE_BOUND), _GATE_PQ)
     p[:3] += np.float32(0.5)
     np.maximum(p[:3], np.float32(0.0), out=p[:3])
     return p
