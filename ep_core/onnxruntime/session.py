@@ -32,6 +32,7 @@ from ep_core.runtime.options import SessionOptions as _EpCoreOptions
 from ep_core.runtime.session import InferenceSession as _EpCoreSession
 from ep_core.runtime.session import ModelMetadata, NodeArg
 from ep_core.sdk.errors import EpCoreError, EpFail, InvalidArgument, NotImplementedByAnyEp
+from ep_core.sdk.graph import type_string
 from ep_core.sdk.memory import HOST_MEMORY, MemoryInfo
 from ep_core.sdk.tensor import Tensor
 
@@ -122,28 +123,6 @@ def check_and_normalize_provider_args(
     return list(chosen), list(chosen.values())
 
 
-def type_string(tp: Any) -> str:
-    """A value's type as onnxruntime's ``NodeArg.type`` spells it: ``tensor(float)``,
-    ``seq(tensor(int64))``, ``map(string,tensor(float))``, ``optional(tensor(float))``."""
-    from onnx import helper
-
-    def elem(t: int) -> str:
-        return str(helper.tensor_dtype_to_string(t)).split(".")[-1].lower()
-
-    which = tp.WhichOneof("value")
-    if which == "tensor_type":
-        return f"tensor({elem(tp.tensor_type.elem_type)})"
-    if which == "sparse_tensor_type":
-        return f"sparse_tensor({elem(tp.sparse_tensor_type.elem_type)})"
-    if which == "sequence_type":
-        return f"seq({type_string(tp.sequence_type.elem_type)})"
-    if which == "map_type":
-        return f"map({elem(tp.map_type.key_type)},{type_string(tp.map_type.value_type)})"
-    if which == "optional_type":
-        return f"optional({type_string(tp.optional_type.elem_type)})"
-    return "undefined"
-
-
 def _shape(tp: Any) -> list[int | str | None]:
     """onnxruntime's ``NodeArg.shape`` of a value's type as declared: a size, a name (whatever it
     is, ``unk__7`` too), None for one unknown or negative; an optional's tensor shape; else []."""
@@ -225,8 +204,6 @@ class _Meta:
             a.name: a.type for a in [*self.inputs, *self.overridable] if a.type.startswith(("seq", "map"))
         }
         self.strings = {a.name for a in [*self.inputs, *self.overridable] if a.type == "tensor(string)"}
-        # rank-0 tensor inputs: onnxruntime also takes a one-element array there ([16000] as a rate)
-        self.scalars = {v.name for v in session.graph.inputs if v.kind == "tensor" and v.shape == ()}
 
 
 class InferenceSession:
@@ -473,9 +450,8 @@ class InferenceSession:
         """A fed value as the engine takes it, converted as onnxruntime converts it: lists to the
         input's type (a sequence input keeps its list, a map input its dict), NumPy ``str``/
         ``bytes`` arrays to the object arrays of strings a string tensor holds (any other element
-        of an object array as its ``str()``, as onnxruntime converts it), and a one-element
-        array for a rank-0 input to that scalar (onnxruntime runs ``np.array([16000])`` as a
-        sample rate; ep-core's own ``InferenceSession`` insists on the declared rank)."""
+        of an object array as its ``str()``, as onnxruntime converts it). (A one-element array
+        for a rank-0 input is taken as the scalar by the engine's feed check.)"""
         meta = self._ep_core_meta
         if name in meta.containers and (isinstance(value, (np.ndarray, list, tuple, dict)) or value is None):
             return _container(name, meta.containers[name], value)
@@ -484,7 +460,7 @@ class InferenceSession:
                 value = value.astype(object) if value.dtype.kind == "U" else _decoded(value)
             elif name in meta.strings and value.dtype == object and not all(type(s) is str for s in value.flat):
                 value = np.array([s if type(s) is str else str(s) for s in value.flat], object).reshape(value.shape)
-            return value.reshape(()) if name in meta.scalars and value.size == 1 and value.ndim else value
+            return value
         if value is None and name in meta.optionals:  # an optional input without a value
             return None
         if isinstance(value, (list, tuple)):

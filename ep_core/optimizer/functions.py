@@ -37,6 +37,7 @@ def inline_functions(model: Any) -> Any:
             f"{MAX_INLINED_NODES}); nested functions that call each other several times multiply"
         )
 
+    model = _with_default_attributes(model)
     imports = {o.domain: o.version for o in model.opset_import}
     if any(imports.get(o.domain, o.version) != o.version for f in model.functions for o in f.opset_import):
         aligned = ModelProto()
@@ -46,6 +47,37 @@ def inline_functions(model: Any) -> Any:
                 o.version = imports.get(o.domain, o.version)
         model = aligned
     return inliner.inline_local_functions(model)
+
+
+def _with_default_attributes(model: Any) -> Any:
+    """``model`` with every local call carrying its function's default attribute values
+    (``attribute_proto``, IR 9) that the call leaves unset, as onnxruntime binds them: onnx's inliner
+    drops them, so the body's op took its own schema default instead (LeakyRelu alpha 0.01 for a
+    function's 0.25). The very object when no call needs one."""
+    defaults = {(f.domain, f.name): f.attribute_proto for f in model.functions if f.attribute_proto}
+    if not defaults:
+        return model
+    from onnx import ModelProto
+
+    filled = ModelProto()
+    filled.CopyFrom(model)
+    bodies = [filled.graph.node, *(f.node for f in filled.functions)]
+    for nodes in bodies:
+        for n in _nodes_within(nodes):
+            have = {a.name for a in n.attribute}
+            for a in defaults.get((n.domain, n.op_type), ()):
+                if a.name not in have:
+                    n.attribute.append(a)
+    return filled
+
+
+def _nodes_within(nodes: Iterable[Any]) -> Iterable[Any]:
+    """``nodes`` and every node of their subgraphs, depth first."""
+    for n in nodes:
+        yield n
+        for a in n.attribute:
+            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _nodes_within(g.node)
 
 
 def _expanded(nodes: Iterable[Any], functions: dict[tuple[str, str], Any], memo: dict[Any, int], path: tuple) -> int:

@@ -84,8 +84,10 @@ class IOBinding:
             raise InvalidArgument("the session is closed")
         if not self._outputs:
             raise InvalidArgument("no output is bound: bind_output() the outputs to compute (only those come back)")
-        feed = {k: t.data for k, t in self._inputs.items()}
-        run.check_feed(built.graph, feed, frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host))
+        bound = {k: t.data for k, t in self._inputs.items()}
+        feed = run.check_feed(
+            built.graph, bound, frozenset(k for k, t in self._inputs.items() if not t.memory_info.is_host)
+        )
         placement = {k: t.memory_info for k, t in self._inputs.items() if not t.memory_info.is_host}
         values = run.run(built, feed, run_options, placement, False)
         plan = built.program.plan(placement, False)

@@ -130,9 +130,10 @@ def check_and_infer(proto: Any) -> Any:
     """Validate the model and add inferred value types (kernels match on them)."""
     import onnx
 
-    from ep_core.optimizer import functions, sparse, toposort
+    from ep_core.optimizer import functions, sparse, spelling, toposort
 
     proto = toposort.sorted_topologically(proto)  # as onnxruntime sorts graphs; onnx's checker needs it
+    proto = spelling.as_onnxruntime_reads(proto)
     _check_tensors(proto)
     proto = sparse.dense_initializers(proto)  # as onnxruntime loads them
     _check_opsets(proto)

@@ -19,11 +19,14 @@ if TYPE_CHECKING:
     from ep_core.sdk.memory import MemoryInfo
 
 
-def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[str] = frozenset()) -> None:
+def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[str] = frozenset()) -> Mapping[str, Any]:
     """Check names, dtypes, ranks and fixed dims (of an initializer fed in place of its value too,
     against its graph input's type); an optional input may be left out. ``on_device`` inputs are
-    checked through their ``shape``/``dtype`` attributes instead of being required to be arrays."""
+    checked through their ``shape``/``dtype`` attributes instead of being required to be arrays.
+    Returns the feed to run: a one-element array fed for an input declared a scalar is viewed as one
+    (onnxruntime does not check a scalar input's shape; ``If`` conditions are often fed ``[True]``)."""
     expected = {v.name: v for v in graph.inputs}
+    scalars = {}
     for name in feed:
         if name not in expected:
             if name not in graph.input_names:
@@ -31,9 +34,13 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
             _check_value(name, graph.value_info(name) or ValueInfo(name), feed[name], on_device)
     for name, info in expected.items():
         if name in feed:
-            _check_value(name, info, feed[name], on_device)
+            value = feed[name]
+            if info.shape == () and isinstance(value, np.ndarray) and value.shape and value.size == 1:
+                value = scalars[name] = value.reshape(())
+            _check_value(name, info, value, on_device)
         elif info.kind != "optional":
             raise InvalidArgument(f"missing input {name!r} (a {info.type_str} of shape {_shape_str(info.shape)})")
+    return {**feed, **scalars} if scalars else feed
 
 
 def _check_value(name: str, info: ValueInfo, value: Any, on_device: frozenset[str]) -> None:
@@ -53,7 +60,14 @@ def _check_value(name: str, info: ValueInfo, value: Any, on_device: frozenset[st
             if not bad and isinstance(w, int) and w >= 0 and w != got:  # -1: a dynamic dim
                 bad = f"dim {got} on axis {axis} (shape {list(s)}), expected {w}"
         if bad:
-            raise InvalidArgument(f"input {name!r} has {bad} (shape {_shape_str(ws)})")
+            why = "" if ws else _SCALAR_FED
+            raise InvalidArgument(f"input {name!r} has {bad} (shape {_shape_str(ws)}){why}")
+
+
+_SCALAR_FED = (
+    ": onnxruntime runs a scalar input fed any shape, ep-core plans with the declared rank (a one-element "
+    "feed is taken as the scalar)"
+)
 
 
 def run(
@@ -94,7 +108,9 @@ def _execute(built: "Built", plan: Any, feed: Mapping[str, Any], run_options: "R
             ep.call("ep_on_run_end", run_options=run_options, sync_stream=True)
     if record is not None:
         built.host.run_end(record, run_options)
-    fed = {id(_owner(v)) for v in feed.values()}  # an output viewing a feed is copied, as onnxruntime's are apart
+    fed = {
+        id(_owner(v)) for v in feed.values() if v is not None
+    }  # an output viewing a feed is copied, as onnxruntime's are apart
     outputs: list[Any] = [o.copy() if id(_owner(o)) in fed else o for o in plan.outputs(vals)]
     warn_declared(built, outputs, run_options)  # onnxruntime's warning for an output's wrong declared shape
     return outputs

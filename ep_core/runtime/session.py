@@ -198,8 +198,8 @@ class InferenceSession:
         """Run the model; outputs come back as NumPy arrays in the order asked."""
         if self._closed:
             raise InvalidArgument("the session is closed")
-        run.check_feed(self.graph, input_feed)
-        values = run.run(self._built, input_feed, run_options, fetches=output_names)
+        feed = run.check_feed(self.graph, input_feed)
+        values = run.run(self._built, feed, run_options, fetches=output_names)
         return run.select_outputs(self.graph, output_names, values)
 
     def end_profiling(self) -> str:

@@ -26,20 +26,22 @@ class ValueInfo:
     """A value's element type (``TensorProto`` enum, 0 when unknown) and shape.
 
     Shape entries are ints, strings (symbolic dims) or None (unknown); ``shape`` is None when
-    even the rank is unknown. ``kind`` is 'tensor', 'sequence', 'map' or 'optional'."""
+    even the rank is unknown. ``kind`` is 'tensor', 'sequence', 'map' or 'optional'; ``container``
+    spells the type of one of the last three (``seq(tensor(float))``)."""
 
     name: str
     elem_type: int = 0
     shape: tuple[int | str | None, ...] | None = None
     kind: str = "tensor"
+    container: str = ""
 
     @property
     def type_str(self) -> str:
-        """The type as ONNX schemas spell it, e.g. ``tensor(float)``."""
+        """The type as onnxruntime's ``NodeArg.type`` spells it, e.g. ``tensor(float)``."""
         from onnx import helper
 
         if self.kind != "tensor" or not self.elem_type:
-            return self.kind if self.kind != "tensor" else "tensor(undefined)"
+            return self.container or self.kind if self.kind != "tensor" else "tensor(undefined)"
         return f"tensor({helper.tensor_dtype_to_string(self.elem_type).split('.')[-1].lower()})"
 
     @cached_property  # read for every feed of every run
@@ -55,7 +57,11 @@ _KINDS = {"sequence_type": "sequence", "map_type": "map", "optional_type": "opti
 
 
 def value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
+    """An optional tensor has its tensor's shape (onnxruntime's ``NodeArg.shape`` shows it)."""
     which = tp.WhichOneof("value")
+    if which == "optional_type" and tp.optional_type.elem_type.HasField("tensor_type"):
+        inner = value_info_from_type(name, tp.optional_type.elem_type)
+        return ValueInfo(name, 0, inner.shape, "optional", type_string(tp))
     if which == "tensor_type" or which == "sparse_tensor_type":
         tt = getattr(tp, which)
         shape: tuple[int | str | None, ...] | None = None
@@ -65,7 +71,27 @@ def value_info_from_type(name: str, tp: "onnx.TypeProto") -> ValueInfo:
                 for d in tt.shape.dim
             )
         return ValueInfo(name, int(tt.elem_type), shape, "tensor")
-    return ValueInfo(name, 0, None, _KINDS.get(str(which), "tensor"))
+    return ValueInfo(name, 0, None, _KINDS.get(str(which), "tensor"), type_string(tp))
+
+
+def type_string(tp: "onnx.TypeProto") -> str:
+    """A type as onnxruntime's ``NodeArg.type`` spells it: ``tensor(float)``, ``seq(tensor(int64))``,
+    ``map(string,tensor(float))``, ``optional(seq(tensor(float)))``, ``sparse_tensor(float)``."""
+    from onnx import helper
+
+    def elem(t: int) -> str:
+        return str(helper.tensor_dtype_to_string(t)).split(".")[-1].lower()
+
+    which = str(tp.WhichOneof("value"))
+    if which in ("tensor_type", "sparse_tensor_type"):
+        return f"{which[:-5]}({elem(getattr(tp, which).elem_type)})"
+    if which == "map_type":
+        return f"map({elem(tp.map_type.key_type)},{type_string(tp.map_type.value_type)})"
+    if which == "sequence_type":
+        return f"seq({type_string(tp.sequence_type.elem_type)})"
+    if which == "optional_type":
+        return f"optional({type_string(tp.optional_type.elem_type)})"
+    return "undefined"
 
 
 def tensor_array(t: "onnx.TensorProto") -> "np.ndarray":
@@ -316,8 +342,8 @@ class GraphView:
 
     @cached_property
     def _value_infos(self) -> dict[str, ValueInfo]:
-        out: dict[str, ValueInfo] = {}
-        for vi in list(self.proto.input) + list(self.proto.value_info) + list(self.proto.output):
+        out: dict[str, ValueInfo] = {}  # a graph input's declaration wins over value_info or an output naming it
+        for vi in list(self.proto.value_info) + list(self.proto.output) + list(self.proto.input):
             if vi.HasField("type"):
                 out[vi.name] = value_info_from_type(vi.name, vi.type)
         for t in self.proto.initializer:

@@ -49,12 +49,13 @@ def _dropout(x: Any, ratio: float, training: bool, rng: Callable[[], Any], want_
 
 @REGISTRY.register("Dropout", since=1, end=11)
 def build_dropout_attr(node: NodeView, ctx: KernelContext) -> Fn:
-    """Opsets 1-11: inference only (identity; the mask is all ones, typed like the input before
-    opset 10 and bool from 10 on)."""
-    want_mask = len(node.outputs) > 1  # one value per declared output, even an omitted one
-    if want_mask and node.opset < 10:
-        return lambda x: (x, np.ones(x.shape, dtype=x.dtype))
-    return lambda x: _dropout(x, 0.0, False, _rng(node), want_mask)
+    """Opsets 1-11: inference only (identity). The mask is all zeros (typed like the input before
+    opset 10, bool from 10 on), as onnxruntime's identity kernel fills it ("no values dropped" in
+    its reading), although opset 12's kernel, like the ONNX reference, gives all True."""
+    if len(node.outputs) < 2:  # one value per declared output, even an omitted one
+        return lambda x: (x,)
+    mask_dtype = None if node.opset < 10 else bool
+    return lambda x: (x, np.zeros(x.shape, dtype=mask_dtype or x.dtype))
 
 
 @REGISTRY.register("Dropout", since=12, host_inputs=(1, 2))

@@ -79,8 +79,8 @@ def build_sequence_erase(node: NodeView, ctx: KernelContext) -> Callable[..., An
 
 @REGISTRY.register("SplitToSequence", since=11, host_inputs=(1,))
 def build_split_to_sequence(node: NodeView, ctx: KernelContext) -> Callable[..., Any]:
-    """No ``split``: pieces of 1 along ``axis`` (squeezed unless keepdims=0 says keep); scalar
-    ``split``: equal chunks, the last smaller; 1-D ``split``: those lengths."""
+    """No ``split``: pieces of 1 along ``axis`` (squeezed when keepdims=0); scalar ``split``: equal
+    chunks, the last smaller, none of an empty axis; 1-D ``split``: those lengths."""
     axis = int(node.attr("axis", 0))
     keepdims = int(node.attr("keepdims", 1))
 
@@ -95,6 +95,8 @@ def build_split_to_sequence(node: NodeView, ctx: KernelContext) -> Callable[...,
             size = int(split_arr)
             if size <= 0:
                 raise ValueError(f"{node.describe()}: split must be positive, got {size}")
+            if n == 0:  # no chunk at all (onnxruntime), not one empty chunk
+                return ([],)
             bounds = list(range(size, n, size))
         else:
             lengths = [int(v) for v in split_arr]

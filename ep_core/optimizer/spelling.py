@@ -1,0 +1,79 @@
+"""What onnxruntime reads one way, made one way at load, before onnx's checker (which refuses some
+of it) and the kernels see the model:
+
+- a node or opset import in the default domain's long name ``ai.onnx`` is in ``""``;
+- of repeated ``metadata_props`` keys the last value stands (onnxruntime's ``custom_metadata_map``);
+- a subgraph initializer named like a value of an enclosing graph is dropped: onnxruntime 1.31 binds
+  the name to the outer value (graph input, initializer or node output), so the branch reads that.
+  ONNX's scoping rules forbid the shadowing; a warning names each one.
+
+The caller's ModelProto is not edited: a copy is made when anything changes."""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+from ep_core.sdk.graph import nested_graphs
+
+
+def as_onnxruntime_reads(model: Any) -> Any:
+    """``model``, or a copy spelled as the module docstring says."""
+    if not (_long_domain_names(model) or _repeated_keys(model) or any(_shadowing(model.graph, frozenset()))):
+        return model
+    from onnx import helper
+
+    copy = type(model)()
+    copy.CopyFrom(model)
+    for n in (n for g in _bodies(copy) for n in g.node if n.domain == "ai.onnx"):
+        n.domain = ""
+    for imports in [copy.opset_import, *(f.opset_import for f in copy.functions)]:
+        versions = {o.domain or "ai.onnx": o.version for o in imports}
+        del imports[:]
+        imports.extend(helper.make_opsetid("" if d == "ai.onnx" else d, v) for d, v in versions.items())
+    last = {p.key: p.value for p in model.metadata_props}
+    del copy.metadata_props[:]
+    for key, value in last.items():
+        copy.metadata_props.add(key=key, value=value)
+    for graph, name in list(_shadowing(copy.graph, frozenset())):
+        warnings.warn(
+            f"subgraph {graph.name!r} has an initializer {name!r} named like a value of an enclosing graph: "
+            "it reads the outer value, as onnxruntime does (ONNX forbids the shadowing; rename one of them)",
+            RuntimeWarning,
+            stacklevel=4,
+        )
+        kept = [t for t in graph.initializer if t.name != name]
+        del graph.initializer[:]
+        graph.initializer.extend(kept)
+    return copy
+
+
+def _bodies(model: Any) -> list[Any]:
+    """Every graph of ``model`` and its local functions' bodies: all hold nodes."""
+    return [*nested_graphs(model.graph), *model.functions]
+
+
+def _long_domain_names(model: Any) -> bool:
+    return any(o.domain == "ai.onnx" for o in model.opset_import) or any(
+        n.domain == "ai.onnx" for g in _bodies(model) for n in g.node
+    )
+
+
+def _repeated_keys(model: Any) -> bool:
+    keys = [p.key for p in model.metadata_props]
+    return len(set(keys)) != len(keys)
+
+
+def _shadowing(graph: Any, outer: frozenset[str]) -> Iterator[tuple[Any, str]]:
+    """(subgraph, initializer name) for each initializer of a graph nested in ``graph`` whose name an
+    enclosing graph (``outer`` for the ones above ``graph``) defines."""
+    for t in graph.initializer:
+        if t.name in outer:
+            yield graph, t.name
+    defined = outer | {v.name for v in graph.input} | {t.name for t in graph.initializer}
+    defined |= {o for n in graph.node for o in n.output if o}
+    for n in graph.node:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from _shadowing(sub, defined)
