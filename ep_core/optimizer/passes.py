@@ -71,6 +71,9 @@ class LibraryFailure(Exception):
     """An onnxscript pass raised on the model: ``api`` drops the optimizer's work with a warning."""
 
 
+SMALL_FILL = 64 << 10  # bytes: a ConstantOfShape up to this is folded (pads, shapes), a larger fill kept
+
+
 class FoldGate:
     """onnxscript's ``should_fold``: a node is folded only when its outputs' sizes are known before
     computing them (never strings') and fit what is left of the session's budget (and onnxruntime's per-node cap);
@@ -98,6 +101,8 @@ class FoldGate:
             )
             return False
         self.left -= size
+        if node.op_type == "ConstantOfShape" and node.domain in ("", "ai.onnx") and size <= SMALL_FILL:
+            return True  # onnxscript keeps every ConstantOfShape; a small one folded (as onnxruntime does) makes shapes known
         return None
 
 
@@ -365,6 +370,26 @@ def _constant_tensor(node: ir.Node) -> Any:
     return None
 
 
+# fused ops whose output has the shape of the standard op they extend (onnx has no inference for
+# them: past one, every shape downstream stayed as stale as before folding): (inputs kept, attributes)
+_SHAPED_AS = {
+    "FusedConv": ("Conv", 3, frozenset({"auto_pad", "dilations", "group", "kernel_shape", "pads", "strides"})),
+    "FusedGemm": ("Gemm", 3, frozenset({"alpha", "beta", "transA", "transB"})),
+}
+
+
+def _as_inferable(node: Any) -> None:
+    """``node`` (in a copy only shapes are read from) as the standard op of its output's shape."""
+    found = _SHAPED_AS.get(node.op_type) if node.domain == "com.microsoft" else None
+    if found is None:
+        return
+    op, inputs, attrs = found
+    kept = [a for a in node.attribute if a.name in attrs]
+    node.op_type, node.domain = op, ""
+    del node.input[inputs:], node.attribute[:]
+    node.attribute.extend(kept)
+
+
 def _fresh_shapes(proto: Any) -> Any:
     """``proto`` with its shapes inferred anew over the optimized graph. Inference keeps the dims a
     value_info already holds, and those written before the passes can be stale: a Slice whose ends
@@ -384,12 +409,17 @@ def _fresh_shapes(proto: Any) -> Any:
         bare.CopyFrom(proto)
         for g in nested_graphs(bare.graph):
             del g.value_info[:]
+            for v in g.output:
+                if v.type.HasField("tensor_type"):
+                    v.type.tensor_type.ClearField("shape")
+            for n in g.node:
+                _as_inferable(n)
         fresh = onnx.shape_inference.infer_shapes(bare, check_type=False, strict_mode=False, data_prop=False)
     except Exception:  # noqa: BLE001 - the plain inference above is valid on its own
         return out
     for old_g, new_g in zip(nested_graphs(out.graph), nested_graphs(fresh.graph), strict=True):
-        known = {v.name: v for v in new_g.value_info}
-        for v in old_g.value_info:
+        known = {v.name: v for v in [*new_g.value_info, *new_g.output]}
+        for v in [*old_g.value_info, *old_g.output]:
             got = known.get(v.name)
             if got is not None and v.type.WhichOneof("value") == got.type.WhichOneof("value") == "tensor_type":
                 _merge_dims(v.type.tensor_type, got.type.tensor_type)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import os
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -46,10 +46,11 @@ class ModelMetadata:
     custom_metadata_map: dict[str, str]
 
 
-def _node_arg(v: ValueInfo) -> NodeArg:
-    # dims as onnxruntime shows them: unknown rank is []; a negative size, '' or a name onnx's
-    # shape inference made up (unk__N) is None
-    dims = [None if d in (None, "") or str(d).startswith(("-", "unk__")) else d for d in v.shape or ()]
+def _node_arg(v: ValueInfo, named: Collection[str] = ()) -> NodeArg:
+    # dims as onnxruntime shows them: unknown rank is []; a negative size, '' or a name onnx's shape
+    # inference made up (unk__N, unless the model itself ``named`` it: tf2onnx writes them) is None
+    made_up = lambda d: str(d).startswith("unk__") and d not in named  # noqa: E731
+    dims = [None if d in (None, "") or str(d).startswith("-") or made_up(d) else d for d in v.shape or ()]
     return NodeArg(v.name, dims, v.type_str)
 
 
@@ -129,12 +130,14 @@ class InferenceSession:
         return list(self._built.eps)
 
     def get_inputs(self) -> list[NodeArg]:
-        return [_node_arg(v) for v in self.graph.inputs]
+        return [_node_arg(v, {str(d) for d in v.shape or ()}) for v in self.graph.inputs]  # declared, all of them
 
     def get_outputs(self) -> list[NodeArg]:
         """As declared, with what inference found (``declared_outputs``), as onnxruntime reports them."""
         outputs = type(self.graph.proto)(output=declared_outputs(self._built.declared, self.graph.proto))
-        return [_node_arg(v) for v in GraphView(outputs, {}).outputs]
+        given = self._built.declared.output if self._built.declared is not None else ()
+        named = {d.dim_param for v in given for d in v.type.tensor_type.shape.dim}
+        return [_node_arg(v, named) for v in GraphView(outputs, {}).outputs]
 
     def get_overridable_initializers(self) -> list[NodeArg]:
         graph = self.graph

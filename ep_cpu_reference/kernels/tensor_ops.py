@@ -15,7 +15,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.nn_common import fold_frozen, frozen
+from ep_cpu_reference.kernels.nn_common import fail, fold_frozen, frozen
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -688,7 +688,14 @@ def build_gather_elements(node: NodeView, ctx: KernelContext) -> Fn:
     axis = int(node.attr("axis", 0))
 
     def compute(x: Any, indices: Any) -> tuple[Any]:
+        """Indices may be shorter than the data on the other axes (torch.gather exports so): the
+        data's leading part there is read, as onnxruntime reads it."""
         a = norm_axis(node, axis, x.ndim)
+        if indices.ndim != x.ndim or any(i > d for k, (i, d) in enumerate(zip(indices.shape, x.shape)) if k != a):
+            raise fail(
+                node, f"indices of shape {list(indices.shape)} do not fit data of shape {list(x.shape)} off axis {a}"
+            )
+        x = x[tuple(slice(None) if k == a else slice(0, i) for k, i in enumerate(indices.shape))]
         idx = indices.astype(np.int64)
         return (np.take_along_axis(x, np.where(idx < 0, idx + x.shape[a], idx), axis=a),)
 

@@ -208,3 +208,35 @@ def test_split_to_sequence_of_an_empty_axis_by_a_scalar_has_no_chunk() -> None:
     for x in (np.ones(0, np.float32), np.ones(5, np.float32)):
         (n,) = _agree(model, {"x": x, "sp": np.array(2, np.int64)}, "CpuReferenceExecutionProvider")
         assert int(n) == -(-len(x) // 2)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_output_dims_resolved_after_folding_are_shown_as_onnxruntime_shows_them(provider: str) -> None:
+    """Pads made by a ConstantOfShape chain (onnxscript keeps every ConstantOfShape; a small one is now
+    folded, as onnxruntime folds it) and a Conv+Relu fused into FusedConv (which onnx cannot infer):
+    the outputs' declared symbols become the sizes onnxruntime shows (silero-vad's LSTM state showed
+    ``LSTMhn_dim_1`` for 1). A dim the model names ``unk__3`` itself stays, as in onnxruntime."""
+    const = lambda name, v: h.make_node("Constant", [], [name], value=numpy_helper.from_array(np.array(v, np.int64)))  # noqa: E731
+    nodes = [
+        const("two", [2]),
+        h.make_node("ConstantOfShape", ["two"], ["zeros"], value=numpy_helper.from_array(np.array([0], np.int64))),
+        const("ones", [1, 1]),
+        h.make_node("Concat", ["zeros", "ones"], ["pads"], axis=0),  # [0, 0, 1, 1]: one more row and column
+        h.make_node("Pad", ["X", "pads"], ["P"]),
+        h.make_node("Unsqueeze", ["P", "ax"], ["U"]),
+        h.make_node("Conv", ["U", "W"], ["C"]),
+        h.make_node("Relu", ["C"], ["R"]),
+        h.make_node("Transpose", ["R"], ["Y"], perm=[0, 2, 1]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.ones((2, 1, 3), np.float32), "W"),
+        numpy_helper.from_array(np.array([1], np.int64), "ax"),
+    ]
+    graph = h.make_graph(nodes, "g", [_t("X", F, ["unk__3", 6])], [_t("Y", F, ["unk__3", "T", "C"])], inits)
+    model = _model(graph, opset=17)
+    theirs, ours = _sessions(model, provider)
+    assert _io(ours) == _io(theirs)
+    assert ours.get_outputs()[0].shape == ["unk__3", 5, 2]
+    import ep_core.onnxruntime as dropin
+
+    assert _io(dropin.InferenceSession(model, providers=[provider])) == _io(theirs)
