@@ -6,6 +6,7 @@ instead of overflowing to inf/NaN; ``round_mode`` (opset 24+) applies to float8e
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -51,15 +52,12 @@ def _to_e8m0(x: np.ndarray, saturate: bool, mode: str) -> np.ndarray:
 def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = "up") -> np.ndarray:
     """``x`` as ONNX element type ``to`` with the Cast op's rounding and saturation rules."""
     if to == TensorProto.STRING:
-        if x.dtype == object or x.dtype.kind in "US":
-            return x.astype(object)
-        return x.astype(np.str_).astype(object)
+        return _to_strings(x)
     dtype = helper.tensor_dtype_to_np_dtype(to)
     if x.dtype == object or x.dtype.kind in "US":
-        # strings parse through float64 (accepts "NaN", "INF", "-1e3"), integers directly
-        if np.dtype(dtype).kind in "iub":
-            return np.array([int(v) for v in x.ravel()], dtype=np.int64).reshape(x.shape).astype(dtype)
-        x = x.astype(np.float64)
+        x = _parsed(x, np.dtype(dtype))
+        if x.dtype == dtype:
+            return x
     if to == TensorProto.FLOAT8E8M0:
         return _to_e8m0(x, saturate, round_mode)
     if to in _FLOAT8 and saturate:
@@ -71,7 +69,69 @@ def cast_array(x: np.ndarray, to: int, saturate: bool = True, round_mode: str = 
     if x.dtype.name.startswith("float8") or x.dtype.name.startswith("float4"):
         # ml_dtypes casts exotic floats to integers poorly; go through float32
         x = x.astype(np.float32)
+    if to in (TensorProto.INT4, TensorProto.UINT4) and x.dtype.kind not in "iub":
+        # onnxruntime rounds half away from zero, then wraps to 4 bits (ml_dtypes truncated)
+        xf = x.astype(np.float64)
+        with np.errstate(invalid="ignore"):
+            x = np.trunc(xf + np.copysign(0.5, xf)).astype(np.int64)
     return x.astype(dtype)
+
+
+def _to_strings(x: np.ndarray) -> np.ndarray:
+    """As onnxruntime writes numbers: floats (float16/bfloat16 widened) in printf's ``%.8g`` with
+    ``NaN``/``INF``/``-INF``, booleans ``1``/``0``, integers in decimal."""
+    if x.dtype == object or x.dtype.kind in "US":
+        return x.astype(object)
+    if x.dtype.kind == "b":
+        return np.where(x, "1", "0").astype(object)
+    if x.dtype.kind in "iu":
+        return x.astype(np.str_).astype(object)
+    v = x.astype(np.float64)
+    text = np.char.mod("%.8g", np.where(np.isfinite(v), v, 0.0)).astype(object)
+    text[np.isnan(v)] = "NaN"
+    text[np.isposinf(v)] = "INF"
+    text[np.isneginf(v)] = "-INF"
+    return text
+
+
+_INT_PREFIX = re.compile(r"\s*([+-]?\d+)")
+_FLOAT_PREFIX = re.compile(
+    r"\s*([+-]?(?:0x(?:[0-9a-f]+\.?[0-9a-f]*|\.[0-9a-f]+)(?:p[+-]?\d+)?|(?:\d+\.?\d*|\.\d+)(?:e[+-]?\d+)?"
+    r"|inf(?:inity)?|nan))",
+    re.IGNORECASE,
+)
+
+
+def _parsed(x: np.ndarray, dtype: np.dtype) -> np.ndarray:
+    """Strings read as onnxruntime reads them: the longest leading number, as C's stoll/stoull (to
+    integers and bool: '1.5' is 1, '1_000' is 1) or strtod (to floats: hex '0x10' is 16); a string
+    with no leading number is an error naming it. Integers wrap into a narrower type; floats come
+    back as float64 for the caller's cast."""
+    if dtype.kind in "iub":
+        found = [_INT_PREFIX.match(str(v)) for v in x.flat]
+        values = [_checked(m, v, int) for m, v in zip(found, x.flat, strict=True)]
+        if dtype.kind == "b":
+            return np.array([v != 0 for v in values], bool).reshape(x.shape)
+        if dtype == np.uint64:
+            return np.array([v % (1 << 64) for v in values], np.uint64).reshape(x.shape)
+        if any(not -(1 << 63) <= v < 1 << 63 for v in values):
+            raise ValueError(f"a string holds an integer outside int64 ({dtype} cannot be parsed from it)")
+        ints = np.array(values, np.int64).reshape(x.shape)
+        return ints.astype(dtype)
+    found = [_FLOAT_PREFIX.match(str(v)) for v in x.flat]
+    return np.array([_checked(m, v, _float) for m, v in zip(found, x.flat, strict=True)], np.float64).reshape(x.shape)
+
+
+def _float(text: str) -> float:
+    body = text.lstrip("+-")
+    value = float.fromhex(body) if body[:2].lower() == "0x" else float(body)
+    return -value if text.startswith("-") else value
+
+
+def _checked(match: Any, text: Any, parse: Callable[[str], Any]) -> Any:
+    if match is None:
+        raise ValueError(f"the string {str(text)[:40]!r} does not start with a number")
+    return parse(match.group(1))
 
 
 _PLAIN_KINDS = "biuf"  # NumPy's own bool/int/float types (ml_dtypes types are kind "V")

@@ -136,7 +136,10 @@ _UNARY: dict[str, tuple[int, Fn]] = {
     "Atanh": (9, np.arctanh),
     "Tanh": (1, np.tanh),
     "Erf": (9, erf),
-    "Sign": (9, np.sign),
+    "Sign": (
+        9,
+        lambda x: np.nan_to_num(np.sign(x), nan=0.0) if x.dtype == np.float16 else np.sign(x),
+    ),  # onnxruntime's fp16 NaN: 0
     "Round": (11, _round),
     "Softsign": (1, lambda x: x / (1 + np.abs(x))),
     "Softplus": (1, lambda x: np.logaddexp(0, x.astype(np.float64))),

@@ -188,33 +188,34 @@ def pool_geometry(
     pads: Sequence[int] | None,
     ceil_mode: bool,
 ) -> tuple[list[int], list[int], list[int]]:
-    """(pad_begin, pad_end, out_spatial) for pooling, with ceil_mode (windows starting in the end
-    padding are dropped, as the spec and onnxruntime do)."""
+    """(pad_begin, pad_end, out_spatial) for pooling as onnxruntime sizes it: ceil_mode under every
+    auto_pad (a window starting in the end padding dropped), and SAME's padding from the undilated
+    kernel, (ceil(in / stride) - 1) * stride + kernel - in, whatever the dilation (the spec dilates
+    it: a dilated SAME pool is one or more windows shorter in onnxruntime)."""
     nd = len(in_spatial)
     pb, pe, out = [0] * nd, [0] * nd, [0] * nd
     for i in range(nd):
         k_eff = (kernel[i] - 1) * dilations[i] + 1
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            o = (in_spatial[i] - 1) // strides[i] + 1
-            total = max(0, (o - 1) * strides[i] + k_eff - in_spatial[i])
-            small, big = total // 2, total - total // 2
-            pb[i], pe[i] = (small, big) if auto_pad == "SAME_UPPER" else (big, small)
-            out[i] = o
-        elif auto_pad == "VALID":
-            out[i] = (in_spatial[i] - k_eff) // strides[i] + 1
+            target = -(-in_spatial[i] // strides[i])
+            total = (target - 1) * strides[i] + kernel[i] - in_spatial[i]  # below 0 (stride > kernel): fewer windows
+            small = int(total / 2)
+            pb[i], pe[i] = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
         elif auto_pad in ("NOTSET", ""):
             if pads:
                 pb[i], pe[i] = int(pads[i]), int(pads[i + nd])
-            size = (in_spatial[i] + pb[i] + pe[i] - k_eff) / strides[i] + 1
-            if ceil_mode:
-                o = int(math.ceil(size))
-                if (o - 1) * strides[i] >= in_spatial[i] + pb[i]:
-                    o -= 1
-            else:
-                o = int(math.floor(size))
-            out[i] = o
-        else:
+        elif auto_pad != "VALID":
             raise fail(node, f"auto_pad={auto_pad!r}; allowed NOTSET, SAME_UPPER, SAME_LOWER, VALID")
+        size = (in_spatial[i] + pb[i] + pe[i] - k_eff) / strides[i] + 1
+        if ceil_mode:
+            o = int(math.ceil(size))
+            if (o - 1) * strides[i] >= in_spatial[i] + pb[i]:
+                o -= 1
+        else:
+            o = int(math.floor(size))
+        out[i] = o
+        if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # a negative SAME pad only shortened the output
+            pb[i], pe[i] = max(pb[i], 0), max(pe[i], 0)
         if out[i] <= 0:
             raise fail(node, f"spatial dim {i} of size {in_spatial[i]} is too small for kernel {kernel[i]}")
     return pb, pe, out

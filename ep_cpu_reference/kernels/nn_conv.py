@@ -466,24 +466,28 @@ def build_conv_transpose(node: NodeView, ctx: KernelContext) -> Any:
         full = [
             s * (i - 1) + op + (k - 1) * d + 1 for s, i, op, k, d in zip(strides, insp, opad, kernel, dil, strict=False)
         ]
-        if auto_pad in ("SAME_UPPER", "SAME_LOWER") and not pads_attr:
+        if out_shape_attr or (auto_pad in ("SAME_UPPER", "SAME_LOWER") and not pads_attr):
+            # onnxruntime: output_shape (any auto_pad) or SAME's in * stride cut from the full image,
+            # the odd element off the start except under SAME_UPPER; past the full image, zeros at
+            # the end, up to a size a larger input would make
             outsp = (
                 [int(v) for v in out_shape_attr[-nd:]]
                 if out_shape_attr
                 else [i * s for i, s in zip(insp, strides, strict=False)]
             )
-            total = [f - o for f, o in zip(full, outsp, strict=False)]
-            if auto_pad == "SAME_UPPER":
-                pb = [t // 2 for t in total]
-            else:
-                pb = [t - t // 2 for t in total]
+            for o, i, k, d, s in zip(outsp, insp, kernel, dil, strides, strict=False):
+                if (o - (k - 1) * d - 1) // s + 1 > i:
+                    raise fail(
+                        node,
+                        f"output_shape {outsp} needs a larger input than {insp} (kernel {kernel}, strides {strides}, "
+                        f"dilations {dil}; the full output is {full}), as onnxruntime refuses it",
+                    )
+            total = [max(f - o, 0) for f, o in zip(full, outsp, strict=False)]
+            pb = [t // 2 if auto_pad == "SAME_UPPER" else t - t // 2 for t in total]
         else:
             pads = [int(p) for p in pads_attr] if pads_attr else [0] * (2 * nd)
             pb = pads[:nd]
-            if out_shape_attr:
-                outsp = [int(v) for v in out_shape_attr[-nd:]]
-            else:
-                outsp = [f - pads[i] - pads[i + nd] for i, f in enumerate(full)]
+            outsp = [f - pads[i] - pads[i + nd] for i, f in enumerate(full)]
         mg = w.shape[1]
         m = mg * group
         cg = c // group

@@ -264,16 +264,20 @@ class _Resizer:
                     y = np.repeat(y, reps[axis], axis=axis)
             return y
         y = (
-            x.astype(np.float64)
+            x.astype(
+                np.float32 if self.mode == "linear" and not self.antialias else np.float64
+            )  # float32 as onnxruntime
             if self.mode != "nearest" and odt.kind != "f"
             else (x if self.mode == "nearest" else as_compute(x))
         )
         for axis, plan in plans:
             y = _apply_axis(y, axis, plan, self.extrapolation_value)
         if y.dtype != odt:
-            if odt.kind in "iu":
+            if odt.kind in "iu":  # plain linear truncates as onnxruntime's static_cast; cubic/antialias round
                 info = np.iinfo(odt)
-                y = np.clip(np.rint(y), info.min, info.max)
+                y = np.clip(
+                    np.trunc(y) if self.mode == "linear" and not self.antialias else np.rint(y), info.min, info.max
+                )
             y = y.astype(odt)
         return y
 

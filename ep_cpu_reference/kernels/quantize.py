@@ -82,6 +82,8 @@ def _quantize_builder(node: NodeView, ctx: KernelContext) -> Fn:
         if precision:
             p = helper.tensor_dtype_to_np_dtype(precision)
             q = x.astype(p) / s.astype(p)
+        elif x.dtype.itemsize < 4:  # float16/bfloat16 divide in float32, as onnxruntime (x/scale overflowed to inf)
+            q = x.astype(np.float32) / s.astype(np.float32)
         else:
             q = x / s
         if target in _INT_RANGES:

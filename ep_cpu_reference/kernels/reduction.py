@@ -84,6 +84,7 @@ _REDUCERS: dict[str, Callable[[np.ndarray, Any, bool], Any]] = {
 # the op applies its elementwise part even when noop_with_empty_axes skips the reduction
 _NOOP_MAP: dict[str, Callable[[np.ndarray], Any]] = {
     "ReduceL1": np.abs,
+    "ReduceL2": np.abs,  # sqrt(x^2)
     "ReduceSumSquare": np.square,
     "ReduceLogSum": np.log,
     "ReduceLogSumExp": lambda x: x,

@@ -53,15 +53,19 @@ def build_regex_full_match(node: NodeView, ctx: KernelContext) -> Fn:
 
 @REGISTRY.register("StringSplit", since=20)
 def build_string_split(node: NodeView, ctx: KernelContext) -> Fn:
-    """Splits on ``delimiter`` (absent or empty: runs of whitespace), at most ``maxsplit``
-    times; Y pads each row with "" to the longest split, Z counts the pieces."""
+    """Splits on ``delimiter`` (absent or empty: runs of spaces, ' ' only as in onnxruntime, the
+    ends trimmed, the last piece too), at most ``maxsplit`` times; Y pads each row with "" to the
+    longest split, Z counts the pieces."""
     delim = _text(node.attr("delimiter", "")) or None
     maxsplit = node.attr("maxsplit")
     limit = -1 if maxsplit is None else int(maxsplit)
 
     def compute(x: Any) -> tuple[Any, Any]:
-        pieces = [str(s).split(delim, limit) for s in x.ravel()]
-        if delim is not None:
+        if delim is None:
+            trimmed = (str(s).strip(" ") for s in x.ravel())
+            pieces = [([t] if limit == 0 else re.split(" +", t, maxsplit=max(limit, 0))) if t else [] for t in trimmed]
+        else:
+            pieces = [str(s).split(delim, limit) for s in x.ravel()]
             pieces = [[] if p == [""] else p for p in pieces]  # "" splits into nothing
         width = max((len(p) for p in pieces), default=0)
         y = np.full((len(pieces), width), "", dtype=object)

@@ -1,0 +1,207 @@
+"""Op semantics red-teams 18 (old opsets) and 19 (data types) found different from onnxruntime: each
+case runs on onnxruntime and on both CPU EPs and must agree exactly (values, dtype, shape), or both
+must refuse."""
+
+from __future__ import annotations
+
+import itertools
+import warnings
+from typing import Any
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from onnx import TensorProto as TP
+from onnx import helper as h
+from onnx import numpy_helper
+
+import ep_core
+from ep_core.sdk.errors import EpCoreError
+
+PROVIDERS = ["CpuReferenceExecutionProvider", "NumbaCpuExecutionProvider"]
+
+
+def _model(
+    node: Any, feeds: dict[str, np.ndarray], out_type: int, inits: dict[str, np.ndarray] | None = None, opset: int = 21
+) -> bytes:
+    inputs = [
+        h.make_tensor_value_info(
+            k, h.np_dtype_to_tensor_dtype(v.dtype) if v.dtype != object else TP.STRING, [None] * v.ndim
+        )
+        for k, v in feeds.items()
+    ]
+    outputs = [h.make_tensor_value_info(o, out_type, None) for o in node.output]
+    graph = h.make_graph(
+        [node], "g", inputs, outputs, [numpy_helper.from_array(v, k) for k, v in (inits or {}).items()]
+    )
+    return h.make_model(
+        graph, opset_imports=[h.make_opsetid("", opset)], ir_version=10 if opset >= 21 else 8
+    ).SerializeToString()
+
+
+def _both(model: bytes, feeds: dict[str, np.ndarray], provider: str) -> list[Any]:
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    try:
+        want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    except Exception:  # noqa: BLE001 - onnxruntime refuses: so must ep-core
+        with pytest.raises(EpCoreError):
+            ep_core.InferenceSession(model, providers=[provider]).run(None, feeds)
+        return []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no NumPy warning leaks from a kernel, as none from onnxruntime
+        got = ep_core.InferenceSession(model, providers=[provider]).run(None, feeds)
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        np.testing.assert_array_equal(g, w)
+    return got
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_gather_elements_with_indices_shorter_off_the_axis(provider: str) -> None:
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[0, 3, 2, 1], [1, 0, 3, 2]], np.int64)
+    for axis in (1, -1):
+        _both(
+            _model(h.make_node("GatherElements", ["x", "i"], ["y"], axis=axis), {"x": x, "i": idx}, TP.FLOAT),
+            {"x": x, "i": idx},
+            provider,
+        )
+
+
+@pytest.mark.parametrize(
+    ("auto_pad", "size", "output_padding"),
+    list(itertools.product(["NOTSET", "VALID", "SAME_UPPER", "SAME_LOWER"], [6, 7, 8, 9, 11], [0, 1])),
+)
+def test_conv_transpose_output_shape_cuts_as_onnxruntime(auto_pad: str, size: int, output_padding: int) -> None:
+    """output_shape under every auto_pad: the odd element comes off the start except under SAME_UPPER
+    (NOTSET/VALID cut the end before: every value one place off); larger than the full output: refused."""
+    attrs: dict[str, Any] = {"strides": [2], "output_shape": [size], "output_padding": [output_padding]}
+    if auto_pad != "NOTSET":
+        attrs["auto_pad"] = auto_pad
+    x = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 4)
+    node = h.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    model = _model(node, {"x": x}, TP.FLOAT, {"w": np.array([[[1, 2, 4]]], np.float32)}, opset=17)
+    _both(model, {"x": x}, "CpuReferenceExecutionProvider")
+
+
+@pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
+def test_pool_sizes_are_onnxruntime_s(op: str) -> None:
+    """ceil_mode under VALID and SAME (VALID ignored it), and SAME padding from the undilated kernel
+    (onnxruntime's, one or more windows fewer than the spec's when dilated); dynamic input lengths."""
+    for ap, ceil, d, s, k, n in itertools.product(
+        ["VALID", "SAME_UPPER", "SAME_LOWER"], [0, 1], [1, 2], [1, 2, 3], [2, 3], [5, 7]
+    ):
+        if (op == "AveragePool" and d > 1) or (ap != "VALID" and s > k):
+            continue  # AveragePool-19 dilations aside; SAME with stride past the kernel: onnxruntime refuses some
+        attrs: dict[str, Any] = {"kernel_shape": [k], "strides": [s], "ceil_mode": ceil, "auto_pad": ap}
+        if d > 1:
+            attrs["dilations"] = [d]
+        x = np.arange(1, n + 1, dtype=np.float32).reshape(1, 1, n)
+        _both(
+            _model(h.make_node(op, ["x"], ["y"], **attrs), {"x": x}, TP.FLOAT, opset=19),
+            {"x": x},
+            "CpuReferenceExecutionProvider",
+        )
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", [np.uint8, np.int8])
+def test_linear_resize_of_integers_truncates(provider: str, dtype: Any) -> None:
+    """onnxruntime interpolates integers in float32 and truncates (rounding float64 sums made a third
+    of the pixels one off). int32 is left out: onnxruntime's four-term bilinear sum is not followed
+    term by term, one pixel in ~150 of this feed truncates the other way."""
+    rng = np.random.default_rng(0)
+    info = np.iinfo(dtype)
+    x = rng.integers(max(info.min, -1000), min(info.max, 1000), (1, 2, 3, 5)).astype(dtype)
+    for mode in ("half_pixel", "align_corners", "asymmetric", "pytorch_half_pixel"):
+        node = h.make_node("Resize", ["x", "", "s"], ["y"], mode="linear", coordinate_transformation_mode=mode)
+        model = _model(
+            node,
+            {"x": x},
+            h.np_dtype_to_tensor_dtype(np.dtype(dtype)),
+            {"s": np.array([1, 1, 2, 2.5], np.float32)},
+            opset=18,
+        )
+        _both(model, {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_cast_numbers_to_strings_as_onnxruntime_writes_them(provider: str) -> None:
+    """%.8g (float16 widened), NaN/INF/-INF, booleans 1/0."""
+    values = [0.0, -0.0, 1.0, 300.7, 0.99, 1e-10, 1.5e20, 123456789.0, np.nan, np.inf, -np.inf, 0.1, 5e-324]
+    for dtype in (np.float32, np.float64, np.float16, np.bool_):
+        with np.errstate(all="ignore"):
+            x = np.array(values if dtype is not np.bool_ else [0, 1], dtype)
+        _both(_model(h.make_node("Cast", ["x"], ["y"], to=TP.STRING), {"x": x}, TP.STRING), {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("to", [TP.INT8, TP.INT32, TP.INT64, TP.UINT64, TP.BOOL, TP.FLOAT, TP.DOUBLE])
+def test_cast_strings_to_numbers_reads_the_leading_number(provider: str, to: int) -> None:
+    """C's stoll/stoull (integers, bool) and strtod (floats): '1.5' is 1, '1_000' is 1, '0x10' is 16.0."""
+    texts = ["1.5", "1e3", " 7", "-0.0", "0.1", "0x10", "1_000", "+3", "255", "-2.5e1", "inf", "NaN"]
+    for text in texts:
+        if to not in (TP.FLOAT, TP.DOUBLE) and text in ("inf", "NaN"):
+            continue
+        x = np.array([text], object)
+        _both(_model(h.make_node("Cast", ["x"], ["y"], to=to), {"x": x}, to), {"x": x}, provider)
+    x = np.array(["abc"], object)
+    _both(_model(h.make_node("Cast", ["x"], ["y"], to=to), {"x": x}, to), {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("zp_dtype", [np.int8, np.uint8, np.int16, np.uint16])
+def test_quantize_linear_of_float16_divides_in_float32(provider: str, zp_dtype: Any) -> None:
+    """x / scale overflowed float16 to inf and quantized to the wrong end of the range."""
+    x = np.array([1, 448, 500, 57344, 60000, -60000], np.float16)
+    inits = {"s": np.array(0.75, np.float16), "z": np.array(0, zp_dtype)}
+    model = _model(
+        h.make_node("QuantizeLinear", ["x", "s", "z"], ["y"]),
+        {"x": x},
+        h.np_dtype_to_tensor_dtype(np.dtype(zp_dtype)),
+        inits,
+    )
+    _both(model, {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("to", [TP.INT4, TP.UINT4])
+def test_cast_floats_to_int4_rounds_half_away_from_zero(provider: str, to: int) -> None:
+    x = np.array([0.5, 1.5, 2.5, -2.5, 3.7, -3.7, 0.99, 127.5, -0.4], np.float32)
+    g = h.make_graph(
+        [h.make_node("Cast", ["x"], ["q"], to=to), h.make_node("Cast", ["q"], ["y"], to=TP.FLOAT)],
+        "g", [h.make_tensor_value_info("x", TP.FLOAT, [9])], [h.make_tensor_value_info("y", TP.FLOAT, [9])],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 21)], ir_version=10).SerializeToString()
+    _both(model, {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("maxsplit", [None, 0, 1, 2])
+def test_string_split_without_delimiter_splits_on_spaces_only(provider: str, maxsplit: int | None) -> None:
+    x = np.array(["  a  b c d  ", "x\ty z", "", "   ", "a\u00a0b c"], object)
+    kw = {} if maxsplit is None else {"maxsplit": maxsplit}
+    node = h.make_node("StringSplit", ["x"], ["y", "n"], **kw)
+    g = h.make_graph(
+        [node], "g", [h.make_tensor_value_info("x", TP.STRING, [None])],
+        [h.make_tensor_value_info("y", TP.STRING, None), h.make_tensor_value_info("n", TP.INT64, None)],
+    )  # fmt: skip
+    _both(h.make_model(g, opset_imports=[h.make_opsetid("", 20)], ir_version=9).SerializeToString(), {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_small_elementwise_differences(provider: str) -> None:
+    """Sign(NaN) of float16 is 0; ReduceL2 with noop_with_empty_axes still takes |x|; Log(0), Sqrt(-1)
+    and an overflowing Exp warn nothing (``_both`` turns warnings into errors)."""
+    x16 = np.array([np.nan, -2, 0, 3], np.float16)
+    _both(_model(h.make_node("Sign", ["x"], ["y"]), {"x": x16}, TP.FLOAT16), {"x": x16}, provider)
+    x = np.array([[-1.5, 2], [0.5, -3]], np.float32)
+    _both(
+        _model(h.make_node("ReduceL2", ["x"], ["y"], noop_with_empty_axes=1), {"x": x}, TP.FLOAT, opset=18),
+        {"x": x},
+        provider,
+    )
+    for op, v in (("Log", 0.0), ("Sqrt", -1.0), ("Exp", 1000.0), ("Reciprocal", 0.0)):
+        xs = np.array([v, 0.0 if op == "Exp" else 1.0], np.float32)  # exp(1) is an ulp from MLAS's
+        _both(_model(h.make_node(op, ["x"], ["y"]), {"x": xs}, TP.FLOAT), {"x": xs}, provider)
