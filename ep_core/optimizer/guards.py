@@ -11,7 +11,8 @@ results (or failing the optimizer, which then runs the model unoptimized) agains
 - HardSwish/HardSigmoid fusion: constants matched within rtol 1e-4 (a bias of 3.0003 was fused),
   and one-element constants of higher rank than x lost their broadcast dims;
 - ConstantOfShape+Cast: a value the target type cannot hold raised (2^40 to int32, NaN to int);
-- BatchNormalization folding: an opset 6-8 ``spatial=0`` BatchNormalization raised;
+- BatchNormalization folding: an opset 6-8 ``spatial=0`` BatchNormalization raised, and a training
+  one (statistics outputs before opset 14, or training_mode) was folded as if it used its inputs;
 - Pad folding: an opset 2-10 Pad (pads as an attribute) raised.
 
 Each rule keeps onnxscript's pattern, check and rewrite; ``guarded`` adds ep-core's condition in
@@ -133,6 +134,10 @@ def _spatial(context: Any, batchnorm_out: Any, **_: Any) -> MatchResult:
     node = batchnorm_out.producer()
     if node is not None and node.attributes.get_int("spatial", 1) != 1:
         return MatchResult().fail("BatchNormalization with spatial=0 normalises per element, not per channel")
+    if node is not None and (len(node.outputs) > 1 or node.attributes.get_int("training_mode", 0)):
+        return MatchResult().fail(
+            "a training BatchNormalization (its statistics outputs, or training_mode) uses batch statistics"
+        )
     return MatchResult()
 
 

@@ -23,7 +23,7 @@ from onnxscript.optimizer import _constant_folding as folding
 from onnxscript.rewriter import RewriteRuleSet, _pattern_ir, _rewrite_rule
 from onnxscript.rewriter.rules import common as rules
 
-from ep_core.optimizer import guards, own_rules
+from ep_core.optimizer import guards, onnxruntime_sizes, own_rules
 from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
 from ep_core.optimizer.disabled import KEY as DISABLED_KEY
 from ep_core.optimizer.disabled import disabled
@@ -404,18 +404,8 @@ def _fresh_shapes(proto: Any) -> Any:
     from ep_core.sdk.graph import nested_graphs
 
     out = onnx.shape_inference.infer_shapes(proto, check_type=False, strict_mode=False, data_prop=False)
-    try:
-        bare = onnx.ModelProto()
-        bare.CopyFrom(proto)
-        for g in nested_graphs(bare.graph):
-            del g.value_info[:]
-            for v in g.output:
-                if v.type.HasField("tensor_type"):
-                    v.type.tensor_type.ClearField("shape")
-            for n in g.node:
-                _as_inferable(n)
-        fresh = onnx.shape_inference.infer_shapes(bare, check_type=False, strict_mode=False, data_prop=False)
-    except Exception:  # noqa: BLE001 - the plain inference above is valid on its own
+    fresh = onnxruntime_sizes.inferred_afresh(out, edit=_as_inferable)  # pools sized as onnxruntime's kernels
+    if fresh is None:  # the plain inference above is valid on its own
         return out
     for old_g, new_g in zip(nested_graphs(out.graph), nested_graphs(fresh.graph), strict=True):
         known = {v.name: v for v in [*new_g.value_info, *new_g.output]}

@@ -130,7 +130,7 @@ def check_and_infer(proto: Any) -> Any:
     """Validate the model and add inferred value types (kernels match on them)."""
     import onnx
 
-    from ep_core.optimizer import functions, sparse, spelling, toposort
+    from ep_core.optimizer import arguments, functions, onnxruntime_sizes, sparse, spelling, toposort
 
     proto = toposort.sorted_topologically(proto)  # as onnxruntime sorts graphs; onnx's checker needs it
     proto = spelling.as_onnxruntime_reads(proto)
@@ -143,13 +143,13 @@ def check_and_infer(proto: Any) -> Any:
     except Exception as exc:  # ValidationError, or a proto its C++ side cannot parse
         raise InvalidGraph(f"the model is invalid: {' '.join(str(exc).split())}") from exc  # its context names the node
     proto = functions.inline_functions(proto)  # model-local functions run as their bodies, as in onnxruntime
-    inferred = _infer(proto)
+    inferred = onnxruntime_sizes.aligned(_infer(proto))  # pools and ConvTranspose sized as onnxruntime's kernels
     if moved:  # back from graph inputs to initializers, in the model kept
         kept = [v for v in inferred.graph.input if v.name not in added]
         del inferred.graph.input[:]
         inferred.graph.input.extend(kept)
         inferred.graph.initializer.extend(moved)
-    _check_args(GraphView(inferred.graph, opset_map(inferred)))
+    arguments.check_arguments(GraphView(inferred.graph, opset_map(inferred)))
     return inferred
 
 
@@ -315,40 +315,6 @@ def _check_opsets(proto: Any) -> None:
                 f"the model imports opset {o.version} of domain {o.domain or 'ai.onnx'!r}; the onnx installed "
                 f"defines up to {newest[o.domain]}: no schema exists to check or run its nodes"
             )
-
-
-def _check_args(graph: GraphView) -> None:
-    """Arguments no input can make valid that onnx's inference lets through (onnxruntime's does
-    not, or the kernels would make up a shape): negative constant Split sizes, constant Pad
-    amounts below zero, an If condition of other than one element, a LayerNormalization axis past
-    the rank."""
-    import numpy as np
-
-    for n in graph.all_nodes:
-        for sub in n.subgraphs.values():
-            _check_args(sub)
-        op = n.op_type if n.domain_key == "ai.onnx" else ""
-        shapes = [i.shape if (i := n.input_info(k)) is not None else None for k in range(len(n.inputs))]
-        known = [s is not None and all(isinstance(d, int) for d in s) for s in shapes]
-        const = None  # input 1 when it is a small constant: Split sizes, Pad amounts
-        if op in ("Split", "Pad") and len(shapes) > 1 and known[1] and math.prod(shapes[1]) <= 4096:  # type: ignore[arg-type]
-            const = graph.constant_value(n.inputs[1])
-        bad = ""
-        if op == "Split" and (sizes := n.attr("split") if n.opset < 13 else const) is not None:
-            if any(int(v) < 0 for v in np.ravel(sizes)):
-                bad = f"split sizes {np.ravel(sizes).tolist()} include a negative size"
-        elif op == "Pad" and known[0] and (pads := n.attr("pads") if n.opset < 11 else const) is not None:
-            p, dims = [int(v) for v in np.ravel(pads)], [int(d) for d in shapes[0] or ()]  # type: ignore[arg-type]
-            axes = len(n.inputs) > 3 and n.inputs[3]
-            if not axes and len(p) == 2 * len(dims) and any(d + a + b < 0 for d, a, b in zip(dims, p, p[len(dims) :])):
-                bad = f"pads {p} take input shape {dims} below zero"
-        elif op == "If" and known[0] and math.prod(shapes[0]) != 1:  # type: ignore[arg-type]
-            bad = f"its condition has shape {list(shapes[0])}: it must hold one element"  # type: ignore[arg-type]
-        elif op == "LayerNormalization" and shapes[0] is not None:
-            if not -len(shapes[0]) <= int(n.attr("axis", -1)) < len(shapes[0]):
-                bad = f"axis {n.attr('axis')} is outside the rank {len(shapes[0])} of its input"
-        if bad:
-            raise InvalidGraph(f"{n.describe()}: {bad}")
 
 
 def _lazy_initializers_as_inputs(proto: Any) -> tuple[Any, list[Any], set[str]]:

@@ -49,8 +49,10 @@ class ModelMetadata:
 def _node_arg(v: ValueInfo, named: Collection[str] = ()) -> NodeArg:
     # dims as onnxruntime shows them: unknown rank is []; a negative size, '' or a name onnx's shape
     # inference made up (unk__N, unless the model itself ``named`` it: tf2onnx writes them) is None
-    made_up = lambda d: str(d).startswith("unk__") and d not in named  # noqa: E731
-    dims = [None if d in (None, "") or str(d).startswith("-") or made_up(d) else d for d in v.shape or ()]
+    dims = [
+        None if d in (None, "") or str(d).startswith("-") or (str(d).startswith("unk__") and d not in named) else d
+        for d in v.shape or ()
+    ]
     return NodeArg(v.name, dims, v.type_str)
 
 

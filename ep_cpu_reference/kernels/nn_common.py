@@ -4,7 +4,6 @@ first-opset lookups. Registers no kernel."""
 from __future__ import annotations
 
 import functools
-import math
 import operator
 import weakref
 from collections.abc import Sequence
@@ -13,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.geometry import pool_length, same_pads
 
 
 @functools.lru_cache(maxsize=1)
@@ -188,32 +188,18 @@ def pool_geometry(
     pads: Sequence[int] | None,
     ceil_mode: bool,
 ) -> tuple[list[int], list[int], list[int]]:
-    """(pad_begin, pad_end, out_spatial) for pooling as onnxruntime sizes it: ceil_mode under every
-    auto_pad (a window starting in the end padding dropped), and SAME's padding from the undilated
-    kernel, (ceil(in / stride) - 1) * stride + kernel - in, whatever the dilation (the spec dilates
-    it: a dilated SAME pool is one or more windows shorter in onnxruntime)."""
+    """(pad_begin, pad_end, out_spatial) for pooling as onnxruntime sizes it (``sdk.geometry``):
+    ceil_mode under every auto_pad, SAME's padding from the undilated kernel."""
     nd = len(in_spatial)
     pb, pe, out = [0] * nd, [0] * nd, [0] * nd
     for i in range(nd):
-        k_eff = (kernel[i] - 1) * dilations[i] + 1
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-            target = -(-in_spatial[i] // strides[i])
-            total = (target - 1) * strides[i] + kernel[i] - in_spatial[i]  # below 0 (stride > kernel): fewer windows
-            small = int(total / 2)
-            pb[i], pe[i] = (small, total - small) if auto_pad == "SAME_UPPER" else (total - small, small)
-        elif auto_pad in ("NOTSET", ""):
-            if pads:
-                pb[i], pe[i] = int(pads[i]), int(pads[i + nd])
-        elif auto_pad != "VALID":
+            pb[i], pe[i] = same_pads(in_spatial[i], kernel[i], strides[i], auto_pad == "SAME_UPPER")
+        elif auto_pad in ("NOTSET", "") and pads:
+            pb[i], pe[i] = int(pads[i]), int(pads[i + nd])
+        elif auto_pad not in ("NOTSET", "", "VALID"):
             raise fail(node, f"auto_pad={auto_pad!r}; allowed NOTSET, SAME_UPPER, SAME_LOWER, VALID")
-        size = (in_spatial[i] + pb[i] + pe[i] - k_eff) / strides[i] + 1
-        if ceil_mode:
-            o = int(math.ceil(size))
-            if (o - 1) * strides[i] >= in_spatial[i] + pb[i]:
-                o -= 1
-        else:
-            o = int(math.floor(size))
-        out[i] = o
+        out[i] = pool_length(in_spatial[i], kernel[i], strides[i], dilations[i], (pb[i], pe[i]), ceil_mode)
         if auto_pad in ("SAME_UPPER", "SAME_LOWER"):  # a negative SAME pad only shortened the output
             pb[i], pe[i] = max(pb[i], 0), max(pe[i], 0)
         if out[i] <= 0:

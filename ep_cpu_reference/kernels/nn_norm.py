@@ -1,9 +1,10 @@
 """Normalizations: BatchNormalization, InstanceNormalization, LayerNormalization,
 GroupNormalization, RMSNormalization, LpNormalization, LRN and MeanVarianceNormalization.
 
-BatchNormalization runs inference semantics at every opset (onnx.reference runs BN-9 with
-momentum in training mode) and folds constant statistics into one scale and shift at build
-time; opset 14+ with training_mode=1 computes batch statistics and the running-stat outputs."""
+BatchNormalization folds constant statistics into one scale and shift at build time; it trains
+(batch statistics, the running statistics updated by momentum, before opset 14 also the saved
+mean and inverse standard deviation) with training_mode=1 from opset 14, and before it whenever
+the statistics outputs are asked for, as onnxruntime."""
 
 from __future__ import annotations
 
@@ -28,8 +29,9 @@ def _param_shape(p: np.ndarray, ndim: int) -> tuple[int, ...]:
 def build_batch_norm(node: NodeView, ctx: KernelContext) -> Any:
     eps = float(node.attr("epsilon", 1e-5))
     momentum = float(node.attr("momentum", 0.9))
-    training = node.opset >= 14 and bool(node.attr("training_mode", 0))
     n_out = len(node.outputs)
+    # before opset 14 onnxruntime trains whenever the statistics outputs are asked for
+    training = bool(node.attr("training_mode", 0)) if node.opset >= 14 else n_out > 1
     consts = [ctx.constant(n) if n else None for n in node.inputs[1:5]]
     all_const = all(c is not None for c in consts)
     folded: dict[Any, tuple[np.ndarray, np.ndarray]] = {}
@@ -51,7 +53,8 @@ def build_batch_norm(node: NodeView, ctx: KernelContext) -> Any:
             y = xc * a.reshape(_param_shape(a, x.ndim)) + b.reshape(_param_shape(b, x.ndim))
             rm = (mean * momentum + bm * (1 - momentum)).astype(mean.dtype)
             rv = (var * momentum + bv * (1 - momentum)).astype(var.dtype)
-            return (y.astype(odt), rm, rv)[:n_out]
+            saved = (bm.astype(mean.dtype), (1 / np.sqrt(bv + eps)).astype(var.dtype))  # mean, inverse std
+            return (y.astype(odt), rm, rv, *saved)[:n_out]
         got = folded.get((dt, x.ndim)) if all_const else None
         if got is None:
             a, b = fold(scale, bias, mean, var, dt)
@@ -61,11 +64,7 @@ def build_batch_norm(node: NodeView, ctx: KernelContext) -> Any:
         y = xc * got[0]
         y += got[1]
         y = y if y.dtype == odt else y.astype(odt)
-        if n_out == 1:
-            return (y,)
-        # inference mode: running statistics pass through; saved statistics are the inputs too
-        extra = [mean, var, mean, var][: n_out - 1]
-        return (y, *extra)
+        return (y,)
 
     if all_const and not training and n_out == 1:
         full: dict[Any, tuple[np.ndarray, np.ndarray]] = {}

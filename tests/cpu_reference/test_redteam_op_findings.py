@@ -85,10 +85,13 @@ def test_conv_transpose_output_shape_cuts_as_onnxruntime(auto_pad: str, size: in
     _both(model, {"x": x}, "CpuReferenceExecutionProvider")
 
 
+@pytest.mark.parametrize("static", [False, True])
 @pytest.mark.parametrize("op", ["MaxPool", "AveragePool"])
-def test_pool_sizes_are_onnxruntime_s(op: str) -> None:
+def test_pool_sizes_are_onnxruntime_s(op: str, static: bool) -> None:
     """ceil_mode under VALID and SAME (VALID ignored it), and SAME padding from the undilated kernel
-    (onnxruntime's, one or more windows fewer than the spec's when dilated); dynamic input lengths."""
+    (onnxruntime's, one or more windows fewer than the spec's when dilated); with static input
+    lengths the inferred shapes are onnxruntime's sizes too (onnx's made the contract refuse the
+    run: ``optimizer.onnxruntime_sizes``)."""
     for ap, ceil, d, s, k, n in itertools.product(
         ["VALID", "SAME_UPPER", "SAME_LOWER"], [0, 1], [1, 2], [1, 2, 3], [2, 3], [5, 7]
     ):
@@ -98,11 +101,43 @@ def test_pool_sizes_are_onnxruntime_s(op: str) -> None:
         if d > 1:
             attrs["dilations"] = [d]
         x = np.arange(1, n + 1, dtype=np.float32).reshape(1, 1, n)
-        _both(
-            _model(h.make_node(op, ["x"], ["y"], **attrs), {"x": x}, TP.FLOAT, opset=19),
-            {"x": x},
-            "CpuReferenceExecutionProvider",
-        )
+        g = h.make_graph(
+            [h.make_node(op, ["x"], ["y"], **attrs)], "g",
+            [h.make_tensor_value_info("x", TP.FLOAT, [1, 1, n] if static else [1, 1, "L"])],
+            [h.make_tensor_value_info("y", TP.FLOAT, None)],
+        )  # fmt: skip
+        model = h.make_model(g, opset_imports=[h.make_opsetid("", 19)], ir_version=9).SerializeToString()
+        _both(model, {"x": x}, "CpuReferenceExecutionProvider")
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_chain_of_nodes_onnxruntime_sizes_otherwise_runs_with_static_shapes(provider: str) -> None:
+    """Conv+Relu (fused by the optimizer), a ceil_mode MaxPool whose last window starts in the
+    padding, a dilated SAME AveragePool, a SAME ConvTranspose with output_padding: each size feeds
+    the next, and the shapes settle to onnxruntime's kernels' (its get_outputs says 7x7 from onnx's
+    inference; its run, and ep-core's, give 2x2)."""
+    nodes = [
+        h.make_node("Conv", ["x", "w"], ["c"], pads=[1, 1, 1, 1]),
+        h.make_node("Relu", ["c"], ["r"]),
+        h.make_node("MaxPool", ["r"], ["p"], kernel_shape=[2, 2], strides=[3, 3], ceil_mode=1),
+        h.make_node("AveragePool", ["p"], ["q"], kernel_shape=[2, 2], dilations=[2, 2], auto_pad="SAME_UPPER"),
+        h.make_node("ConvTranspose", ["q", "wt"], ["y"], strides=[2, 2], auto_pad="SAME_UPPER", output_padding=[1, 1]),
+    ]
+    inits = [
+        numpy_helper.from_array(np.ones((2, 2, 3, 3), np.float32), "w"),
+        numpy_helper.from_array(np.ones((2, 1, 3, 3), np.float32), "wt"),
+    ]
+    x_info = h.make_tensor_value_info("x", TP.FLOAT, [1, 2, 6, 6])
+    g = h.make_graph(nodes, "g", [x_info], [h.make_tensor_value_info("y", TP.FLOAT, None)], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 19)], ir_version=9).SerializeToString()
+    x = np.random.default_rng(0).random((1, 2, 6, 6), np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    (want,) = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    session = ep_core.InferenceSession(model, providers=[provider])
+    (got,) = session.run(None, {"x": x})
+    assert got.shape == want.shape == (1, 1, 2, 2) and session.get_outputs()[0].shape == [1, 1, 2, 2]
+    np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
@@ -205,3 +240,29 @@ def test_small_elementwise_differences(provider: str) -> None:
     for op, v in (("Log", 0.0), ("Sqrt", -1.0), ("Exp", 1000.0), ("Reciprocal", 0.0)):
         xs = np.array([v, 0.0 if op == "Exp" else 1.0], np.float32)  # exp(1) is an ulp from MLAS's
         _both(_model(h.make_node(op, ["x"], ["y"]), {"x": xs}, TP.FLOAT), {"x": xs}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("after_conv", [False, True])
+def test_batch_normalization_with_statistics_outputs_trains_before_opset_14(provider: str, after_conv: bool) -> None:
+    """onnxruntime trains a BatchNormalization-7/9 whose statistics outputs are asked for: batch
+    statistics normalise, the running ones are updated, the saved mean and inverse std come out (the
+    inputs passed through before; after a Conv the optimizer folded it as an inference one)."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4, 5), np.float32)
+    params = {k: rng.random(3, np.float32) + 0.5 for k in "sbmv"}
+    outs = ["y", "om", "ov", "sm", "sv"]
+    nodes = [h.make_node("BatchNormalization", ["xc" if after_conv else "x", "s", "b", "m", "v"], outs)]
+    inits = [numpy_helper.from_array(v, k) for k, v in params.items()]
+    if after_conv:
+        nodes.insert(0, h.make_node("Conv", ["x", "w"], ["xc"]))
+        inits.append(numpy_helper.from_array(np.eye(3, dtype=np.float32).reshape(3, 3, 1, 1), "w"))
+    x_info = h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 4, 5])
+    g = h.make_graph(nodes, "g", [x_info], [h.make_tensor_value_info(o, TP.FLOAT, None) for o in outs], inits)
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 9)], ir_version=4).SerializeToString()
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, {"x": x})
+    for g_, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-6)
