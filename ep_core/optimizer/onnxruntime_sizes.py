@@ -1,7 +1,8 @@
 """Output sizes of the nodes onnxruntime sizes unlike the ONNX spec, in the shapes inference gives
 the EPs: a pool under ceil_mode whose last window would start in the padding, a pool with SAME
 padding and dilations (onnxruntime pads from the undilated kernel), a SAME ConvTranspose with
-output_padding (onnxruntime's output is input * stride). The kernels make onnxruntime's sizes
+output_padding (onnxruntime's output is input * stride), a PRelu whose slope widens its input
+(onnxruntime broadcasts both ways). The kernels make onnxruntime's sizes
 (``sdk.geometry``); with onnx's size in a static shape the EP contract refused the session.
 
 Such a node is inferred in an explicit form onnx sizes the same way (pads written out, ceil_mode
@@ -95,6 +96,10 @@ def _forms(graph: Any, shapes: Mapping[str, tuple[Any, ...]], opset: int) -> Ite
     from onnx import helper
 
     for i, node in enumerate(graph.node):
+        if node.op_type == "PRelu" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
+            if (form := _prelu(node, shapes)) is not None:
+                yield i, form
+            continue
         if (
             node.domain not in ("", "ai.onnx")
             or not node.input
@@ -110,6 +115,22 @@ def _forms(graph: Any, shapes: Mapping[str, tuple[Any, ...]], opset: int) -> Ite
         found = (_pool if node.op_type in POOLS else _conv_transpose)(node, x[2:], attrs, auto_pad)
         if found is not None and found[0] != _onnx_sizes(node, shapes, opset):
             yield i, found[1]
+
+
+def _prelu(node: Any, shapes: Mapping[str, tuple[Any, ...]]) -> Any:
+    """A PRelu whose slope widens X: onnxruntime broadcasts both ways (x [15, 1] by a slope [1, 15]
+    gives [15, 15]) where onnx infers X's shape; inferred as an Add, which broadcasts so."""
+    import numpy as np
+    from onnx import helper
+
+    x, slope = shapes.get(node.input[0]), shapes.get(node.input[1])
+    if x is None or slope is None or not all(isinstance(d, int) for d in (*x, *slope)):
+        return None
+    try:
+        wide = np.broadcast_shapes(x, slope)
+    except ValueError:
+        return None
+    return None if wide == tuple(x) else helper.make_node("Add", list(node.input), list(node.output), name=node.name)
 
 
 def _pool(node: Any, spatial: tuple[int, ...], attrs: dict[str, Any], auto_pad: str) -> tuple[list[int], Any] | None:

@@ -24,9 +24,10 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
     against its graph input's type); an optional input may be left out. ``on_device`` inputs are
     checked through their ``shape``/``dtype`` attributes instead of being required to be arrays.
     Returns the feed to run: a one-element array fed for an input declared a scalar is viewed as one
-    (onnxruntime does not check a scalar input's shape; ``If`` conditions are often fed ``[True]``)."""
+    (onnxruntime does not check a scalar input's shape; ``If`` conditions are often fed ``[True]``),
+    and NumPy ``str``/``bytes`` arrays for a string input are its objects (onnxruntime takes both)."""
     expected = {v.name: v for v in graph.inputs}
-    scalars = {}
+    scalars = {}  # the values converted
     for name in feed:
         if name not in expected:
             if name not in graph.input_names:
@@ -35,6 +36,10 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
     for name, info in expected.items():
         if name in feed:
             value = feed[name]
+            if isinstance(value, np.ndarray) and value.dtype.kind in "US" and info.elem_type == 8:  # STRING
+                value = scalars[name] = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(
+                    object
+                )
             if info.shape == () and isinstance(value, np.ndarray) and value.shape and value.size == 1:
                 value = scalars[name] = value.reshape(())
             _check_value(name, info, value, on_device)
@@ -48,7 +53,11 @@ def _check_value(name: str, info: ValueInfo, value: Any, on_device: frozenset[st
         return
     device = name in on_device
     if not (hasattr(value, "shape") and hasattr(value, "dtype") if device else isinstance(value, np.ndarray)):
-        need = "bound on a device needs a shape and dtype" if device else "must be a numpy.ndarray"
+        need = (
+            "bound on a device needs a shape and dtype"
+            if device
+            else "must be a numpy.ndarray (ep_core.onnxruntime converts lists)"
+        )
         raise InvalidArgument(f"input {name!r} {need}, got {type(value).__name__}")
     want = info.np_dtype
     if want is not None and np.dtype(value.dtype) != want:

@@ -240,3 +240,16 @@ def test_output_dims_resolved_after_folding_are_shown_as_onnxruntime_shows_them(
     import ep_core.onnxruntime as dropin
 
     assert _io(dropin.InferenceSession(model, providers=[provider])) == _io(theirs)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_numpy_str_and_bytes_arrays_feed_a_string_input(provider: str) -> None:
+    """np.array(['a', 'b']) is '<U1' and np.array([b'a']) 'S1': onnxruntime takes both for a string
+    input; ep-core's own session refused them (only object arrays)."""
+    graph = h.make_graph(
+        [h.make_node("Identity", ["s"], ["t"])], "g", [_t("s", TP.STRING, [None])], [_t("t", TP.STRING, [None])]
+    )
+    model = _model(graph)
+    for feed in (np.array(["a", "bé"]), np.array(["a", "bé"], object), np.array([b"a", "bé".encode()])):
+        (t,) = _agree(model, {"s": feed}, provider)
+        assert t.dtype == object and t.tolist() == ["a", "bé"]

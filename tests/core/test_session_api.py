@@ -51,7 +51,10 @@ def test_inputs_outputs_and_metadata() -> None:
             {"x": np.ones((2, 5), np.float32)},
             "input 'x' has dim 5 on axis 1 (shape [2, 5]), expected 4 (shape [batch, 4])",
         ),
-        ({"x": [[1.0, 2.0, 3.0, 4.0]]}, "input 'x' must be a numpy.ndarray, got list"),
+        (
+            {"x": [[1.0, 2.0, 3.0, 4.0]]},
+            "input 'x' must be a numpy.ndarray (ep_core.onnxruntime converts lists), got list",
+        ),
     ],
 )
 def test_bad_feeds_are_invalid_argument_naming_the_input(feed: dict, message: str) -> None:

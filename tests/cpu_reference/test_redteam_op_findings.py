@@ -266,3 +266,21 @@ def test_batch_normalization_with_statistics_outputs_trains_before_opset_14(prov
     got = ep_core.InferenceSession(model, providers=[provider]).run(None, {"x": x})
     for g_, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_prelu_whose_slope_widens_its_input_broadcasts_both_ways(provider: str) -> None:
+    """x [15, 1] by a slope [1, 15]: onnxruntime gives [15, 15]; onnx infers x's shape, and the
+    contract refused the kernel's (right) result."""
+    g = h.make_graph(
+        [h.make_node("PRelu", ["x", "s"], ["y"])], "g",
+        [h.make_tensor_value_info("x", TP.FLOAT, [15, 1]), h.make_tensor_value_info("s", TP.FLOAT, [1, 15])],
+        [h.make_tensor_value_info("y", TP.FLOAT, None)],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 16)], ir_version=8).SerializeToString()
+    feeds = {
+        "x": np.linspace(-1, 1, 15, dtype=np.float32).reshape(15, 1),
+        "s": np.linspace(0, 1, 15, dtype=np.float32).reshape(1, 15),
+    }
+    (y,) = _both(model, feeds, provider)
+    assert y.shape == (15, 15)
