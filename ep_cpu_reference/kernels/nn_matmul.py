@@ -102,6 +102,8 @@ def exact_slices(bf: np.ndarray) -> list[tuple[slice, np.ndarray]]:
     col = np.abs(bf).reshape(-1, bf.shape[-2], bf.shape[-1]).max(axis=0) if bf.ndim > 2 else np.abs(bf)
     if bf.ndim < 2 or not bf.size or float(col.max(initial=0.0)) >= limit:
         return [(slice(None), bf)]
+    if float(col.sum(axis=0).max()) < limit:  # the whole of K in one float32 slice (most weights): no running sums
+        return [(slice(None), np.ascontiguousarray(bf, dtype=np.float32))]
     run = np.cumsum(col, axis=0)  # (K, N): the running column sums
     cuts, start, base = [], 0, np.zeros(bf.shape[-1])
     for k in range(bf.shape[-2]):
