@@ -2,11 +2,12 @@
 the EPs: a pool under ceil_mode whose last window would start in the padding, a pool with SAME
 padding and dilations (onnxruntime pads from the undilated kernel), a SAME ConvTranspose with
 output_padding (onnxruntime's output is input * stride), a PRelu whose slope widens its input
-(onnxruntime broadcasts both ways). The kernels make onnxruntime's sizes
+(onnxruntime broadcasts both ways), NonZero of a scalar ([1, n] in onnxruntime, [0, n] in onnx). The kernels make onnxruntime's sizes
 (``sdk.geometry``); with onnx's size in a static shape the EP contract refused the session.
 
 Such a node is inferred in an explicit form onnx sizes the same way (pads written out, ceil_mode
-off; an output_shape), in a copy only read for its shapes."""
+off; an output_shape), in a copy only read for its shapes, or its output's shape is given to
+inference, which keeps a shape it is given."""
 
 from __future__ import annotations
 
@@ -57,7 +58,11 @@ def inferred_afresh(model: Any, edit: Callable[[Any], None] | None = None, force
                 for n in g.node:
                     edit(n)
             for i, form in found.items():
-                g.node[i].CopyFrom(form)
+                if isinstance(form, onnx.ValueInfoProto):  # a shape inference keeps (the node stays)
+                    given = next((v for v in g.output if v.name == form.name), None)
+                    g.value_info.append(form) if given is None else given.type.CopyFrom(form.type)
+                else:
+                    g.node[i].CopyFrom(form)
         try:
             out = onnx.shape_inference.infer_shapes(bare, check_type=False, strict_mode=False, data_prop=False)
         except Exception:  # noqa: BLE001 - the caller keeps what it had
@@ -93,9 +98,12 @@ def explicit_forms(graph: Any, shapes: Mapping[str, tuple[Any, ...]], opset: int
 
 
 def _forms(graph: Any, shapes: Mapping[str, tuple[Any, ...]], opset: int) -> Iterator[tuple[int, Any]]:
-    from onnx import helper
+    from onnx import TensorProto, helper
 
     for i, node in enumerate(graph.node):
+        if node.op_type == "NonZero" and node.domain in ("", "ai.onnx") and shapes.get(node.input[0]) == ():
+            yield i, helper.make_tensor_value_info(node.output[0], TensorProto.INT64, [1, None])  # onnx: [0, n]
+            continue
         if node.op_type == "PRelu" and node.domain in ("", "ai.onnx") and len(node.input) == 2:
             if (form := _prelu(node, shapes)) is not None:
                 yield i, form

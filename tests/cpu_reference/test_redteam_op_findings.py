@@ -284,3 +284,18 @@ def test_prelu_whose_slope_widens_its_input_broadcasts_both_ways(provider: str) 
     }
     (y,) = _both(model, feeds, provider)
     assert y.shape == (15, 15)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_nonzero_of_a_declared_scalar_has_one_row(provider: str) -> None:
+    """onnxruntime gives (1, nnz) for a rank-0 input; onnx infers [0, n], and the contract refused
+    the (right) result. (onnxruntime's own get_outputs still shows onnx's [0, n].)"""
+    g = h.make_graph(
+        [h.make_node("NonZero", ["x"], ["y"]), h.make_node("Transpose", ["y"], ["t"])], "g",
+        [h.make_tensor_value_info("x", TP.FLOAT, [])],
+        [h.make_tensor_value_info("y", TP.INT64, None), h.make_tensor_value_info("t", TP.INT64, None)],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 13)], ir_version=8).SerializeToString()
+    for v in (3.0, 0.0):
+        y, t = _both(model, {"x": np.array(v, np.float32)}, provider)
+        assert y.shape == (1, int(v != 0)) and t.shape == (int(v != 0), 1)
