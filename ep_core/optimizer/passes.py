@@ -259,6 +259,7 @@ def run_passes(
         raise LibraryFailure(f"onnx-ir cannot write the optimized model: {type(exc).__name__}: {exc}") from exc
     if proto.HasField("model_version"):  # onnx-ir keeps its value, not that it was set (0 is a version)
         out.model_version = proto.model_version
+    _restore_empty_inputs(out)
     try:
         onnx.checker.check_model(_with_shape_fields(out), full_check=False)
         out = _fresh_shapes(out)
@@ -272,6 +273,26 @@ def run_passes(
         ) from exc
     log(VERBOSE, "graph optimizer: passes that changed the model: %s", ", ".join(dict.fromkeys(changed)))
     return out
+
+
+def _restore_empty_inputs(proto: Any) -> None:
+    """onnx-ir writes a node without its trailing empty inputs: a Loop(M, "") became Loop(M), which
+    its schema refuses (the optimized model was dropped). Each node gets back the empty inputs its
+    schema requires (a required input may be given as "")."""
+    from onnx import defs
+
+    from ep_core.sdk.graph import nested_graphs
+
+    opset = next((o.version for o in proto.opset_import if o.domain in ("", "ai.onnx")), 1)
+    for g in nested_graphs(proto.graph):
+        for node in g.node:
+            if node.domain not in ("", "ai.onnx"):
+                continue
+            try:
+                least = defs.get_schema(node.op_type, opset).min_input
+            except Exception:  # noqa: BLE001 - no schema: the checker names it
+                continue
+            node.input.extend([""] * (least - len(node.input)))
 
 
 def resolve_internal(model: ir.Model) -> bool:

@@ -165,7 +165,7 @@ def _run(
                 got = cache[(d, dt)] = (np.ascontiguousarray(got[0]), np.ascontiguousarray(got[1]))
         wt, rt = got
         g = spec.n_gates
-        xw = (xd.reshape(seq * batch, -1) @ wt).reshape(seq, batch, g * hsz)
+        xw = (xd.reshape(seq * batch, x.shape[-1]) @ wt).reshape(seq, batch, g * hsz)
         if b is not None:
             wb = b[d, : g * hsz].astype(dt, copy=False)
             rb = b[d, g * hsz :].astype(dt, copy=False)
@@ -192,6 +192,11 @@ def _run(
                 yd[t] = h_new
         if reverse:
             yd = _unreverse(yd, ridx, mask)
+        # a row of no step (length 0, or no steps at all) ends in zeros, not its initial state (onnxruntime)
+        empty = np.full(batch, seq == 0) if lens_arr is None else (lens_arr == 0) | (seq == 0)
+        if empty.any():
+            h = np.where(empty[:, None], 0, h)
+            states = [np.where(empty[:, None], 0, s) for s in states]
         y[:, d] = yd
         y_h[d] = h
         for f, s in zip(finals, states, strict=False):

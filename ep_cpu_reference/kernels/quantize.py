@@ -138,8 +138,8 @@ def dynamic_params(x: np.ndarray) -> tuple[np.float32, int]:
     round-half-even(clamp(0 - min / scale, 0, 255)). Scalar float32 arithmetic: recurrent
     kernels call this once per time step."""
     f32 = np.float32
-    mn = min(f32(x.min()), f32(0)) if x.size else f32(0)
-    mx = max(f32(x.max()), f32(0)) if x.size else f32(0)
+    mn = f32(np.fmin.reduce(x, axis=None, initial=f32(0)))  # NaN left out of the range, as onnxruntime's MLAS
+    mx = f32(np.fmax.reduce(x, axis=None, initial=f32(0)))
     scale = f32(1.0) if mx == mn else f32(mx - mn) / f32(255)
     return scale, int(np.rint(min(max(f32(0) - mn / scale, f32(0)), f32(255))))
 
@@ -152,6 +152,8 @@ def build_dynamic_quantize_linear(node: NodeView, ctx: KernelContext) -> Fn:
     def compute(x: Any) -> tuple[Any, Any, Any]:
         scale, zp = dynamic_params(x)
         q = np.clip(np.rint(x.astype(np.float32) / scale), -zp, 255 - zp) + zp
+        if np.isnan(q).any():  # NaN quantizes to 0, as onnxruntime's
+            q = np.nan_to_num(q, nan=0.0)
         return (q.astype(np.uint8), np.array(scale, dtype=np.float32), np.array(zp, dtype=np.uint8))
 
     return compute

@@ -53,7 +53,8 @@ def _model(path: Path, salt: float) -> Path:
 SCRIPT = """
 import json, sys, warnings
 import numpy as np
-print("script ran", file=open(sys.argv[4], "a"))
+with open(sys.argv[4], "a") as ran:
+    print("script ran", file=ran)
 from ep_core import InferenceSession
 model, out, options = sys.argv[1], sys.argv[2], json.loads(sys.argv[3])
 sess = InferenceSession(model, providers=[("NumbaCpuExecutionProvider", options)])
@@ -74,13 +75,23 @@ def _run(tmp_path: Path, model: Path, tag: str, options: dict[str, str], cache: 
     import os
 
     proc = subprocess.run(
-        [sys.executable, str(script), str(model), str(out), json.dumps(options), str(marker)],
+        [
+            sys.executable,
+            "-W",
+            "always::ResourceWarning",
+            str(script),
+            str(model),
+            str(out),
+            json.dumps(options),
+            str(marker),
+        ],
         capture_output=True,
         text=True,
         env={**os.environ, **env_dir},
         timeout=300,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "ResourceWarning" not in proc.stderr, proc.stderr[-3000:]  # the workers' pipes are closed
     # the workers are `python -m ep_numba_cpu.compile_worker`: the user's script ran once
     assert marker.read_text().count("script ran") == 1
     return np.load(out), json.loads(proc.stdout.strip().splitlines()[-1])

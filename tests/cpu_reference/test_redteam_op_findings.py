@@ -299,3 +299,67 @@ def test_nonzero_of_a_declared_scalar_has_one_row(provider: str) -> None:
     for v in (3.0, 0.0):
         y, t = _both(model, {"x": np.array(v, np.float32)}, provider)
         assert y.shape == (1, int(v != 0)) and t.shape == (int(v != 0), 1)
+
+
+def _recurrent(op: str, x_shape: list[int], lens: bool, opset: int = 14) -> bytes:
+    gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
+    inputs = ["x", "w", "r", "b", "lens" if lens else "", "h0"] + (["c0"] if op == "LSTM" else [])
+    outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
+    rng = np.random.default_rng(0)
+    inits = {
+        "w": rng.standard_normal((1, gates * 4, 3), np.float32) * 0.5,
+        "r": rng.standard_normal((1, gates * 4, 4), np.float32) * 0.5,
+        "b": rng.standard_normal((1, 2 * gates * 4), np.float32) * 0.1,
+    }
+    vi = h.make_tensor_value_info
+    feeds = [vi("x", TP.FLOAT, x_shape), vi("h0", TP.FLOAT, [1, x_shape[1], 4])]
+    feeds += [vi("c0", TP.FLOAT, [1, x_shape[1], 4])] if op == "LSTM" else []
+    feeds += [vi("lens", TP.INT32, [x_shape[1]])] if lens else []
+    node = h.make_node(op, inputs, outs, hidden_size=4)
+    g = h.make_graph(
+        [node],
+        "g",
+        feeds,
+        [vi(o, TP.FLOAT, None) for o in outs],
+        [numpy_helper.from_array(v, k) for k, v in inits.items()],
+    )
+    return h.make_model(g, opset_imports=[h.make_opsetid("", opset)], ir_version=8).SerializeToString()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_a_recurrent_row_of_no_step_ends_in_zeros(provider: str, op: str) -> None:
+    """sequence_lens 0 for a row, its initial state given: onnxruntime's final state there is 0
+    (the initial state passed through before)."""
+    rng = np.random.default_rng(1)
+    feeds = {"x": rng.standard_normal((3, 2, 3), np.float32), "h0": rng.standard_normal((1, 2, 4), np.float32)}
+    feeds |= {"c0": rng.standard_normal((1, 2, 4), np.float32)} if op == "LSTM" else {}
+    feeds["lens"] = np.array([0, 2], np.int32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    model = _recurrent(op, [3, 2, 3], True)
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, feeds)
+    for g_, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-6)
+    assert not got[1][:, 0].any()
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("x_shape", [[2, 0, 3], [0, 2, 3]])
+def test_rnn_of_an_empty_batch_or_no_steps(provider: str, x_shape: list[int]) -> None:
+    """An empty batch gives empty outputs; no steps gives zero states (a NumPy reshape error before)."""
+    feeds = {"x": np.zeros(x_shape, np.float32), "h0": np.ones((1, x_shape[1], 4), np.float32)}
+    _both(_recurrent("RNN", [None, None, 3], False), feeds, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_dynamic_quantize_linear_leaves_nan_out_of_its_range(provider: str) -> None:
+    """onnxruntime's range ignores NaN and quantizes it to 0 (a NumPy 'cannot convert NaN' before)."""
+    x = np.array([1.0, np.nan, -2.0], np.float32)
+    node = h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
+    g = h.make_graph(
+        [node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [3])],
+        [h.make_tensor_value_info("y", TP.UINT8, None), h.make_tensor_value_info("s", TP.FLOAT, None), h.make_tensor_value_info("z", TP.UINT8, None)],
+    )  # fmt: skip
+    _both(h.make_model(g, opset_imports=[h.make_opsetid("", 11)], ir_version=8).SerializeToString(), {"x": x}, provider)

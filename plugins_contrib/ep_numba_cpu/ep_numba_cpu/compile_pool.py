@@ -95,6 +95,9 @@ class _Worker:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
             self.proc.kill()
+            self.proc.wait()
+        if self.proc.stdout is not None:  # else a ResourceWarning at exit (an error under -W error)
+            self.proc.stdout.close()
 
 
 def _close_all() -> None:
