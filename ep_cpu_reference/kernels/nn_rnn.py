@@ -80,7 +80,10 @@ class _RnnSpec:
         if self.hidden is None or int(self.hidden) <= 0:  # onnxruntime refuses these too
             raise fail(node, f"hidden_size must be given and positive, got {self.hidden}")
         self.layout = int(node.attr("layout", 0))
-        self.clip = node.attr("clip")
+        clip = node.attr("clip")
+        if clip is not None and clip <= 0 and node.op_type != "RNN":  # onnxruntime's GRU/LSTM refuse it
+            raise fail(node, f"clip must be positive, got {clip}")
+        self.clip = None if clip is None or clip <= 0 else clip  # RNN: a clip of 0 or less clips nothing
         self.n_gates = n_gates
         names = node.attr("activations") or defaults * self.num_dir
         if len(names) != len(defaults) * self.num_dir:

@@ -301,7 +301,7 @@ def test_nonzero_of_a_declared_scalar_has_one_row(provider: str) -> None:
         assert y.shape == (1, int(v != 0)) and t.shape == (int(v != 0), 1)
 
 
-def _recurrent(op: str, x_shape: list[int], lens: bool, opset: int = 14) -> bytes:
+def _recurrent(op: str, x_shape: list[int], lens: bool, opset: int = 14, **attrs: Any) -> bytes:
     gates = {"RNN": 1, "GRU": 3, "LSTM": 4}[op]
     inputs = ["x", "w", "r", "b", "lens" if lens else "", "h0"] + (["c0"] if op == "LSTM" else [])
     outs = ["y", "yh"] + (["yc"] if op == "LSTM" else [])
@@ -315,7 +315,7 @@ def _recurrent(op: str, x_shape: list[int], lens: bool, opset: int = 14) -> byte
     feeds = [vi("x", TP.FLOAT, x_shape), vi("h0", TP.FLOAT, [1, x_shape[1], 4])]
     feeds += [vi("c0", TP.FLOAT, [1, x_shape[1], 4])] if op == "LSTM" else []
     feeds += [vi("lens", TP.INT32, [x_shape[1]])] if lens else []
-    node = h.make_node(op, inputs, outs, hidden_size=4)
+    node = h.make_node(op, inputs, outs, hidden_size=4, **attrs)
     g = h.make_graph(
         [node],
         "g",
@@ -363,3 +363,24 @@ def test_dynamic_quantize_linear_leaves_nan_out_of_its_range(provider: str) -> N
         [h.make_tensor_value_info("y", TP.UINT8, None), h.make_tensor_value_info("s", TP.FLOAT, None), h.make_tensor_value_info("z", TP.UINT8, None)],
     )  # fmt: skip
     _both(h.make_model(g, opset_imports=[h.make_opsetid("", 11)], ir_version=8).SerializeToString(), {"x": x}, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("op", ["RNN", "GRU", "LSTM"])
+def test_a_recurrent_clip_of_zero_or_less(provider: str, op: str) -> None:
+    """onnxruntime's RNN ignores clip <= 0 (np.clip(x, 1, -1) made every pre-activation -1 before);
+    its GRU and LSTM refuse it, and so does ep-core, naming the node."""
+    rng = np.random.default_rng(2)
+    feeds = {"x": rng.standard_normal((3, 2, 3), np.float32), "h0": rng.standard_normal((1, 2, 4), np.float32)}
+    feeds |= {"c0": rng.standard_normal((1, 2, 4), np.float32)} if op == "LSTM" else {}
+    model = _recurrent(op, [3, 2, 3], False, clip=-1.0)
+    if op != "RNN":
+        with pytest.raises(EpCoreError, match="clip must be positive"):
+            ep_core.InferenceSession(model, providers=[provider])
+        return
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feeds)
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, feeds)
+    for g_, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-6)

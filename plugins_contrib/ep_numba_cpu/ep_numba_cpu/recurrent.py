@@ -478,8 +478,8 @@ class _Attrs:
             return f"hidden_size {self.hidden!r} is not a positive integer"
         if self.layout not in (0, 1):
             return f"layout {self.layout}"
-        if self.clip is not None and not self.clip >= 0:
-            return f"clip {self.clip} is negative"
+        if self.clip is not None and not self.clip > 0:  # onnxruntime refuses it: so does the reference EP
+            return f"clip {self.clip} is not positive"
         if self.mode not in (0, 1):
             return f"{'input_forget' if self.op == 'LSTM' else 'linear_before_reset'}={self.mode}"
         if not 1 <= len(self.produced) <= _N_OUT[self.op]:
