@@ -26,7 +26,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 
-from ep_core.sdk.errors import Fail
+from ep_core.sdk.errors import Fail, NoSuchFile
 
 TARGET = "onnxruntime"
 PACKAGE = "ep_core.onnxruntime"
@@ -113,7 +113,7 @@ def install() -> ModuleType:
     if loaded is not None and not getattr(loaded, "__name__", "").startswith(PACKAGE):
         raise Fail(
             f"the real onnxruntime is already imported in this process (from {getattr(loaded, '__file__', '?')}); "
-            "call ep_core.onnxruntime.install() before anything imports onnxruntime, or start the program "
+            "call ep_core.onnxruntime.dropin.install() before anything imports onnxruntime, or start the program "
             "with `ep-core exec -- python ...`"
         )
     if not active():
@@ -154,7 +154,7 @@ def run_command(argv: Sequence[str]) -> int:
             command[0] = sys.executable
         try:
             return subprocess.call(command, env=env)
-        except FileNotFoundError:
-            raise Fail(f"command not found: {command[0]!r}") from None
+        except FileNotFoundError:  # what the user typed: a usage error (exit 2 from the CLI)
+            raise NoSuchFile(f"command not found: {command[0]!r}") from None
     finally:
         shutil.rmtree(shim_root, ignore_errors=True)

@@ -390,6 +390,13 @@ _TAGS = {"excluded": "excluded", "timeout": "TIMEOUT"}
 
 def run(args: argparse.Namespace) -> int:
     """Run the cases on the EP and print the report; the exit code honours ``--min-percent``."""
+    if args.filter:
+        try:
+            re.compile(args.filter)
+        except re.error as exc:
+            from ep_core.tools.cli._common import UsageError
+
+            raise UsageError(f"--filter {args.filter!r} is not a valid regular expression: {exc}") from None
     ep = args.ep or default_ep()
     bar = Bar(f"conformance {ep}", force=True if getattr(args, "progress", False) else None)
     try:

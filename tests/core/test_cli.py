@@ -80,3 +80,21 @@ def test_usage_errors_exit_2(capsys) -> None:  # noqa: ANN001
     assert main([]) == 2
     assert main(["run"]) == 2
     assert "give either MODEL or --zoo NAME" in capsys.readouterr().err
+
+
+def test_documented_usage_errors_exit_2_naming_their_command(capsys) -> None:  # noqa: ANN001
+    """A bad --filter of conformance, a command exec cannot find: usage errors (2), prefixed with the
+    subcommand (docs red-team: conformance called a bad regex an internal bug; exec printed its
+    argument list as the command)."""
+    assert main(["conformance", "--filter", "("]) == 2
+    assert "ep-core conformance: error: --filter '(' is not a valid regular expression" in capsys.readouterr().err
+    assert main(["exec", "--", "no-such-command-here"]) == 2
+    assert "ep-core exec: error: command not found: 'no-such-command-here'" in capsys.readouterr().err
+
+
+def test_compile_names_its_own_flags_as_remedies(capsys, tmp_path: Path) -> None:  # noqa: ANN001
+    model = tmp_path / "m.onnx"
+    model.write_bytes(add_mul_chain().SerializeToString())
+    assert main(["compile", str(model), "--providers", "CpuReferenceExecutionProvider"]) == 1
+    err = capsys.readouterr().err
+    assert "pass --allow-nothing-compiled" in err and "ERROR_IF_NO_NODES_COMPILED" not in err

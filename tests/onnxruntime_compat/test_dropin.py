@@ -1,5 +1,5 @@
 """The explicit ways to run onnxruntime code on ep-core: ``ep-core exec -- COMMAND`` and
-``ep_core.onnxruntime.install()``. Never by default, never over an onnxruntime already imported."""
+``ep_core.onnxruntime.dropin.install()``. Never by default, never over an onnxruntime already imported."""
 
 from __future__ import annotations
 

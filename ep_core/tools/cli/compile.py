@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from ep_core.sdk.errors import InvalidArgument
+from ep_core.sdk.errors import EpCoreError, InvalidArgument
 from ep_core.tools.cli._common import add_provider_args, print_json, provider_list, snapshot, written_files
 
 
@@ -20,6 +20,14 @@ def parse_options(items: list[str] | None) -> dict[str, str]:
             raise InvalidArgument(f"--option {item!r} must look like KEY=VALUE (a session config entry)")
         out[key] = value
     return out
+
+
+_CLI_REMEDIES = {
+    "leave out the compile API flag ERROR_IF_OUTPUT_FILE_EXISTS": "pass --overwrite",
+    "the compile API flag ERROR_IF_NO_NODES_COMPILED makes this an error": (
+        "pass --allow-nothing-compiled to write the copy of the source model anyway"
+    ),
+}
 
 
 def _compile(args: argparse.Namespace) -> int:
@@ -53,7 +61,13 @@ def _compile(args: argparse.Namespace) -> int:
     )
     before = snapshot(out.parent)
     t0 = time.perf_counter()
-    path = compiler.compile_to_file(out)
+    try:
+        path = compiler.compile_to_file(out)
+    except EpCoreError as exc:  # the compile API's remedies, said as this command's flags
+        text = exc.message
+        for api, cli in _CLI_REMEDIES.items():
+            text = text.replace(api, cli)
+        raise type(exc)(text) from exc
     result: dict[str, Any] = {
         "model": str(model),
         "output": path,

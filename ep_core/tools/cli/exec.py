@@ -16,7 +16,7 @@ from ep_core.tools.cli._common import UsageError
 def _run(args: argparse.Namespace) -> int:
     from ep_core.onnxruntime.dropin import run_command
 
-    command = list(args.command)
+    command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]
     if not command:
@@ -31,5 +31,5 @@ def register(subparsers: Any) -> None:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    p.add_argument("command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
+    p.add_argument("argv", metavar="command", nargs=argparse.REMAINDER, help="the command and its arguments, after --")
     p.set_defaults(func=_run)
