@@ -1,4 +1,4 @@
-"""DepthToSpace (DCR and CRD) and SpaceToDepth on rank-4 tensors, channels first or, for the
+"""DepthToSpace and SpaceToDepth (DCR and CRD) on rank-4 tensors, channels first or, for the
 internal NHWC domain, channels last: pure index moves, one output element per thread."""
 
 from __future__ import annotations
@@ -33,18 +33,22 @@ def depth_to_space(x, out, C, H, W, b, crd, cl):
 
 
 @cuda.jit
-def space_to_depth(x, out, C, H, W, b, cl):
+def space_to_depth(x, out, C, H, W, b, crd, cl):
     for i in range(cuda.grid(1), out.size, cuda.gridsize(1)):
         n, oc, _, oy, ox = _unravel(i, C * b * b, 1, H // b, W // b, cl)
-        blk = oc // C
-        out[i] = x[_at(n, oc % C, 0, oy * b + blk // b, ox * b + blk % b, C, 1, H, W, cl)]
+        blk = oc % (b * b) if crd else oc // C  # CRD: channel-major blocks; DCR: block-major
+        c = oc // (b * b) if crd else oc % C
+        out[i] = x[_at(n, c, 0, oy * b + blk // b, ox * b + blk % b, C, 1, H, W, cl)]
 
 
 def depth_space_builder(to_space: bool, cl: bool) -> Any:
     def build(node: NodeView, ctx: KernelContext) -> Any:
         rt = Runtime.of(ctx)
         b = int(node.attr("blocksize"))
-        crd = node.attr("mode", "DCR") == "CRD"
+        mode = node.attr("mode", "DCR")
+        if mode not in ("DCR", "CRD"):
+            raise InvalidArgument(f"{node.describe()}: mode={mode!r}; allowed DCR, CRD")
+        crd = mode == "CRD"
 
         def compute(x: Any) -> tuple[Any]:
             N, C, (H, W) = split_shape(tuple(int(s) for s in x.shape), cl)
@@ -56,7 +60,7 @@ def depth_space_builder(to_space: bool, cl: bool) -> Any:
                 rt.launch1d(depth_to_space, prod(out.shape), flat(x), flat(out), C, H, W, b, crd, cl)
             else:
                 out = rt.empty(join_shape(N, C * b * b, [H // b, W // b], cl), x.dtype)
-                rt.launch1d(space_to_depth, prod(out.shape), flat(x), flat(out), C, H, W, b, cl)
+                rt.launch1d(space_to_depth, prod(out.shape), flat(x), flat(out), C, H, W, b, crd, cl)
             return (out,)
 
         return compute

@@ -27,7 +27,7 @@ from ep_cuda_numba.codegen import (
     single_op_program,
 )
 from ep_cuda_numba.launch import Runtime
-from ep_cuda_numba.registry import ANY_T, BF16_T, BOOL_T, FLOAT16_T, NUM16_T, register_versions
+from ep_cuda_numba.registry import ANY_T, BF16_T, BOOL_T, FLOAT16_T, NUM16_T, register_versions, support_check
 
 FLOAT_ANY_T = FLOAT16_T + BF16_T
 NUM_ANY_T = NUM16_T + BF16_T
@@ -118,6 +118,14 @@ def build_clip_attrs(node: NodeView, ctx: KernelContext) -> Any:
         return ew([x], _clip_bounds(np.dtype(x.dtype), lo, hi))
 
     return compute
+
+
+@support_check("Identity")
+def _tensor_identity(node: Any) -> str | None:
+    """Identity of a sequence or an optional (opset 14/16's V) stays with the host EP: the kernels
+    here move device tensors."""
+    vi = node.input_info(0)
+    return None if vi is None or vi.kind == "tensor" else f"Identity of a {vi.type_str} (tensors only)"
 
 
 for _op in UNARY_FLOAT:

@@ -84,8 +84,10 @@ def reduce_rows(x, out, n_rows, R, inner, pre, comb, post):
                 res = res / R
             elif post == 2:
                 res = math.sqrt(res)
-            elif post == 3:
-                res = math.log(res)
+            elif (
+                post == 3
+            ):  # log of 0 (an empty set) is -inf, of a negative NaN, as on the device (the simulator raises)
+                res = math.log(res) if res > 0 else (-math.inf if res == 0 else math.nan)
             out[row] = res
         cuda.syncthreads()
 
