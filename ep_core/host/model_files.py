@@ -63,26 +63,29 @@ def _function_graphs(f: Any) -> Iterator[Any]:
                 yield from nested_graphs(sub)
 
 
-def resolve_external(proto: Any, base: str) -> None:
+def resolve_external(proto: Any, base: str, model_file: str | None = None) -> None:
     """Checks every external tensor against its file (inside ``base``, offset and length within
     the file, length matching the dims), then reads it into the model, unless that would take the
     model past ``INLINE_LIMIT``: main-graph initializers then keep their data in the file, their
-    location made the absolute path checked here, which ``GraphView`` reads (``tensor_array``)."""
+    location made the absolute path checked here, which ``GraphView`` reads (``tensor_array``).
+    ``model_file``: the path the model came from, whose real folder a linked data file may be in."""
     from onnx import TensorProto
     from onnx import external_data_helper as edh
 
-    total = sum(external_span(t, base)[2] for t in all_tensors(proto) if edh.uses_external_data(t))
+    roots = [os.path.realpath(base)] + ([os.path.dirname(os.path.realpath(model_file))] if model_file else [])
+
+    total = sum(external_span(t, base, roots)[2] for t in all_tensors(proto) if edh.uses_external_data(t))
     if proto.ByteSize() + total > INLINE_LIMIT:
         for t in proto.graph.initializer:
             if edh.uses_external_data(t):
-                file, offset, length = external_span(t, base)
+                file, offset, length = external_span(t, base, roots)
                 del t.external_data[:]
                 for key, value in (("location", file), ("offset", str(offset)), ("length", str(length))):
                     e = t.external_data.add()
                     e.key, e.value = key, value
     for t in all_tensors(proto):
         if edh.uses_external_data(t) and not os.path.isabs(edh.ExternalDataInfo(t).location):
-            file, offset, length = external_span(t, base)
+            file, offset, length = external_span(t, base, roots)
             with open(file, "rb") as fh:
                 fh.seek(offset)
                 t.raw_data = fh.read(length)
@@ -107,9 +110,34 @@ def read_back(tensors: Iterator[Any] | list[Any]) -> None:
             t.data_location = TensorProto.DEFAULT
 
 
-def external_span(t: Any, base: str) -> tuple[str, int, int]:
+def _linked_in_folder(base: str, location: str, roots: list[str]) -> int | None:
+    """A read-only descriptor of the regular file a symbolic link inside ``base`` points to, when
+    that file lies in one of ``roots`` (the model folder's and the model file's real folders), as
+    onnxruntime checks it: Hugging Face's cache keeps ``snapshots/<rev>/model.onnx`` and its
+    ``model.onnx_data`` as links into ``blobs/``. None otherwise (onnx's resolver refuses every link;
+    a link out of those folders, as to ``/etc/hostname``, stays refused)."""
+    import stat
+
+    parts = location.replace("\\", "/").split("/")
+    if not location or os.path.isabs(location) or any(p in ("", ".", "..") for p in parts):
+        return None
+    real = os.path.realpath(os.path.join(base, *parts))
+    if not any(os.path.commonpath([real, root]) == root for root in roots):
+        return None
+    try:
+        fd = os.open(real, os.O_RDONLY)
+    except OSError:
+        return None
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # a device, a FIFO: never read
+        os.close(fd)
+        return None
+    return fd
+
+
+def external_span(t: Any, base: str, roots: list[str] | None = None) -> tuple[str, int, int]:
     """(file, offset, length) of an external tensor, checked by onnx's own resolver (relative,
-    inside ``base``, no symbolic link out of it) and against the file's size."""
+    inside ``base``; a symbolic link there is followed to a regular file, as onnxruntime does) and
+    against the file's size."""
     from onnx.onnx_cpp2py_export import checker as c_checker
 
     info = {e.key: e.value for e in t.external_data}
@@ -118,8 +146,10 @@ def external_span(t: Any, base: str) -> tuple[str, int, int]:
     try:
         fd = c_checker._open_external_data(base, location, t.name, True)
     except Exception as exc:
-        missing = not os.path.lexists(os.path.join(base, location))
-        raise (NoSuchFile if missing else InvalidGraph)(f"{where} cannot be read: {exc}") from exc
+        fd = _linked_in_folder(base, location, roots or [os.path.realpath(base)])
+        if fd is None:
+            missing = not os.path.lexists(os.path.join(base, location))
+            raise (NoSuchFile if missing else InvalidGraph)(f"{where} cannot be read: {exc}") from exc
     try:
         size = os.fstat(fd).st_size
         offset = int(info.get("offset", "0"))

@@ -68,7 +68,7 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
             )
         if proto is model:
             proto = onnx.ModelProto.FromString(proto.SerializeToString())
-        resolve_external(proto, base)
+        resolve_external(proto, base, str(path) if path is not None else None)
     return proto, path
 
 

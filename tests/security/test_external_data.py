@@ -193,3 +193,52 @@ def test_sparse_external_data_is_read_from_the_model_folder_only(tmp_path, monke
     (model_dir / "private.bin").write_bytes(b"\x01\x02\x03\x04")  # beside the model: read, checked
     got = ep_core.InferenceSession(str(path), providers=["CpuReferenceExecutionProvider"]).run(None, {})[0]
     np.testing.assert_array_equal(got, np.array([1, 0, 2, 0, 3, 0, 4, 0], np.uint8))
+
+
+def _linked_model(folder: Path, model_link: str, data_link: str) -> Path:
+    """A model at ``folder/model.onnx`` whose data file ``model.onnx_data`` is a symbolic link to
+    ``data_link``; the model file itself a link to ``model_link`` when given (relative to folder)."""
+    from onnx import numpy_helper
+
+    folder.mkdir(parents=True, exist_ok=True)
+    g = helper.make_graph(
+        [helper.make_node("Add", ["x", "w"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])], [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+        [numpy_helper.from_array(np.arange(4, dtype=np.float32), "w")],
+    )  # fmt: skip
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+    real = folder / ("real.onnx" if not model_link else model_link)
+    real.parent.mkdir(parents=True, exist_ok=True)
+    onnx.save(m, str(real), save_as_external_data=True, location="model.onnx_data", size_threshold=0)
+    data = real.parent / "model.onnx_data"
+    target = (folder / data_link).resolve() if not os.path.isabs(data_link) else Path(data_link)
+    if data.resolve() != target and not os.path.isabs(data_link):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        os.replace(data, target)
+    if model_link:
+        os.symlink(os.path.relpath(real, folder), folder / "model.onnx")
+    else:
+        os.replace(real, folder / "model.onnx")
+    if not (folder / "model.onnx_data").is_symlink():
+        if (folder / "model.onnx_data").exists():
+            os.remove(folder / "model.onnx_data")
+        os.symlink(data_link, folder / "model.onnx_data")
+    return folder / "model.onnx"
+
+
+def test_a_hugging_face_cache_layout_loads(tmp_path: Path) -> None:
+    """snapshots/<rev>/model.onnx and model.onnx_data are links into blobs/: onnxruntime resolves the
+    data file against the model file's real folder and runs it; onnx's resolver refuses every link."""
+    snap = tmp_path / "models--org--m" / "snapshots" / "rev"
+    path = _linked_model(snap, "../../blobs/model", "../../blobs/model.onnx_data")
+    y = ep_core.InferenceSession(str(path)).run(None, {"x": np.ones(4, np.float32)})[0]
+    np.testing.assert_array_equal(y, [1, 2, 3, 4])
+
+
+@pytest.mark.parametrize("target", ["/etc/hostname", "../elsewhere/model.onnx_data"])
+def test_a_data_link_out_of_the_model_s_folders_is_refused(tmp_path: Path, target: str) -> None:
+    """As onnxruntime ('External data path escapes model directory'): a link out of both the model's
+    folder and the model file's real folder is not followed."""
+    path = _linked_model(tmp_path / "m", "", target)
+    with pytest.raises(InvalidGraph, match="external data of tensor 'w'"):
+        ep_core.InferenceSession(str(path))
