@@ -144,12 +144,13 @@ def external_span(t: Any, base: str, roots: list[str] | None = None) -> tuple[st
     location = info.get("location", "")
     where = f"external data of tensor {t.name!r} ({location!r} in folder {base!r})"
     try:
-        fd = c_checker._open_external_data(base, location, t.name, True)
+        fd: int = c_checker._open_external_data(base, location, t.name, True)
     except Exception as exc:
-        fd = _linked_in_folder(base, location, roots or [os.path.realpath(base)])
-        if fd is None:
+        linked = _linked_in_folder(base, location, roots or [os.path.realpath(base)])
+        if linked is None:
             missing = not os.path.lexists(os.path.join(base, location))
             raise (NoSuchFile if missing else InvalidGraph)(f"{where} cannot be read: {exc}") from exc
+        fd = linked
     try:
         size = os.fstat(fd).st_size
         offset = int(info.get("offset", "0"))

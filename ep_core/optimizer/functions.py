@@ -28,6 +28,10 @@ def inline_functions(model: Any) -> Any:
         return model
     from onnx import ModelProto, inliner
 
+    model = _without_shadowing_functions(model)
+    if not model.functions:
+        return model
+
     total = _expanded(model.graph.node, {(f.domain, f.name): f for f in model.functions}, {}, ())
     stored = sum(len(g.node) for g in nested_graphs(model.graph)) + sum(len(f.node) for f in model.functions)
     if total > min(MAX_INLINED_NODES, max(10_000, AMPLIFICATION * stored)):
@@ -49,6 +53,41 @@ def inline_functions(model: Any) -> Any:
     return inliner.inline_local_functions(model)
 
 
+def _without_shadowing_functions(model: Any) -> Any:
+    """``model`` without the local functions named like an op onnx defines in their domain at the
+    model's opset (a ``Relu`` in domain ``""``): onnxruntime runs the op itself and ignores such a
+    function; inlining it gave other numbers, silently. A warning names each one."""
+    import warnings
+
+    from onnx import ModelProto, defs
+
+    imports = {("" if o.domain == "ai.onnx" else o.domain): o.version for o in model.opset_import}
+    shadowing = []
+    for f in model.functions:
+        domain = "" if f.domain == "ai.onnx" else f.domain
+        try:
+            defs.get_schema(f.name, imports.get(domain, 1), domain)
+        except Exception:  # noqa: BLE001 - no such op there: a function of its own
+            continue
+        shadowing.append(f)
+    if not shadowing:
+        return model
+    for f in shadowing:
+        warnings.warn(
+            f"local function {f.domain or 'ai.onnx'}::{f.name} has the name of an ONNX op: the op runs, the function "
+            "is ignored, as onnxruntime does (rename the function or give it a domain of its own)",
+            RuntimeWarning,
+            stacklevel=5,
+        )
+    kept = ModelProto()
+    kept.CopyFrom(model)
+    names = {(f.domain, f.name) for f in shadowing}
+    functions = [f for f in kept.functions if (f.domain, f.name) not in names]
+    del kept.functions[:]
+    kept.functions.extend(functions)
+    return kept
+
+
 def _with_default_attributes(model: Any) -> Any:
     """``model`` with every local call carrying its function's default attribute values
     (``attribute_proto``, IR 9) that the call leaves unset, as onnxruntime binds them: onnx's inliner
@@ -61,6 +100,8 @@ def _with_default_attributes(model: Any) -> Any:
 
     filled = ModelProto()
     filled.CopyFrom(model)
+    _forward_defaults(filled)
+    defaults = {(f.domain, f.name): f.attribute_proto for f in filled.functions if f.attribute_proto}
     bodies = [filled.graph.node, *(f.node for f in filled.functions)]
     for nodes in bodies:
         for n in _nodes_within(nodes):
@@ -69,6 +110,44 @@ def _with_default_attributes(model: Any) -> Any:
                 if a.name not in have:
                     n.attribute.append(a)
     return filled
+
+
+def _forward_defaults(model: Any) -> None:
+    """A function F that passes its attribute ``r`` on to a local call (``alpha=@r``) and has no
+    default for ``r`` gets the callee's default for ``alpha``: when F's caller leaves ``r`` unset,
+    the reference resolves to nothing and the callee's default applies (onnxruntime), which onnx's
+    inliner loses (it left the callee's body without the attribute). Only when every use of ``r``
+    in F's body is such a forwarding, with one default among them; again for deeper nesting."""
+    by_key = {(f.domain, f.name): f for f in model.functions}
+    for _ in range(len(by_key)):
+        changed = False
+        for f in model.functions:
+            have = {a.name for a in f.attribute_proto}
+            found: dict[str, list[Any]] = {}
+            for n in _nodes_within(f.node):
+                callee = by_key.get((n.domain, n.op_type))
+                for a in n.attribute:
+                    if not a.ref_attr_name or a.ref_attr_name in have:
+                        continue
+                    given = {d.name: d for d in callee.attribute_proto} if callee is not None else {}
+                    found.setdefault(a.ref_attr_name, []).append(given.get(a.name))
+            for r, uses in found.items():
+                if None in uses or len({_renamed(d, "").SerializeToString() for d in uses}) != 1:
+                    continue
+                f.attribute_proto.append(_renamed(uses[0], r))
+                kept = [name for name in f.attribute if name != r]
+                del f.attribute[:]
+                f.attribute.extend(kept)
+                changed = True
+        if not changed:
+            return
+
+
+def _renamed(attribute: Any, name: str) -> Any:
+    copy = type(attribute)()
+    copy.CopyFrom(attribute)
+    copy.name = name
+    return copy
 
 
 def _nodes_within(nodes: Iterable[Any]) -> Iterable[Any]:

@@ -253,3 +253,53 @@ def test_numpy_str_and_bytes_arrays_feed_a_string_input(provider: str) -> None:
     for feed in (np.array(["a", "bé"]), np.array(["a", "bé"], object), np.array([b"a", "bé".encode()])):
         (t,) = _agree(model, {"s": feed}, provider)
         assert t.dtype == object and t.tolist() == ["a", "bé"]
+
+
+def test_a_local_function_named_like_an_onnx_op_is_ignored_for_the_op() -> None:
+    """A function ``Relu`` in domain "" (body Neg): onnxruntime runs the real Relu; inlining the
+    function gave other numbers, silently. Now the op runs, with a warning naming the function."""
+    f = h.make_function("", "Relu", ["x"], ["y"], [h.make_node("Neg", ["x"], ["y"])], [h.make_opsetid("", 17)])
+    graph = h.make_graph([h.make_node("Relu", ["X"], ["Y"])], "g", [_t("X", F, [4])], [_t("Y", F, [4])])
+    model = h.make_model(graph, opset_imports=[h.make_opsetid("", 17)], ir_version=9, functions=[f]).SerializeToString()
+    x = np.array([-2, -1, 0.5, 3], np.float32)
+    with pytest.warns(RuntimeWarning, match="local function ai.onnx::Relu has the name of an ONNX op"):
+        ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
+    (y,) = _agree(model, {"X": x}, "CpuReferenceExecutionProvider")
+    np.testing.assert_array_equal(y, [0, 0, 0.5, 3])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_a_forwarded_attribute_left_unset_takes_the_inner_function_s_default(provider: str) -> None:
+    """Outer(beta) calls Scale(alpha=@beta); Scale's default alpha is 2. Outer called without beta:
+    the reference resolves to nothing and Scale's default applies (onnxruntime: 2x); onnx's inliner
+    left Scale's Constant without a value (the session failed naming a node of the function body)."""
+    const = h.make_node("Constant", [], ["a"])
+    ref = onnx.AttributeProto(name="value_float", type=onnx.AttributeProto.FLOAT, ref_attr_name="alpha")
+    const.attribute.append(ref)
+    scale = h.make_function(
+        "my", "Scale", ["x"], ["y"], [const, h.make_node("Mul", ["x", "a"], ["y"])], [h.make_opsetid("", 17)]
+    )
+    scale.attribute_proto.append(h.make_attribute("alpha", 2.0))
+    call = h.make_node("Scale", ["x"], ["y"], domain="my")
+    call.attribute.append(onnx.AttributeProto(name="alpha", type=onnx.AttributeProto.FLOAT, ref_attr_name="beta"))
+    outer = h.make_function(
+        "my", "Outer", ["x"], ["y"], [call], [h.make_opsetid("", 17), h.make_opsetid("my", 1)], attributes=["beta"]
+    )
+    graph = h.make_graph([h.make_node("Outer", ["X"], ["Y"], domain="my")], "g", [_t("X", F, [4])], [_t("Y", F, [4])])
+    opsets = [h.make_opsetid("", 17), h.make_opsetid("my", 1)]
+    model = h.make_model(graph, opset_imports=opsets, ir_version=9, functions=[scale, outer]).SerializeToString()
+    (y,) = _agree(model, {"X": np.array([-2, -1, 0.5, 3], np.float32)}, provider)
+    np.testing.assert_array_equal(y, [-4, -2, 1, 6])
+
+
+def test_independent_chains_whose_inputs_share_a_dim_name_run_on_the_numba_ep() -> None:
+    """X["N"] and Z["N"] fed 3 and 4 elements: onnxruntime holds feeds to no shared dim name; the
+    Numba EP fused the two chains into one kernel of one shape and failed at run time."""
+    graph = h.make_graph(
+        [h.make_node("Relu", ["X"], ["Y"]), h.make_node("Neg", ["Z"], ["Y2"])], "g",
+        [_t("X", F, ["N"]), _t("Z", F, ["N"])], [_t("Y", F, ["N"]), _t("Y2", F, ["N"])],
+    )  # fmt: skip
+    y, y2 = _agree(
+        _model(graph), {"X": np.ones(3, np.float32), "Z": np.zeros(4, np.float32)}, "NumbaCpuExecutionProvider"
+    )
+    assert y.shape == (3,) and y2.shape == (4,)

@@ -594,7 +594,7 @@ def _sibling(graph: Any, item: _Item, cluster: _Cluster, consts: Mapping[str, np
     """``cluster`` when ``item``, reading none of its values, may still run in it: its output has
     the static shape of the cluster's first value, and so has an input it keeps the shape of."""
     first = cluster.items[0].output
-    if not _same_static_shape(graph, item.output, first):
+    if not _same_static_shape(graph, item.output, first, _shared_labels(graph)):
         return None
     alike = {i for i in item.inputs if i and i not in consts and _same_static_shape(graph, i, first)}
     if not alike or not _keeps_shape(graph, item, cluster.shaped | alike, consts):
@@ -631,17 +631,30 @@ def _keeps_shape(graph: Any, item: _Item, shaped: set[str], consts: Mapping[str,
     return True
 
 
-def _same_static_shape(graph: Any, a: str, b: str) -> bool:
-    """Both shapes known and equal dim by dim (equal ints or the same symbolic name)."""
+def _same_static_shape(graph: Any, a: str, b: str, labels: frozenset[str] = frozenset()) -> bool:
+    """Both shapes known and equal dim by dim (equal ints or the same symbolic name, unless the
+    name is one of ``labels``)."""
     sa, sb = _static_shape(graph, a), _static_shape(graph, b)
     return (
         sa is not None
         and sb is not None
         and len(sa) == len(sb)
         and all(
-            x == y and (isinstance(x, int) or (isinstance(x, str) and x != "")) for x, y in zip(sa, sb, strict=True)
+            x == y and (isinstance(x, int) or (isinstance(x, str) and x != "" and x not in labels))
+            for x, y in zip(sa, sb, strict=True)
         )
     )
+
+
+def _shared_labels(graph: Any) -> frozenset[str]:
+    """Symbolic dims that several graph inputs declare: onnxruntime does not hold feeds to them
+    (exporters reuse "N", "seq" for unrelated axes), so two values that only share such a name are
+    not known to be alike (two independent chains fused as one kernel failed on feeds of 3 and 4)."""
+    seen: dict[str, int] = {}
+    for v in getattr(graph, "inputs", ()):
+        for d in {d for d in (v.shape or ()) if isinstance(d, str) and d}:
+            seen[d] = seen.get(d, 0) + 1
+    return frozenset(d for d, n in seen.items() if n > 1)
 
 
 def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
