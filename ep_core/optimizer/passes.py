@@ -28,6 +28,7 @@ from ep_core.optimizer.api import ENABLE_EXTENDED, VERBOSE, Log, SupportsOp
 from ep_core.optimizer.disabled import KEY as DISABLED_KEY
 from ep_core.optimizer.disabled import disabled
 from ep_core.optimizer.fusions import BASIC_GATED, EXTENDED, INTERNAL, QDQ, Fusion, dq_matmulnbits
+from ep_core.optimizer.spelling import for_the_checker
 from ep_core.sdk.errors import Fail
 
 ROUNDS = 2  # as onnxscript.optimizer.optimize (num_iterations=2)
@@ -261,7 +262,7 @@ def run_passes(
         out.model_version = proto.model_version
     _restore_empty_inputs(out)
     try:
-        onnx.checker.check_model(_with_shape_fields(out), full_check=False)
+        onnx.checker.check_model(for_the_checker(out), full_check=False)
         out = _fresh_shapes(out)
     except Exception as exc:
         why = f"the model made by the passes {sorted(set(changed))} is invalid: {' '.join(str(exc).split())}"
@@ -452,19 +453,3 @@ def _merge_dims(old: Any, new: Any) -> None:
     for od, nd in zip(old.shape.dim, new.shape.dim, strict=True):
         if _derived(nd):
             od.CopyFrom(nd)
-
-
-def _with_shape_fields(proto: Any) -> Any:
-    """A copy for onnx's checker in which graph inputs and outputs of unknown rank carry a shape
-    field (as ``load`` checks the model: onnx insists on it, onnxruntime does not)."""
-    values = list(proto.graph.input) + list(proto.graph.output)
-    if all(v.type.WhichOneof("value") != "tensor_type" or v.type.tensor_type.HasField("shape") for v in values):
-        return proto
-    import onnx
-
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    for v in list(copy.graph.input) + list(copy.graph.output):
-        if v.type.WhichOneof("value") == "tensor_type" and not v.type.tensor_type.HasField("shape"):
-            v.type.tensor_type.shape.dim.add()
-    return copy

@@ -5,7 +5,8 @@ of it) and the kernels see the model:
 - of repeated ``metadata_props`` keys the last value stands (onnxruntime's ``custom_metadata_map``);
 - a subgraph initializer named like a value of an enclosing graph is dropped: onnxruntime 1.31 binds
   the name to the outer value (graph input, initializer or node output), so the branch reads that.
-  ONNX's scoping rules forbid the shadowing; a warning names each one.
+  ONNX's scoping rules forbid the shadowing; a warning names each one;
+- a dim declared with a negative size (older converters' -1 batch) is an unknown dim.
 
 The caller's ModelProto is not edited: a copy is made when anything changes."""
 
@@ -20,7 +21,12 @@ from ep_core.sdk.graph import nested_graphs
 
 def as_onnxruntime_reads(model: Any) -> Any:
     """``model``, or a copy spelled as the module docstring says."""
-    if not (_long_domain_names(model) or _repeated_keys(model) or any(_shadowing(model.graph, frozenset()))):
+    if not (
+        _long_domain_names(model)
+        or _repeated_keys(model)
+        or any(_shadowing(model.graph, frozenset()))
+        or any(True for _ in _negative_dims(model))
+    ):
         return model
     from onnx import helper
 
@@ -36,6 +42,8 @@ def as_onnxruntime_reads(model: Any) -> Any:
     del copy.metadata_props[:]
     for key, value in last.items():
         copy.metadata_props.add(key=key, value=value)
+    for dim in list(_negative_dims(copy)):
+        dim.Clear()  # an unknown dim: older converters wrote -1 for a dynamic batch
     for graph, name in list(_shadowing(copy.graph, frozenset())):
         warnings.warn(
             f"subgraph {graph.name!r} has an initializer {name!r} named like a value of an enclosing graph: "
@@ -47,6 +55,15 @@ def as_onnxruntime_reads(model: Any) -> Any:
         del graph.initializer[:]
         graph.initializer.extend(kept)
     return copy
+
+
+def _negative_dims(model: Any) -> Iterator[Any]:
+    """The dims declared with a negative size on values of every graph: onnxruntime reads them as
+    unknown; onnx's strict inference took -1 for a size (an Add of [-1, 4] and [3, 4] refused)."""
+    for g in nested_graphs(model.graph):
+        for v in [*g.input, *g.output, *g.value_info]:
+            if v.type.HasField("tensor_type"):
+                yield from (d for d in v.type.tensor_type.shape.dim if d.HasField("dim_value") and d.dim_value < 0)
 
 
 def _bodies(model: Any) -> list[Any]:
@@ -77,3 +94,32 @@ def _shadowing(graph: Any, outer: frozenset[str]) -> Iterator[tuple[Any, str]]:
         for a in n.attribute:
             for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
                 yield from _shadowing(sub, defined)
+
+
+def for_the_checker(proto: Any) -> Any:
+    """``proto``, or a copy for onnx's checker only, with what it insists on and onnxruntime does not:
+    a shape field on graph inputs and outputs of unknown rank (one unknown dim: it checks nothing
+    else), a type on a graph output declared with none (inference gives the real one), a name on a
+    graph named "" (onnxruntime runs such graphs). The session runs the model as given."""
+
+    def missing(v: Any) -> bool:  # a graph output of no type at all too: onnxruntime infers it
+        kind = v.type.WhichOneof("value")
+        return (kind is None and v in proto.graph.output) or (
+            kind == "tensor_type" and not v.type.tensor_type.HasField("shape")
+        )
+
+    unnamed = [g for g in nested_graphs(proto.graph) if not g.name]
+    if not unnamed and not any(missing(v) for v in [*proto.graph.input, *proto.graph.output]):
+        return proto
+    import onnx
+
+    copy = onnx.ModelProto()
+    copy.CopyFrom(proto)
+    for v in [*copy.graph.input, *copy.graph.output]:
+        if v.type.WhichOneof("value") is None:
+            v.type.tensor_type.elem_type = 1
+        if missing(v):
+            v.type.tensor_type.shape.dim.add()
+    for k, g in enumerate(g for g in nested_graphs(copy.graph) if not g.name):
+        g.name = f"unnamed_graph_{k}"
+    return copy

@@ -139,7 +139,7 @@ def check_and_infer(proto: Any) -> Any:
     _check_opsets(proto)
     proto, moved, added = _lazy_initializers_as_inputs(proto)
     try:
-        onnx.checker.check_model(_with_placeholder_shapes(proto), full_check=False)
+        onnx.checker.check_model(spelling.for_the_checker(proto), full_check=False)
     except Exception as exc:  # ValidationError, or a proto its C++ side cannot parse
         raise InvalidGraph(f"the model is invalid: {' '.join(str(exc).split())}") from exc  # its context names the node
     proto = functions.inline_functions(proto)  # model-local functions run as their bodies, as in onnxruntime
@@ -345,33 +345,3 @@ def _lazy_initializers_as_inputs(proto: Any) -> tuple[Any, list[Any], set[str]]:
             helper.make_tensor_value_info(t.name, t.data_type, list(t.dims)) for t in moved if t.name in added
         )
     return proto, moved, added
-
-
-def _with_placeholder_shapes(proto: Any) -> Any:
-    """A copy for the checker in which tensor types of unknown rank carry a shape field.
-
-    ONNX allows a tensor type without ``shape`` (unknown rank) and onnxruntime runs such models,
-    but onnx 1.23's checker insists on the field for graph inputs and outputs. Only the copy is
-    touched; the session runs the model as given."""
-
-    def missing(v: Any) -> bool:  # a graph output of no type at all too: onnxruntime infers it
-        kind = v.type.WhichOneof("value")
-        return (
-            kind is None
-            and v in proto.graph.output
-            or kind == "tensor_type"
-            and not v.type.tensor_type.HasField("shape")
-        )
-
-    if not any(missing(v) for v in list(proto.graph.input) + list(proto.graph.output)):
-        return proto
-    import onnx
-
-    copy = onnx.ModelProto()
-    copy.CopyFrom(proto)
-    for v in list(copy.graph.input) + list(copy.graph.output):
-        if v.type.WhichOneof("value") is None:
-            v.type.tensor_type.elem_type = 1  # the checker's copy only: inference gives the real type
-        if missing(v):
-            v.type.tensor_type.shape.dim.add()  # one unknown dim: satisfies the field, checks nothing else
-    return copy

@@ -303,3 +303,16 @@ def test_independent_chains_whose_inputs_share_a_dim_name_run_on_the_numba_ep() 
         _model(graph), {"X": np.ones(3, np.float32), "Z": np.zeros(4, np.float32)}, "NumbaCpuExecutionProvider"
     )
     assert y.shape == (3,) and y2.shape == (4,)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_negative_dims_and_unnamed_graphs_load(provider: str) -> None:
+    """An input dim of -1 (older converters' dynamic batch) is unknown, as onnxruntime reads it
+    (onnx's strict inference took -1 for a size and refused the Add); a graph named "" runs (onnx's
+    checker refused it)."""
+    graph = h.make_graph(
+        [h.make_node("Add", ["X", "B"], ["Y"])], "",
+        [_t("X", F, [-1, 2]), _t("B", F, [3, 2])], [_t("Y", F, [-1, 2])],
+    )  # fmt: skip
+    (y,) = _agree(_model(graph), {"X": np.ones((3, 2), np.float32), "B": np.ones((3, 2), np.float32)}, provider)
+    assert y.shape == (3, 2)

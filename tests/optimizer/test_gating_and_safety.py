@@ -153,7 +153,7 @@ def _break_the_output(monkeypatch: pytest.MonkeyPatch) -> None:
         copy.graph.node[0].input[0] = "nowhere"
         return copy
 
-    monkeypatch.setattr(passes, "_with_shape_fields", broken)
+    monkeypatch.setattr(passes, "for_the_checker", broken)
 
 
 def test_an_invalid_model_from_a_pass_of_ep_core_raises_naming_the_passes(monkeypatch: pytest.MonkeyPatch) -> None:
