@@ -205,7 +205,11 @@ def _global(fn: Any) -> Any:
         def compute(x: np.ndarray) -> tuple[np.ndarray]:
             if x.ndim < 3:
                 raise fail(node, f"input rank {x.ndim}; global pooling needs (N, C, spatial...)")
+            if 0 in x.shape[1:]:  # onnxruntime refuses these too; an empty batch gives an empty output
+                raise fail(node, f"input shape {list(x.shape)}: no channel or an empty spatial axis to pool")
             axes = tuple(range(2, x.ndim))
+            if x.shape[0] == 0:
+                return (np.zeros(x.shape[:2] + (1,) * (x.ndim - 2), x.dtype),)
             return (fn(x, axes),)
 
         return compute

@@ -384,3 +384,84 @@ def test_a_recurrent_clip_of_zero_or_less(provider: str, op: str) -> None:
     got = ep_core.InferenceSession(model, providers=[provider]).run(None, feeds)
     for g_, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g_, w, rtol=1e-5, atol=1e-6)
+
+
+def test_numba_batch_normalization_of_a_constant_input() -> None:
+    """A BatchNormalization whose input is computed from constants only (its output a graph output):
+    the Numba EP's plan never registered the input as a weight and refused the session."""
+    rng = np.random.default_rng(3)
+    c = numpy_helper.from_array(rng.standard_normal((2, 3, 1), np.float32), "c")
+    stats = {k: numpy_helper.from_array((rng.random(3, np.float32) + 0.5), k) for k in "sbmv"}
+    g = h.make_graph(
+        [h.make_node("Relu", ["c"], ["r"]), h.make_node("BatchNormalization", ["r", "s", "b", "m", "v"], ["y"]),
+         h.make_node("Add", ["x", "y"], ["z"])], "g",
+        [h.make_tensor_value_info("x", TP.FLOAT, [2, 3, 1])],
+        [h.make_tensor_value_info("y", TP.FLOAT, None), h.make_tensor_value_info("z", TP.FLOAT, None)],
+        [c, *stats.values()],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 15)], ir_version=8).SerializeToString()
+    x = np.ones((2, 3, 1), np.float32)
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, {"x": x})
+    got = ep_core.InferenceSession(model, providers=["NumbaCpuExecutionProvider"]).run(None, {"x": x})
+    for g_, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g_, w, rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("op", ["LSTM", "GRU"])
+def test_numba_recurrent_of_an_input_size_of_zero(op: str) -> None:
+    """X [T, B, 0] (an earlier Slice left no features): the Numba EP's loop reshaped with -1 and
+    failed with a NumPy error; the reference EP gave the bias-driven states (onnxruntime aborts on
+    the GRU)."""
+    gates = {"GRU": 3, "LSTM": 4}[op]
+    rng = np.random.default_rng(4)
+    inits = [
+        numpy_helper.from_array(np.zeros((1, gates * 2, 0), np.float32), "w"),
+        numpy_helper.from_array(rng.standard_normal((1, gates * 2, 2), np.float32), "r"),
+        numpy_helper.from_array(rng.standard_normal((1, 2 * gates * 2), np.float32), "b"),
+    ]
+    node = h.make_node(op, ["x", "w", "r", "b"], ["y", "yh"], hidden_size=2)
+    g = h.make_graph(
+        [node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [3, 2, 0])],
+        [h.make_tensor_value_info("y", TP.FLOAT, None), h.make_tensor_value_info("yh", TP.FLOAT, None)], inits,
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 14)], ir_version=8).SerializeToString()
+    x = np.zeros((3, 2, 0), np.float32)
+    ref = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, {"x": x})
+    got = ep_core.InferenceSession(model, providers=["NumbaCpuExecutionProvider"]).run(None, {"x": x})
+    for g_, r in zip(got, ref, strict=True):
+        np.testing.assert_allclose(g_, r, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_int32_wraps_inside_a_fused_kernel(provider: str) -> None:
+    """s = x + y in int32 wraps before a Cast or a comparison reads it in the same kernel (Numba
+    computed the int64 sum there, so the exported s and Cast(s) disagreed in sign)."""
+    vi = h.make_tensor_value_info
+    g = h.make_graph(
+        [h.make_node("Add", ["x", "y"], ["s"]), h.make_node("Cast", ["s"], ["f"], to=TP.FLOAT),
+         h.make_node("Greater", ["s", "x"], ["g"])], "g",
+        [vi("x", TP.INT32, [3]), vi("y", TP.INT32, [3])], [vi("s", TP.INT32, None), vi("f", TP.FLOAT, None), vi("g", TP.BOOL, None)],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    feeds = {"x": np.array([2**31 - 1, 5, -(2**31)], np.int32), "y": np.array([1, 3, -1], np.int32)}
+    _, f, greater = _both(model, feeds, provider)
+    assert f[0] < 0 and not greater[0]
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("op", ["GlobalAveragePool", "GlobalMaxPool"])
+def test_global_pools_of_an_empty_batch_or_axis(provider: str, op: str) -> None:
+    """An empty batch pools to an empty output (a NumPy reshape error before); an empty spatial axis
+    or no channel is refused, typed, as onnxruntime refuses it."""
+    g = h.make_graph(
+        [h.make_node(op, ["x"], ["y"])], "g", [h.make_tensor_value_info("x", TP.FLOAT, [None] * 4)],
+        [h.make_tensor_value_info("y", TP.FLOAT, None)],
+    )  # fmt: skip
+    model = h.make_model(g, opset_imports=[h.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    (y,) = ep_core.InferenceSession(model, providers=[provider]).run(None, {"x": np.zeros((0, 2, 3, 3), np.float32)})
+    assert y.shape == (0, 2, 1, 1)
+    for shape in ((1, 2, 0, 3), (1, 0, 3, 3)):
+        with pytest.raises(EpCoreError, match=r"no channel or an empty spatial axis"):
+            ep_core.InferenceSession(model, providers=[provider]).run(None, {"x": np.zeros(shape, np.float32)})

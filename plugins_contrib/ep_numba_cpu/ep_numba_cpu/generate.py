@@ -136,6 +136,9 @@ def broadcast_groups(full: Sequence[Sequence[bool]], rank: int) -> dict[str, Any
     return {"full": [list(f) for f in full], "groups": groups, "group_full": [[f[g[0]] for g in groups] for f in full]}
 
 
+_NARROW_INTS = frozenset({"int8", "int16", "int32", "uint8", "uint16", "uint32"})
+
+
 def _cluster_sources(step: Mapping[str, Any], path: str) -> tuple[KernelSource, KernelSource, list[list[int]]]:
     """The general and the specialised kernel of a cluster, and each item's array dependencies."""
     arrays, rank, par = step["arrays"], step["rank"], step["parallel"]
@@ -162,6 +165,8 @@ def _cluster_sources(step: Mapping[str, Any], path: str) -> tuple[KernelSource, 
         e = expression(item["op"], item["params"], args, adt, item["dtype"])
         if e is None:
             raise SpecError(f"{path}.items[{t}]: {item['op']} does not take {adt} to {item['dtype']}")
+        if item["dtype"] in _NARROW_INTS:  # Numba computes int32 + int32 in int64: wrap it as the type does
+            e = f"np.{item['dtype']}({e})"
         lines.append(f"v{t} = {e}")
         dts.append(item["dtype"])
         deps.append(dep)

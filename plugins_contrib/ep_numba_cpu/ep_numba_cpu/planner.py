@@ -354,6 +354,7 @@ def build_plan(
             item = bias_item  # the bias add opens the elementwise tail's cluster (one pass over memory)
         elif op == "BatchNormalization":
             x = node.inputs[0]
+            const(x)  # a constant input is a weight of the plan (else no step or input made it)
             scale, bias, mean, var = (graph.constant_value(i) for i in node.inputs[1:5])
             eps = float(node.attr("epsilon", 1e-5))
             dt = np.dtype(_dtype(graph, x))
@@ -594,7 +595,7 @@ def _sibling(graph: Any, item: _Item, cluster: _Cluster, consts: Mapping[str, np
     """``cluster`` when ``item``, reading none of its values, may still run in it: its output has
     the static shape of the cluster's first value, and so has an input it keeps the shape of."""
     first = cluster.items[0].output
-    if not _same_static_shape(graph, item.output, first, _shared_labels(graph)):
+    if not _same_static_shape(graph, item.output, first, _unvouched_labels(graph, item.output, first)):
         return None
     alike = {i for i in item.inputs if i and i not in consts and _same_static_shape(graph, i, first)}
     if not alike or not _keeps_shape(graph, item, cluster.shaped | alike, consts):
@@ -646,15 +647,39 @@ def _same_static_shape(graph: Any, a: str, b: str, labels: frozenset[str] = froz
     )
 
 
-def _shared_labels(graph: Any) -> frozenset[str]:
-    """Symbolic dims that several graph inputs declare: onnxruntime does not hold feeds to them
-    (exporters reuse "N", "seq" for unrelated axes), so two values that only share such a name are
-    not known to be alike (two independent chains fused as one kernel failed on feeds of 3 and 4)."""
-    seen: dict[str, int] = {}
-    for v in getattr(graph, "inputs", ()):
-        for d in {d for d in (v.shape or ()) if isinstance(d, str) and d}:
-            seen[d] = seen.get(d, 0) + 1
-    return frozenset(d for d, n in seen.items() if n > 1)
+def _unvouched_labels(graph: Any, a: str, b: str) -> frozenset[str]:
+    """Symbolic dims several inputs declare that no input both ``a`` and ``b`` are computed from
+    declares: onnxruntime does not hold feeds to a shared name (exporters reuse "N", "seq" for
+    unrelated axes), so two independent chains that only share one are not known to be alike (fused
+    as one kernel, feeds of 3 and 4 failed); slices of one input (a GRU cell's gates) still are."""
+    memo = graph.__dict__.setdefault("_sibling_labels", {})  # once per plan: groups have hundreds of nodes
+    if "shared" not in memo:
+        declared = {
+            v.name: {d for d in (v.shape or ()) if isinstance(d, str) and d} for v in getattr(graph, "inputs", ())
+        }
+        seen: dict[str, int] = {}
+        for dims in declared.values():
+            for d in dims:
+                seen[d] = seen.get(d, 0) + 1
+        memo["declared"], memo["shared"] = declared, {d for d, n in seen.items() if n > 1}
+    declared, shared = memo["declared"], memo["shared"]
+    if not shared:
+        return frozenset()
+    if "roots" not in memo:
+        memo["roots"] = _input_roots(graph)
+    roots = memo["roots"]
+    common = roots.get(a, frozenset()) & roots.get(b, frozenset())
+    return frozenset(shared - {d for name in common for d in declared.get(name, ())})
+
+
+def _input_roots(graph: Any) -> dict[str, frozenset[str]]:
+    """Value -> the inputs of ``graph`` it is computed from (nodes in topological order)."""
+    inputs = {v.name for v in getattr(graph, "inputs", ())}
+    roots: dict[str, frozenset[str]] = {n: frozenset({n}) for n in inputs}
+    for node in graph.nodes:
+        got = frozenset().union(*(roots.get(i, frozenset()) for i in node.inputs if i))
+        roots.update((o, got) for o in node.outputs if o)
+    return roots
 
 
 def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:

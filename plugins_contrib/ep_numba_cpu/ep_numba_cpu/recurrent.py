@@ -641,7 +641,8 @@ def make_compute(
         yh = np.empty(sshape, dt)
         # every step's input projection, both directions: one BLAS product (NumPy's BLAS: faster
         # here than the one Numba binds); the kernel adds the biases in place
-        xw = np.dot(x.reshape(-1, x.shape[2]), prep.wt).reshape(x.shape[0], x.shape[1], n_dir * gates * hs)
+        rows = x.shape[0] * x.shape[1]  # not -1: an input size of 0 leaves -1 undefined
+        xw = np.dot(x.reshape(rows, x.shape[2]), prep.wt).reshape(x.shape[0], x.shape[1], n_dir * gates * hs)
         if lstm:
             c0 = empty3 if c0 is None else state(c0, sshape, "initial_c")
             if p is not None and p.shape != (n_dir, 3 * hs):
