@@ -6,7 +6,8 @@ of it) and the kernels see the model:
 - a subgraph initializer named like a value of an enclosing graph is dropped: onnxruntime 1.31 binds
   the name to the outer value (graph input, initializer or node output), so the branch reads that.
   ONNX's scoping rules forbid the shadowing; a warning names each one;
-- a dim declared with a negative size (older converters' -1 batch) is an unknown dim.
+- a dim declared with a negative size (older converters' -1 batch) is an unknown dim;
+- a local function nothing calls is dropped (onnxruntime never reads it).
 
 The caller's ModelProto is not edited: a copy is made when anything changes."""
 
@@ -26,6 +27,7 @@ def as_onnxruntime_reads(model: Any) -> Any:
         or _repeated_keys(model)
         or any(_shadowing(model.graph, frozenset()))
         or any(True for _ in _negative_dims(model))
+        or _unused_functions(model)
     ):
         return model
     from onnx import helper
@@ -42,6 +44,10 @@ def as_onnxruntime_reads(model: Any) -> Any:
     del copy.metadata_props[:]
     for key, value in last.items():
         copy.metadata_props.add(key=key, value=value)
+    unused = _unused_functions(copy)
+    kept = [f for f in copy.functions if (f.domain, f.name) not in unused]
+    del copy.functions[:]
+    copy.functions.extend(kept)
     for dim in list(_negative_dims(copy)):
         dim.Clear()  # an unknown dim: older converters wrote -1 for a dynamic batch
     for graph, name in list(_shadowing(copy.graph, frozenset())):
@@ -55,6 +61,31 @@ def as_onnxruntime_reads(model: Any) -> Any:
         del graph.initializer[:]
         graph.initializer.extend(kept)
     return copy
+
+
+def _unused_functions(model: Any) -> set[tuple[str, str]]:
+    """The local functions no node of the model calls, directly or through another function:
+    onnxruntime never looks at them (onnx's checker refused a model whose unused function had an
+    op no schema defines)."""
+    functions = {(f.domain, f.name): f for f in model.functions}
+    if not functions:
+        return set()
+    called: set[tuple[str, str]] = set()
+    todo = [n for g in nested_graphs(model.graph) for n in g.node]
+    while todo:
+        n = todo.pop()
+        key = (n.domain, n.op_type)
+        if key in functions and key not in called:
+            called.add(key)
+            todo.extend(m for g in [functions[key], *_subgraphs_of(functions[key].node)] for m in g.node)
+    return set(functions) - called
+
+
+def _subgraphs_of(nodes: Any) -> Iterator[Any]:
+    for n in nodes:
+        for a in n.attribute:
+            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
+                yield from nested_graphs(sub)
 
 
 def _negative_dims(model: Any) -> Iterator[Any]:

@@ -13,7 +13,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ep_core.host.model_files import all_tensors, resolve_external, stored_bytes, tensor_bits
-from ep_core.sdk.errors import InvalidArgument, InvalidGraph, InvalidProtobuf, ModelLoadCanceled, NoSuchFile
+from ep_core.sdk.errors import (
+    InvalidArgument,
+    InvalidGraph,
+    InvalidProtobuf,
+    ModelLoadCanceled,
+    NoSuchFile,
+    NotImplementedByAnyEp,
+)
 from ep_core.sdk.graph import GraphView, nested_graphs, opset_map
 
 if TYPE_CHECKING:
@@ -40,13 +47,13 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
         try:
             proto = onnx.load(str(path), load_external_data=False)
         except Exception as exc:
-            raise InvalidProtobuf(f"{path} is not a valid ONNX model: {exc}") from exc
+            raise _unparsed(str(path), path, exc) from exc
         base: str | None = str(path.parent)
     elif isinstance(model, (bytes, bytearray, memoryview)):
         try:
             proto = onnx.load_from_string(bytes(model))
         except Exception as exc:
-            raise InvalidProtobuf(f"the model bytes are not a valid ONNX model: {exc}") from exc
+            raise _unparsed("the model bytes", bytes(model[:8]), exc) from exc
         base = external_folder
     elif isinstance(model, onnx.ModelProto):
         proto = model
@@ -70,6 +77,19 @@ def load_model(model: Any, external_folder: str | None, so: SessionOptions | Non
             proto = onnx.ModelProto.FromString(proto.SerializeToString())
         resolve_external(proto, base, str(path) if path is not None else None)
     return proto, path
+
+
+def _unparsed(what: str, source: Path | bytes, exc: Exception) -> Exception:
+    """The error for a model protobuf cannot parse; onnxruntime's own ORT format ("ORTM" at byte 4,
+    a flatbuffer) is named as such: ep-core reads ONNX models only."""
+    if isinstance(source, Path):
+        with source.open("rb") as fh:
+            source = fh.read(8)
+    if source[4:8] == b"ORTM":
+        return NotImplementedByAnyEp(
+            f"{what}: an ORT-format model (onnxruntime's flatbuffer); ep-core reads .onnx models"
+        )
+    return InvalidProtobuf(f"{what} is not a valid ONNX model: {exc}")
 
 
 def check_options(options: SessionOptions | None) -> None:

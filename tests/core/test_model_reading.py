@@ -316,3 +316,25 @@ def test_negative_dims_and_unnamed_graphs_load(provider: str) -> None:
     )  # fmt: skip
     (y,) = _agree(_model(graph), {"X": np.ones((3, 2), np.float32), "B": np.ones((3, 2), np.float32)}, provider)
     assert y.shape == (3, 2)
+
+
+def test_an_unused_local_function_is_not_checked() -> None:
+    """A function nothing calls, whose body uses an op no schema defines: onnxruntime never reads it
+    (onnx's checker refused the whole model)."""
+    f = h.make_function("my", "Unused", ["x"], ["y"], [h.make_node("NoSuchOp", ["x"], ["y"])], [h.make_opsetid("", 17)])
+    graph = h.make_graph([h.make_node("Relu", ["X"], ["Y"])], "g", [_t("X", F, [3])], [_t("Y", F, [3])])
+    opsets = [h.make_opsetid("", 17), h.make_opsetid("my", 1)]
+    model = h.make_model(graph, opset_imports=opsets, ir_version=9, functions=[f]).SerializeToString()
+    _agree(model, {"X": np.array([-1, 0, 1], np.float32)}, "CpuReferenceExecutionProvider")
+
+
+def test_an_ort_format_model_is_named_as_such(tmp_path: Any) -> None:
+    """onnxruntime's own flatbuffer format ("ORTM" at byte 4) is NOT_IMPLEMENTED saying what it is,
+    not a 'corrupt protobuf'."""
+    from ep_core.sdk.errors import NotImplementedByAnyEp
+
+    data = b"\x10\x00\x00\x00ORTM" + bytes(range(64))
+    (tmp_path / "m.ort").write_bytes(data)
+    for model in (data, str(tmp_path / "m.ort")):
+        with pytest.raises(NotImplementedByAnyEp, match="an ORT-format model"):
+            ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
