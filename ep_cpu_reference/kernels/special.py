@@ -299,11 +299,10 @@ def mlas_logistic(x: np.ndarray) -> np.ndarray:
     y = np.empty_like(flat)
     for s in range(0, flat.size, _LOGISTIC_BLOCK):
         v = np.clip(flat[s : s + _LOGISTIC_BLOCK], np.float32(-18.0), np.float32(18.0))
-        v2 = (v * v).astype(np.float64)
-        tmp = np.empty_like(v2)
-        p = _fma_horner(v2, _LOGISTIC_P, tmp, np.empty_like(v))
-        p *= v
-        p /= _fma_horner(v2, _LOGISTIC_Q, tmp, np.empty_like(v))
+        p = _rational(v, _LOGISTIC_PQ)  # numerator and denominator in one stacked Horner pass
         p += np.float32(0.5)
         np.maximum(p, np.float32(0.0), out=y[s : s + _LOGISTIC_BLOCK])
     return y.reshape(x.shape)
+
+
+_LOGISTIC_PQ = _stacked(_LOGISTIC_P, _LOGISTIC_Q, (1,))
