@@ -147,7 +147,8 @@ def _tensor_dims(arg: NodeArg, tp: Any, declared: Any, names: set[str]) -> NodeA
     if declared is not None and declared.tensor_type.HasField("shape"):
         given = _shape(declared)
         if len(given) == len(inferred):
-            inferred = [i if isinstance(i, int) or g is None else g for g, i in zip(given, inferred)]
+            # a declared name comes back; a declared size ``tp`` lacks is one inference contradicted: None
+            inferred = [i if isinstance(i, int) or not isinstance(g, str) else g for g, i in zip(given, inferred)]
     return NodeArg(arg.name, inferred, arg.type)
 
 

@@ -137,7 +137,8 @@ def _describe(res: Any) -> str:
 
 def declared_outputs(declared: Any, inferred: Any) -> list[Any]:
     """The graph outputs users see (``get_outputs``, saved models): as ``declared`` (a GraphProto),
-    dims only ``inferred`` knows filled in as onnxruntime merges them; as declared where they clash."""
+    dims only ``inferred`` knows filled in as onnxruntime merges them; a size they disagree on is
+    unknown (onnxruntime shows None there), a rank they disagree on stays as declared."""
     found = {v.name: v.type.tensor_type for v in inferred.output if v.type.HasField("tensor_type")}
     typed = {v.name: v for v in inferred.output}  # for an output declared with no type: inference's
     outputs = []
@@ -148,9 +149,11 @@ def declared_outputs(declared: Any, inferred: Any) -> list[Any]:
             t.elem_type, pairs = t.elem_type or src.elem_type, list(zip(t.shape.dim, src.shape.dim))
             if not t.HasField("shape"):
                 t.shape.CopyFrom(src.shape)
-            elif len(t.shape.dim) == len(src.shape.dim) and all(_agree(a, b) for a, b in pairs):
-                for a, b in pairs:
-                    if _dim(b) is not None or (_dim(a) is None and not a.dim_param):
+            elif len(t.shape.dim) == len(src.shape.dim):
+                for a, b in pairs:  # a size the two disagree on is unknown, as onnxruntime shows it
+                    if not _agree(a, b):
+                        a.Clear()
+                    elif _dim(b) is not None or (_dim(a) is None and not a.dim_param):
                         a.CopyFrom(b)
         outputs.append(v)
     return outputs

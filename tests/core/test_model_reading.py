@@ -338,3 +338,15 @@ def test_an_ort_format_model_is_named_as_such(tmp_path: Any) -> None:
     for model in (data, str(tmp_path / "m.ort")):
         with pytest.raises(NotImplementedByAnyEp, match="an ORT-format model"):
             ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
+
+
+def test_an_output_size_inference_contradicts_is_shown_unknown() -> None:
+    """Y declared [7], inferred [3]: onnxruntime's get_outputs shows [None] (ep-core showed 7, which
+    would size an IOBinding buffer wrongly), on the native session and the drop-in."""
+    graph = h.make_graph([h.make_node("Relu", ["X"], ["Y"])], "g", [_t("X", F, [3])], [_t("Y", F, [7])])
+    model = _model(graph)
+    theirs, ours = _sessions(model, "CpuReferenceExecutionProvider")
+    assert _io(ours) == _io(theirs) and ours.get_outputs()[0].shape == [None]
+    import ep_core.onnxruntime as dropin
+
+    assert _io(dropin.InferenceSession(model, providers=["CPUExecutionProvider"])) == _io(theirs)
