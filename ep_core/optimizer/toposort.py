@@ -11,11 +11,11 @@ already valid; a sorted graph is returned as it is."""
 
 from __future__ import annotations
 
-import heapq
 from collections.abc import Iterable
 from typing import Any
 
 from ep_core.sdk.errors import Fail, InvalidArgument
+from ep_core.sdk.graph import topo_order
 
 
 def sorted_topologically(model: Any) -> Any:
@@ -86,19 +86,10 @@ def _sort(graph: Any) -> None:
     for i, deps in enumerate(needs):
         for d in deps:
             users[d].append(i)
-    waiting = [len(deps) for deps in needs]
-    ready = [i for i, w in enumerate(waiting) if w == 0]
-    heapq.heapify(ready)
-    order: list[int] = []
-    while ready:
-        i = heapq.heappop(ready)
-        order.append(i)
-        for u in users[i]:
-            waiting[u] -= 1
-            if waiting[u] == 0:
-                heapq.heappush(ready, u)
+    order = topo_order(len(nodes), users, partial=True)
     if len(order) < len(nodes):
-        stuck = [i for i in range(len(nodes)) if waiting[i]]
+        placed = set(order)
+        stuck = [i for i in range(len(nodes)) if i not in placed]
         raise Fail(
             f"the graph {graph.name!r} is not acyclic: {_describe(stuck[0], nodes[stuck[0]])} and "
             f"{len(stuck) - 1} other node(s) depend on each other's outputs"

@@ -472,8 +472,9 @@ def opset_map(model: "onnx.ModelProto") -> dict[str, int]:
     return out
 
 
-def topo_order(n: int, edges: Sequence[Iterable[int]]) -> list[int]:
-    """Stable Kahn topological order of ``n`` items; ``edges[i]`` lists i's successors."""
+def topo_order(n: int, edges: Sequence[Iterable[int]], partial: bool = False) -> list[int]:
+    """Stable Kahn topological order of ``n`` items; ``edges[i]`` lists i's successors. A cycle is
+    INVALID_GRAPH, or with ``partial`` the order of the items outside it (the caller names them)."""
     indeg = [0] * n
     for succ in edges:
         for j in succ:
@@ -490,7 +491,7 @@ def topo_order(n: int, edges: Sequence[Iterable[int]]) -> list[int]:
             indeg[j] -= 1
             if indeg[j] == 0:
                 heapq.heappush(ready, j)
-    if len(order) != n:
+    if len(order) != n and not partial:
         from ep_core.sdk.errors import InvalidGraph
 
         raise InvalidGraph("the graph has a cycle; ONNX graphs must be acyclic")
