@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ep_core.optimizer.spelling import bodies
 from ep_core.sdk.errors import InvalidGraph
 from ep_core.sdk.graph import nested_graphs
 
@@ -102,9 +103,8 @@ def _with_default_attributes(model: Any) -> Any:
     filled.CopyFrom(model)
     _forward_defaults(filled)
     defaults = {(f.domain, f.name): f.attribute_proto for f in filled.functions if f.attribute_proto}
-    bodies = [filled.graph.node, *(f.node for f in filled.functions)]
-    for nodes in bodies:
-        for n in _nodes_within(nodes):
+    for g in bodies(filled):
+        for n in g.node:
             have = {a.name for a in n.attribute}
             for a in defaults.get((n.domain, n.op_type), ()):
                 if a.name not in have:
@@ -124,7 +124,7 @@ def _forward_defaults(model: Any) -> None:
         for f in model.functions:
             have = {a.name for a in f.attribute_proto}
             found: dict[str, list[Any]] = {}
-            for n in _nodes_within(f.node):
+            for n in (n for g in nested_graphs(f) for n in g.node):
                 callee = by_key.get((n.domain, n.op_type))
                 for a in n.attribute:
                     if not a.ref_attr_name or a.ref_attr_name in have:
@@ -148,15 +148,6 @@ def _renamed(attribute: Any, name: str) -> Any:
     copy.CopyFrom(attribute)
     copy.name = name
     return copy
-
-
-def _nodes_within(nodes: Iterable[Any]) -> Iterable[Any]:
-    """``nodes`` and every node of their subgraphs, depth first."""
-    for n in nodes:
-        yield n
-        for a in n.attribute:
-            for g in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from _nodes_within(g.node)
 
 
 def _expanded(nodes: Iterable[Any], functions: dict[tuple[str, str], Any], memo: dict[Any, int], path: tuple) -> int:

@@ -34,7 +34,7 @@ def as_onnxruntime_reads(model: Any) -> Any:
 
     copy = type(model)()
     copy.CopyFrom(model)
-    for n in (n for g in _bodies(copy) for n in g.node if n.domain == "ai.onnx"):
+    for n in (n for g in bodies(copy) for n in g.node if n.domain == "ai.onnx"):
         n.domain = ""
     for imports in [copy.opset_import, *(f.opset_import for f in copy.functions)]:
         versions = {o.domain or "ai.onnx": o.version for o in imports}
@@ -77,15 +77,8 @@ def _unused_functions(model: Any) -> set[tuple[str, str]]:
         key = (n.domain, n.op_type)
         if key in functions and key not in called:
             called.add(key)
-            todo.extend(m for g in [functions[key], *_subgraphs_of(functions[key].node)] for m in g.node)
+            todo.extend(m for g in nested_graphs(functions[key]) for m in g.node)
     return set(functions) - called
-
-
-def _subgraphs_of(nodes: Any) -> Iterator[Any]:
-    for n in nodes:
-        for a in n.attribute:
-            for sub in ([a.g] if a.HasField("g") else []) + list(a.graphs):
-                yield from nested_graphs(sub)
 
 
 def _negative_dims(model: Any) -> Iterator[Any]:
@@ -97,14 +90,15 @@ def _negative_dims(model: Any) -> Iterator[Any]:
                 yield from (d for d in v.type.tensor_type.shape.dim if d.HasField("dim_value") and d.dim_value < 0)
 
 
-def _bodies(model: Any) -> list[Any]:
-    """Every graph of ``model`` and its local functions' bodies: all hold nodes."""
-    return [*nested_graphs(model.graph), *model.functions]
+def bodies(model: Any) -> list[Any]:
+    """Every graph of ``model`` and every local function's body with their subgraphs: all that
+    holds nodes (``nested_graphs`` reads a FunctionProto's nodes as a graph's)."""
+    return [*nested_graphs(model.graph), *(g for f in model.functions for g in nested_graphs(f))]
 
 
 def _long_domain_names(model: Any) -> bool:
     return any(o.domain == "ai.onnx" for o in model.opset_import) or any(
-        n.domain == "ai.onnx" for g in _bodies(model) for n in g.node
+        n.domain == "ai.onnx" for g in bodies(model) for n in g.node
     )
 
 

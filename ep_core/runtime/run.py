@@ -27,7 +27,7 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
     (onnxruntime does not check a scalar input's shape; ``If`` conditions are often fed ``[True]``),
     and NumPy ``str``/``bytes`` arrays for a string input are its objects (onnxruntime takes both)."""
     expected = {v.name: v for v in graph.inputs}
-    scalars = {}  # the values converted
+    converted = {}  # feeds taken as the engine takes them
     for name in feed:
         if name not in expected:
             if name not in graph.input_names:
@@ -37,15 +37,15 @@ def check_feed(graph: GraphView, feed: Mapping[str, Any], on_device: frozenset[s
         if name in feed:
             value = feed[name]
             if isinstance(value, np.ndarray) and value.dtype.kind in "US" and info.elem_type == 8:  # STRING
-                value = scalars[name] = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(
+                value = converted[name] = (np.char.decode(value, "utf-8") if value.dtype.kind == "S" else value).astype(
                     object
                 )
             if info.shape == () and isinstance(value, np.ndarray) and value.shape and value.size == 1:
-                value = scalars[name] = value.reshape(())
+                value = converted[name] = value.reshape(())
             _check_value(name, info, value, on_device)
         elif info.kind != "optional":
             raise InvalidArgument(f"missing input {name!r} (a {info.type_str} of shape {_shape_str(info.shape)})")
-    return {**feed, **scalars} if scalars else feed
+    return {**feed, **converted} if converted else feed
 
 
 def _check_value(name: str, info: ValueInfo, value: Any, on_device: frozenset[str]) -> None:
