@@ -18,6 +18,7 @@ from ep_core.sdk.errors import InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._ms_schema import FLOAT_TYPES, MS, attr, inp, register
+from ep_cpu_reference.kernels.elementwise import leaky_relu
 from ep_cpu_reference.kernels.nn_common import as_compute, fail
 from ep_cpu_reference.kernels.nn_conv import build_conv
 from ep_cpu_reference.kernels.nn_matmul import build_gemm
@@ -39,7 +40,7 @@ _CONV: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
     "Relu": (0, lambda x: np.maximum(x, 0)),
     "Tanh": (0, np.tanh),
     "Sigmoid": (0, _sigmoid),
-    "LeakyRelu": (1, lambda x, a: np.where(x >= 0, x, x * a)),
+    "LeakyRelu": (1, leaky_relu),
     "Clip": (2, lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi)),
     "HardSigmoid": (2, lambda x, a, b: np.clip(x * a + b, 0, 1)),
 }
@@ -50,7 +51,7 @@ _GEMM: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
     "Sigmoid": ("", _sigmoid),
     "Softsign": ("", lambda x: x / (1 + np.abs(x))),
     "Softplus": ("", lambda x: np.logaddexp(0, x)),
-    "LeakyRelu": ("alpha", lambda x, a: np.where(x >= 0, x, x * a)),
+    "LeakyRelu": ("alpha", leaky_relu),
     "Elu": ("alpha", lambda x, a: np.where(x >= 0, x, a * np.expm1(np.minimum(x, 0)))),
     "ThresholdedRelu": ("alpha", lambda x, a: np.where(x > a, x, 0)),
     "HardSigmoid": ("alpha beta", lambda x, a, b: np.clip(x * a + b, 0, 1)),
@@ -126,15 +127,15 @@ _register_schemas()
 
 
 # in-place forms (the same float operations in the same order) for the convolution's own output
-_CONV_INPLACE: dict[str, Callable[..., None]] = {
+_CONV_INPLACE: dict[str, Callable[..., object]] = {
     "Relu": lambda y: np.maximum(y, 0, out=y),
     "Clip": lambda y, lo, hi: np.minimum(np.maximum(y, lo, out=y), hi, out=y),
     "HardSigmoid": lambda y, a, b: np.clip(np.add(np.multiply(y, a, out=y), b, out=y), 0, 1, out=y),
-    "LeakyRelu": lambda y, a: np.multiply(y, a, out=y, where=y < 0),
+    "LeakyRelu": lambda y, a: leaky_relu(y, a, out=y),
 }
 
 
-def _conv_inplace(node: NodeView) -> Callable[[np.ndarray], None] | None:
+def _conv_inplace(node: NodeView) -> Callable[[np.ndarray], object] | None:
     name = str(node.attr("activation", "") or "")
     fn = _CONV_INPLACE.get(name)
     if fn is None:
