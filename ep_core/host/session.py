@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 from typing import Any, NamedTuple
 
+from ep_core.host import memory
 from ep_core.host.logs import VERBOSE, SessionLog
 from ep_core.host.threads import SessionThreads, scan_libraries
 from ep_core.host.trace import Profiler
@@ -20,11 +21,14 @@ class RunRecord(NamedTuple):
 
 
 class SessionHost:
-    """The session's thread size, logger and trace (``trace`` is None without profiling)."""
+    """The session's thread size, logger, trace (``trace`` is None without profiling) and its
+    hold on the CPU memory arena (taken once the session is built, given back by ``release``)."""
 
-    __slots__ = ("threads", "log", "trace")
+    __slots__ = ("threads", "log", "trace", "arena", "_holds_arena")
 
     def __init__(self, options: Any) -> None:
+        self.arena = bool(options.enable_cpu_mem_arena)
+        self._holds_arena = False
         self.threads = SessionThreads(options.intra_op_num_threads, options.use_per_session_threads)
         self.log = SessionLog(options.logid, options.log_severity_level, options.log_verbosity_level)
         self.trace = Profiler(options.profile_file_prefix) if options.enable_profiling else None
@@ -32,8 +36,15 @@ class SessionHost:
     def created(self, built: Any, t0_ns: int) -> None:
         """Log the session just built (``t0_ns``: when its creation started)."""
         scan_libraries()  # the EPs just created may have loaded BLAS/OpenMP libraries
+        self._holds_arena = self.arena and memory.acquire()
         model = str(built.model_path) if built.model_path is not None else "(from bytes)"
         self.log.session_created(built, model, (time.perf_counter_ns() - t0_ns) / 1e6)
+
+    def release(self) -> None:
+        """The session closed: give back its hold on the CPU memory arena."""
+        if self._holds_arena:
+            self._holds_arena = False
+            memory.release()
 
     def run_start(self, run_options: Any) -> RunRecord | None:
         """Before a run: set the thread pools' size; a record if the run is logged or traced."""

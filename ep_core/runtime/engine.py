@@ -57,6 +57,7 @@ class Built:
         for ep in reversed(self.eps):
             errors.extend(ep.close())
         self.eps, self.run_hooks, self.program, self.context, self.capture = [], [], None, None, None
+        self.host.release()  # the CPU memory arena, once no session holds it, goes back to the OS
         if len(errors) == 1:
             raise errors[0]
         if errors:

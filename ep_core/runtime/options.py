@@ -159,8 +159,9 @@ class SessionOptions(_Checked):
     # DISABLE_ALL: no constant folding; BASIC and above fold (fusions come with the graph optimizer)
     graph_optimization_level: GraphOptimizationLevel = GraphOptimizationLevel.ORT_ENABLE_ALL
     optimized_model_filepath: str = ""  # the folded, pruned model is written there at creation
-    # host memory is NumPy's (no arena, no pattern planner to turn off): accepted with nothing to change
+    # glibc malloc keeps freed memory for reuse while an arena session lives (ep_core/host/memory.py)
     enable_cpu_mem_arena: bool = True
+    # no pattern planner to turn off (outputs are NumPy's): accepted with nothing to change
     enable_mem_pattern: bool = True
     enable_mem_reuse: bool = True  # slots are freed after their last reader either way
     use_deterministic_compute: bool = False  # the reference EP is deterministic already
