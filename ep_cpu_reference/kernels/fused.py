@@ -18,19 +18,13 @@ from ep_core.sdk.errors import InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._ms_schema import FLOAT_TYPES, MS, attr, inp, register
-from ep_cpu_reference.kernels.elementwise import leaky_relu
+from ep_cpu_reference.kernels.elementwise import leaky_relu, sigmoid
 from ep_cpu_reference.kernels.nn_common import as_compute, fail
 from ep_cpu_reference.kernels.nn_conv import build_conv
 from ep_cpu_reference.kernels.nn_matmul import build_gemm
-from ep_cpu_reference.kernels.special import with_mlas_tail
 from ep_cpu_reference.registry import REGISTRY
 
 Act = Callable[[np.ndarray], np.ndarray]
-
-
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    y = 0.5 * (np.tanh(0.5 * x) + 1)  # 1 / (1 + e^-x), without overflow for large |x|
-    return with_mlas_tail(x, y) if y.dtype == np.float32 else y  # MLAS's below -8, as the Sigmoid op
 
 
 # name -> (parameters it needs, the function of x and those parameters)
@@ -39,7 +33,7 @@ _CONV: dict[str, tuple[int, Callable[..., np.ndarray]]] = {
     "Identity": (0, lambda x: x),
     "Relu": (0, lambda x: np.maximum(x, 0)),
     "Tanh": (0, np.tanh),
-    "Sigmoid": (0, _sigmoid),
+    "Sigmoid": (0, sigmoid),
     "LeakyRelu": (1, leaky_relu),
     "Clip": (2, lambda x, lo, hi: np.minimum(np.maximum(x, lo), hi)),
     "HardSigmoid": (2, lambda x, a, b: np.clip(x * a + b, 0, 1)),
@@ -48,7 +42,7 @@ _GEMM: dict[str, tuple[str, Callable[..., np.ndarray]]] = {
     "": ("", lambda x: x),
     "Relu": ("", lambda x: np.maximum(x, 0)),
     "Tanh": ("", np.tanh),
-    "Sigmoid": ("", _sigmoid),
+    "Sigmoid": ("", sigmoid),
     "Softsign": ("", lambda x: x / (1 + np.abs(x))),
     "Softplus": ("", lambda x: np.logaddexp(0, x)),
     "LeakyRelu": ("alpha", leaky_relu),

@@ -209,6 +209,18 @@ def test_float32_activations_match_float64() -> None:
         # up to half a float32 ULP of beta (HardSwish: times |x| <= 3), as onnxruntime's float32
         # kernels round too
         atol = {"Sigmoid": 1e-30, "HardSigmoid": 3e-8, "HardSwish": 1e-7}[op]
+        if op == "Sigmoid":
+            # (tanh(x/2) + 1) / 2 in float32: within float32 rounding of 1 (6e-8) everywhere, and
+            # relatively no further from the true value than onnxruntime's own MLAS logistic where
+            # the value is small (3.9e-5 against MLAS's 1.3e-4 on these inputs); MLAS's below -8
+            tail = xd < -8
+            np.testing.assert_array_equal(y[tail], ref[tail].astype(np.float32))
+            np.testing.assert_allclose(y[~tail], ref[~tail], rtol=0, atol=6e-8, err_msg=op)
+            mlas_rel = np.abs(mlas_logistic(x).astype(np.float64) - ref) / ref
+            ours_rel = np.abs(y.astype(np.float64) - ref) / ref
+            near = ~tail & (xd < 0)
+            assert ours_rel[near].max() <= mlas_rel[near].max()
+            continue
         np.testing.assert_allclose(y, ref, rtol=2e-7, atol=atol, err_msg=op)
 
 
