@@ -176,6 +176,7 @@ EXTENDED = (
     Fusion(
         "BiasGelu fusion", (("BiasGelu", MS),), _anchors("Gelu Erf"), _ort("ort_fusions.bias_gelu", "bias_gelu_rules")
     ),
+    Fusion("QuickGelu fusion", (("QuickGelu", MS),), _anchors("Sigmoid"), _own("quick_gelu_rules"), own=True),
     Fusion(
         "LayerNormalization fusion",
         (("LayerNormalization", ""),),

@@ -10,7 +10,10 @@
   scalar constants);
 - Conv, Conv + Add of a same-shaped tensor, and Gemm, followed by an activation, made one
   com.microsoft FusedConv (with its Z input) or FusedGemm (onnxruntime's ConvActivationFusion,
-  ConvAddActivationFusion and GemmActivationFusion). float32 only, as onnxruntime's CPU kernels."""
+  ConvAddActivationFusion and GemmActivationFusion). float32 only, as onnxruntime's CPU kernels;
+- x * Sigmoid(x) and x * Sigmoid(alpha * x), alpha a scalar constant, made one com.microsoft
+  QuickGelu (onnxruntime's QuickGeluFusion: the SiLU of YOLO-style detectors). float32 only: the
+  CPU kernel onnxruntime has."""
 
 from __future__ import annotations
 
@@ -327,3 +330,34 @@ class _GemmActivation(pattern.RewriteRuleClassBase):
 @functools.cache
 def gemm_activation_rules() -> list[Any]:
     return [_GemmActivation.rule(act) for act in GEMM_ACTIVATIONS]
+
+
+class _QuickGelu(pattern.RewriteRuleClassBase):
+    """x * Sigmoid(x) (alpha 1) or x * Sigmoid(x * alpha), alpha a scalar constant -> QuickGelu. The
+    Sigmoid (and the scaling Mul) must have no other reader, which the pattern API checks."""
+
+    def __init__(self, scaled: bool) -> None:
+        super().__init__(f"QuickGelu{'Scaled' if scaled else ''}")
+        self.scaled = scaled
+
+    def pattern(self, op: Any, x: Any, alpha: Any) -> Any:
+        return op.Mul(x, op.Sigmoid(op.Mul(x, alpha) if self.scaled else x))
+
+    def check(self, op: Any, x: Any, alpha: Any = None, **_: Any) -> MatchResult:
+        result = MatchResult()
+        if not _is_f32(x):
+            return result.fail("QuickGelu is fused for float32 only")
+        if self.scaled:
+            value = constant(alpha)
+            if value is None or value.size != 1 or value.ndim > 1 or value.dtype.kind != "f":
+                return result.fail("alpha is not a scalar float constant")
+        return result
+
+    def rewrite(self, op: Any, x: Any, alpha: Any = None, **_: Any) -> Any:
+        value = 1.0 if not self.scaled else float(np.float32(constant(alpha).reshape(-1)[0]))  # type: ignore[union-attr]
+        return op.QuickGelu(x, alpha=value, _domain=MS)
+
+
+@functools.cache
+def quick_gelu_rules() -> list[Any]:
+    return [*_QuickGelu.rule(True).commute(), *_QuickGelu.rule(False).commute()]

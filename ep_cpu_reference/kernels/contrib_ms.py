@@ -15,8 +15,9 @@ import numpy as np
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._ms_schema import MS, attr, inp, register
+from ep_cpu_reference.kernels.elementwise import feeds_quantizer, sigmoid
 from ep_cpu_reference.kernels.nn_common import as_compute, centred, fail
-from ep_cpu_reference.kernels.special import gelu, gelu_tanh
+from ep_cpu_reference.kernels.special import gelu, gelu_tanh, mlas_logistic
 from ep_cpu_reference.registry import REGISTRY
 
 
@@ -92,12 +93,25 @@ def _fast_gelu(node: Any, x: np.ndarray, bias: Any = None) -> np.ndarray:
 REGISTRY.register("FastGelu", domain=MS)(_unary(_fast_gelu))
 
 
-def _quick_gelu(node: Any, x: np.ndarray) -> np.ndarray:
+@REGISTRY.register("QuickGelu", domain=MS)
+def build_quick_gelu(node: NodeView, ctx: KernelContext) -> Any:
+    """x * sigmoid(alpha * x) as onnxruntime's kernel: alpha * x rounded to the type (skipped for
+    alpha 1), the Sigmoid op's logistic, times x; so the same floats as the Mul, Sigmoid and Mul
+    the QuickGelu fusion replaces (MLAS's logistic exactly where the result feeds a quantizer, as
+    the Sigmoid op there)."""
     alpha = float(node.attr("alpha", 1.702))
-    return x / (1.0 + np.exp(-alpha * x))
+    exact = feeds_quantizer(node)
+
+    def compute(x: np.ndarray) -> tuple[np.ndarray]:
+        xc = as_compute(x)
+        t = xc if alpha == 1.0 else np.multiply(xc, xc.dtype.type(alpha))
+        y = mlas_logistic(t) if exact and t.dtype == np.float32 else sigmoid(t)
+        np.multiply(y, xc, out=y)
+        return (y.astype(x.dtype, copy=False),)
+
+    return compute
 
 
-REGISTRY.register("QuickGelu", domain=MS)(_unary(_quick_gelu))
 REGISTRY.register("BiasAdd", domain=MS)(_unary(lambda node, x, b, s: x + b + s))
 
 

@@ -157,7 +157,7 @@ for _op, (_since, _fn) in _UNARY.items():
 _QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"})
 
 
-def _feeds_quantizer(node: NodeView) -> bool:
+def feeds_quantizer(node: NodeView) -> bool:
     """Whether ``node``'s output reaches a quantizer directly or through one Mul (x * sigmoid(x))."""
     for c in node.graph.consumers(node.outputs[0]):
         if c.op_type in _QUANTIZERS or (
@@ -172,7 +172,7 @@ def build_sigmoid(node: NodeView, ctx: KernelContext) -> Fn:
     """float32 Sigmoid before a quantizer is MLAS's logistic bit for bit (``mlas_logistic``, ~7x the
     cost): onnxruntime's result differs from 1/(1+exp(-x)) by up to ~1e-7 on a third of inputs, and a quantizer
     turns that into whole quanta (the int8 OCR model's output moved by 0.16). Elsewhere the fast form."""
-    exact = _feeds_quantizer(node)
+    exact = feeds_quantizer(node)
     fast = unary(sigmoid)(node, ctx)
 
     def compute(x: Any) -> tuple[Any]:

@@ -304,6 +304,17 @@ def _bias_gelu(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str 
     return f"_gelu32({a[0]} + {a[1]})" if out == "float32" and dt[0] == dt[1] == "float32" else None
 
 
+def _quick_gelu(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
+    """com.microsoft's QuickGelu, x * sigmoid(alpha * x) in float32 (what the graph optimizer's
+    QuickGelu fusion makes of x * Sigmoid(x)): the product with alpha rounded first, skipped for
+    alpha 1, and the Sigmoid item's logistic, so the same floats as the nodes it replaced."""
+    if out != "float32" or dt[0] != "float32":
+        return None
+    inner = a[0] if p["alpha"] == 1.0 else f"({a[0]} * {literal(p['alpha'], out)})"
+    logistic = "_logistic_mlas32" if p.get("exact") else "_sigmoid32"
+    return f"({a[0]} * {logistic}({inner}))"
+
+
 def _erf(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if out == "float32" and dt[0] == "float32":
         return f"_erf32({a[0]})"
@@ -335,6 +346,7 @@ ELEMENTWISE: dict[str, Expr] = {
     "Erf": _erf,
     "Gelu": _gelu,
     "BiasGelu": _bias_gelu,
+    "QuickGelu": _quick_gelu,
     "Clip": _clip,
     "LeakyRelu": _leaky,
     "HardSigmoid": _hard_sigmoid,
@@ -357,8 +369,8 @@ INTERNAL: dict[str, Expr] = {
 }
 _VARIADIC = ("Max", "Min", "Sum")
 _UNARY = tuple(
-    "Neg Abs Sqrt Exp Log Tanh Floor Ceil Reciprocal Sigmoid Relu Softplus Erf Gelu LeakyRelu HardSigmoid HardSwish Cast "
-    "Identity".split()
+    "Neg Abs Sqrt Exp Log Tanh Floor Ceil Reciprocal Sigmoid Relu Softplus Erf Gelu QuickGelu LeakyRelu HardSigmoid "
+    "HardSwish Cast Identity".split()
 )
 COMPARISONS = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
 MAX_ARGS = 64
@@ -380,6 +392,7 @@ PARAMS: dict[str, dict[str, str]] = {
     "HardSigmoid": {"alpha": "float", "beta": "float"},
     "Sigmoid": {"exact": "bool"},
     "Gelu": {"tanh": "bool"},
+    "QuickGelu": {"alpha": "float", "exact": "bool"},
 }
 
 
@@ -401,6 +414,8 @@ def params_for(node: Any) -> dict[str, Any]:
         return {"alpha": float(node.attr("alpha", 0.2)), "beta": float(node.attr("beta", 0.5))}
     if op == "Sigmoid":
         return {"exact": _feeds_quantizer(node)}
+    if op == "QuickGelu":
+        return {"alpha": float(node.attr("alpha", 1.702)), "exact": _feeds_quantizer(node)}
     if op == "Gelu":  # com.microsoft's has no attribute: the erf form
         return {"tanh": node.attr("approximate", "none") == "tanh"}
     return {}
@@ -410,7 +425,7 @@ QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuant
 
 
 def _feeds_quantizer(node: Any) -> bool:
-    """Whether a Sigmoid's output reaches a quantizer directly or through one Mul (SiLU). There it
+    """Whether a Sigmoid's (or QuickGelu's) output reaches a quantizer directly or through one Mul (SiLU). There it
     is MLAS's logistic bit for bit (``_logistic_mlas32``, as the reference EP's): onnxruntime's
     result differs from the fast form by ~1 ulp on a third of inputs, which a quantizer turns into
     whole quanta (ddddocr int8's output moved by 0.16)."""
@@ -491,8 +506,8 @@ SINCE: dict[str, int] = {
 OTHER_FUSED = ("BatchNormalization",)  # folded into a scale-and-shift elementwise item
 # com.microsoft ops compiled as the default-domain op of the same name (the graph optimizer's Gelu
 # fusion makes com.microsoft::Gelu), with their first com.microsoft opset
-MS_SINCE: dict[str, int] = {"Gelu": 1, "BiasGelu": 1}
-ONLY_FLOAT32 = ("Gelu", "BiasGelu")  # compiled for float32 only (the declared type constraints say so)
+MS_SINCE: dict[str, int] = {"Gelu": 1, "BiasGelu": 1, "QuickGelu": 1}
+ONLY_FLOAT32 = ("Gelu", "BiasGelu", "QuickGelu")  # compiled for float32 only (the declared type constraints say so)
 
 
 def fusable_ops() -> list[Any]:
