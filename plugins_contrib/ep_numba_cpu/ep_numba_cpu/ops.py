@@ -179,6 +179,24 @@ def _logistic_mlas32(x):
     r = (p * v) / q + np.float32(0.5)
     return r if r > np.float32(0.0) else (r if r != r else np.float32(0.0))
 """,
+    # MlasComputeTanh bit for bit (the reference EP's special.mlas_tanh): x clamped to [-9, 9],
+    # Eigen's rational form with MLAS's FMA steps emulated in float64 (exact products, one rounding)
+    "_tanh_mlas32": """
+@njit(inline="always")
+def _tanh_mlas32(x):
+    v = np.float32(9.0) if x > np.float32(9.0) else (np.float32(-9.0) if x < np.float32(-9.0) else x)
+    v2 = np.float64(v * v)
+    p = np.float32(v2 * -2.7607683663038313e-16 + 2.0001879384549948e-13)
+    p = np.float32(np.float64(p) * v2 + -8.604671836165423e-11)
+    p = np.float32(np.float64(p) * v2 + 5.122297253024044e-08)
+    p = np.float32(np.float64(p) * v2 + 1.4857223504805006e-05)
+    p = np.float32(np.float64(p) * v2 + 0.0006372619536705315)
+    p = np.float32(np.float64(p) * v2 + 0.004893524572253227)
+    q = np.float32(v2 * 1.1982583600911312e-06 + 0.00011853470641653985)
+    q = np.float32(np.float64(q) * v2 + 0.0022684347350150347)
+    q = np.float32(np.float64(q) * v2 + 0.0048935250379145145)
+    return (p * v) / q
+""",
     # erff of N. Juffa as MLAS (and the reference EP's special._erf32) computes it; exp(-t) for
     # t in [0.92, 18] is Cephes' expf with 2^n made by an integer shift (n in [-27, 0]), so the
     # loop vectorises where libm's scalar erf (float64) does not: within ~2 ulps of the reference
@@ -256,6 +274,8 @@ def _sigmoid32(x):
 def _tanh(p: Params, a: Sequence[str], dt: Sequence[str], out: str) -> str | None:
     if len(a) != 1 or dt[0] not in FLOAT_DTYPES:
         return None
+    if out == "float32" and p.get("exact"):
+        return f"_tanh_mlas32({a[0]})"
     return f"_tanh32({a[0]})" if out == "float32" else f"np.tanh({a[0]})"
 
 
@@ -391,6 +411,7 @@ PARAMS: dict[str, dict[str, str]] = {
     "LeakyRelu": {"alpha": "float"},
     "HardSigmoid": {"alpha": "float", "beta": "float"},
     "Sigmoid": {"exact": "bool"},
+    "Tanh": {"exact": "bool"},
     "Gelu": {"tanh": "bool"},
     "QuickGelu": {"alpha": "float", "exact": "bool"},
 }
@@ -412,7 +433,7 @@ def params_for(node: Any) -> dict[str, Any]:
         return {"alpha": float(node.attr("alpha", 0.01))}
     if op == "HardSigmoid":
         return {"alpha": float(node.attr("alpha", 0.2)), "beta": float(node.attr("beta", 0.5))}
-    if op == "Sigmoid":
+    if op in ("Sigmoid", "Tanh"):
         return {"exact": _feeds_quantizer(node)}
     if op == "QuickGelu":
         return {"alpha": float(node.attr("alpha", 1.702)), "exact": _feeds_quantizer(node)}
@@ -425,10 +446,11 @@ QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuant
 
 
 def _feeds_quantizer(node: Any) -> bool:
-    """Whether a Sigmoid's (or QuickGelu's) output reaches a quantizer directly or through one Mul (SiLU). There it
-    is MLAS's logistic bit for bit (``_logistic_mlas32``, as the reference EP's): onnxruntime's
-    result differs from the fast form by ~1 ulp on a third of inputs, which a quantizer turns into
-    whole quanta (ddddocr int8's output moved by 0.16)."""
+    """Whether a Sigmoid's, Tanh's or QuickGelu's output reaches a quantizer directly or through one
+    Mul (SiLU). There it is MLAS's logistic or tanh bit for bit (``_logistic_mlas32``,
+    ``_tanh_mlas32``, as the reference EP's): onnxruntime's result differs from the fast form by ~1
+    ulp on a third of inputs, which a quantizer turns into whole quanta (ddddocr int8's output moved
+    by 0.16, text2tashkeel's bilstm 9.2e-4 through an attention Tanh)."""
     g = node.graph
     for c in g.consumers(node.outputs[0]):
         if c.op_type in QUANTIZERS or (
