@@ -64,6 +64,25 @@ def expand_param(node: Any, value: np.ndarray, shape: tuple[int, ...], axis: int
     return full
 
 
+_FLOAT_EXACT = {TensorProto.UINT8, TensorProto.INT8, TensorProto.UINT16, TensorProto.INT16}
+
+
+def _round_saturate(q: np.ndarray, zp: Any, target: int) -> np.ndarray:
+    """rint(q) + zp saturated to an 8- or 16-bit ``target``, in q's own float type and in place:
+    every value inside the range is a float32-exact integer and a sum outside it saturates
+    either way, so the bytes are those of int64 arithmetic at under half its time ([400, 1536]:
+    0.57 -> 0.25 ms). NaN goes to the lowest value, as int64 arithmetic and onnxruntime send it
+    (``clip`` is 4x NumPy's maximum/minimum with a scalar, but lets NaN through)."""
+    lo, hi = _INT_RANGES[target]
+    np.rint(q, out=q)
+    if zp is not None:
+        q += zp.astype(q.dtype)
+    np.clip(q, q.dtype.type(lo), q.dtype.type(hi), out=q)
+    if q.size and np.isnan(q.max()):
+        q[np.isnan(q)] = lo
+    return q.astype(helper.tensor_dtype_to_np_dtype(target))
+
+
 def _quantize_builder(node: NodeView, ctx: KernelContext) -> Fn:
     """One builder for every opset; attributes absent at older opsets keep their defaults."""
     axis = int(node.attr("axis", 1))
@@ -86,6 +105,10 @@ def _quantize_builder(node: NodeView, ctx: KernelContext) -> Fn:
             q = x.astype(np.float32) / s.astype(np.float32)
         else:
             q = x / s
+        q = q if isinstance(q, np.ndarray) else np.array(q)
+        if target in _FLOAT_EXACT and q.dtype.kind == "f" and q.dtype.itemsize >= 4:
+            zq = None if zp is None else expand_param(node, zp, x.shape, axis, block)
+            return (_round_saturate(q, zq, target),)
         if target in _INT_RANGES:
             lo, hi = _INT_RANGES[target]
             qi = np.rint(np.clip(q, -(2.0**62), 2.0**62)).astype(np.int64)  # +-inf saturate, as onnxruntime's

@@ -24,7 +24,7 @@ from ep_cpu_reference.kernels._ms_schema import MS
 from ep_cpu_reference.kernels._quantize_ms_schemas import register_schemas
 from ep_cpu_reference.kernels.nn_common import fail
 from ep_cpu_reference.kernels.nn_conv import build_qlinear_conv
-from ep_cpu_reference.kernels.nn_matmul import exact_matmul, exact_slices
+from ep_cpu_reference.kernels.nn_matmul import exact_matmul, exact_slices, int_matmul
 from ep_cpu_reference.kernels.nn_pool import build_average_pool
 from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec, _unreverse
 from ep_cpu_reference.kernels.quantize import _dequantize_builder, _quantize_builder, dynamic_params
@@ -67,13 +67,6 @@ def requantize_mul(acc: np.ndarray, scale: Any, zp: int, dt: np.dtype) -> np.nda
 def dynamic_quantize(x: np.ndarray) -> tuple[np.ndarray, np.float32, int]:
     scale, zp = dynamic_params(x)
     return quantize_div(x, scale, zp, np.dtype(np.uint8)), scale, zp
-
-
-def int_matmul(a: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: Any) -> np.ndarray:
-    """(a - a_zp) @ (b - b_zp), exact: float64 holds 8-bit products summed over any K < 2^37."""
-    af = a.astype(np.float64) - (0.0 if a_zp is None else np.asarray(a_zp, np.float64))
-    bf = b.astype(np.float64) - (0.0 if b_zp is None else np.asarray(b_zp, np.float64))
-    return np.matmul(af, bf)
 
 
 def _fma(a: np.ndarray, b: Any, c: Any) -> np.ndarray:
@@ -296,9 +289,14 @@ def build_qlinear_softmax(node: NodeView, ctx: KernelContext) -> Any:
             np.multiply(vals, inv, out=vals)
             np.divide(vals, vsum, out=vals)
             np.rint(vals, out=vals)
-            vq = vals.astype(np.int64)
-        vq += _zp(y_zp)
-        out = np.minimum(vq, 127 if signed else 255, out=vq).astype(x.dtype)  # vq >= zp: no lower bound
+        zp, hi = _zp(y_zp), 127 if signed else 255
+        # inf or NaN (an overflowed row): onnxruntime's conversion gives the lowest integer, plus
+        # the zero point wrapping to the highest when it is negative, then clamped
+        finite = None if np.isfinite(vals.max()) else np.isfinite(vals)
+        vals += F32(zp)  # small integers: exact in float32, no int64 pass
+        out = np.minimum(vals, F32(hi), out=vals).astype(x.dtype)  # >= zp: no lower bound
+        if finite is not None:
+            out[~finite] = zp if zp >= 0 else hi
         if old:
             return (out.reshape(x.shape),)
         return (np.moveaxis(out.reshape(moved.shape), -1, axis),)

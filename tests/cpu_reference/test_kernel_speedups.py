@@ -194,3 +194,101 @@ def test_matmul_integer_exact_in_float32_slices(b_dtype: Any, k: int, zp: int, b
         np.testing.assert_array_equal(
             got, ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
         )
+
+
+@pytest.mark.parametrize(
+    ("k", "extreme", "want_dtype"),
+    [
+        (258, True, np.float32),  # 255 * 255 * 258 < 2^24: float32 without looking at the data
+        (400, False, np.float32),  # past that bound, but these values' column sums stay under it
+        (400, True, np.float64),  # sums near 400 * 255 * 255 = 2.6e7 > 2^24: float32 would round
+    ],
+)
+def test_matmul_integer_with_a_runtime_b_is_exact(k: int, extreme: bool, want_dtype: Any) -> None:
+    """MatMulInteger and QLinearMatMul whose B is an input (attention's Q @ K^T, P @ V in a QDQ
+    model) pick float32 BLAS only where every partial sum is an exact float32 integer, so the
+    result is int64 arithmetic's whatever the values; odd products near the extremes would round
+    past 2^24 in float32."""
+    from _support.oracle import one_node_model
+
+    from ep_cpu_reference.kernels.nn_matmul import int_matmul
+
+    rng = np.random.default_rng(k)
+    hi_a, lo_b = (
+        (rng.integers(250, 256, (2, 6, 16, k)), rng.integers(0, 6, (2, 6, k, 24)))
+        if extreme
+        else (
+            rng.integers(0, 256, (2, 6, 16, k)),
+            rng.integers(100, 156, (2, 6, k, 24)),
+        )
+    )
+    a, b = hi_a.astype(np.uint8), lo_b.astype(np.uint8)  # b - 255 near -255 when extreme
+    az, bz = np.array(0, np.uint8), np.array(255, np.uint8)
+    assert int_matmul(a, az, b, bz).dtype == want_dtype
+    want = np.matmul(a.astype(np.int64), b.astype(np.int64) - 255)
+    model, feed = one_node_model(
+        "MatMulInteger", [("a", a), ("b", b), ("az", az), ("bz", bz)], [np.int32], {"az", "bz"}, domain=""
+    )
+    got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)[0]
+    np.testing.assert_array_equal(got, want)
+    if extreme and k == 400:  # the bound is not idle: float32 BLAS gets these sums wrong
+        f32 = np.matmul(a.astype(np.float32), b.astype(np.float32) - 255)
+        assert not np.array_equal(f32.astype(np.int64), want)
+
+
+def _bits(v: np.ndarray) -> bytes:
+    return np.ascontiguousarray(v).tobytes()
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceL1", "ReduceL2"])
+@pytest.mark.parametrize("n", [2, 5, 7])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_short_last_axis_reductions_are_numpys_floats(op: str, n: int, dtype: Any) -> None:
+    """A reduction over a last axis of 2 to 7 elements runs as whole-array ufunc calls; its floats
+    are NumPy's reduction's bit for bit: signed zeros (an all -0 sum is +0), NaN and inf included."""
+    x = (_R.standard_normal((3, 40, n)) * np.exp(_R.standard_normal((3, 40, n)) * 4)).astype(dtype)
+    x[0, 0, :] = -0.0
+    x[0, 1, 0], x[0, 2, 1], x[1, 3, :2] = np.nan, np.inf, (np.inf, -np.inf)
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=1)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [helper.make_tensor_value_info("x", t, list(x.shape))],
+        [helper.make_tensor_value_info("y", t, None)],
+        [numpy_helper.from_array(np.array([-1], np.int64), "axes")],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+    with np.errstate(invalid="ignore", over="ignore"):
+        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, {"x": x})[0]
+        pre = {"ReduceL1": np.abs, "ReduceL2": np.square}.get(op, lambda v: v)(x)
+        ufunc = {"ReduceMax": np.maximum, "ReduceMin": np.minimum}.get(op, np.add)
+        want = ufunc.reduce(pre, axis=-1, keepdims=True)
+        want = want / n if op == "ReduceMean" else np.sqrt(want) if op == "ReduceL2" else want
+    assert got.shape == (3, 40, 1) and got.dtype == dtype and _bits(got) == _bits(want)
+
+
+@pytest.mark.parametrize("shapes", [((300, 1), (1, 257)), ((2, 3, 40, 1), (3, 1, 50)), ((1, 1), (1, 1))])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_outer_product_matmul_is_blas_bit_for_bit(shapes: Any, dtype: Any) -> None:
+    """MatMul with K = 1 is one broadcast multiply; its floats are BLAS's, signed zeros and NaN
+    included, and onnxruntime's."""
+    a = _R.standard_normal(shapes[0]).astype(dtype)
+    b = _R.standard_normal(shapes[1]).astype(dtype)
+    for v, special in ((a, (-0.0, np.inf, 0.0)), (b, (0.0, -0.0, np.nan))):
+        flat = v.reshape(-1)
+        flat[: len(special)] = special[: flat.size]
+    feed = {"a": a, "b": b}
+    t = helper.np_dtype_to_tensor_dtype(np.dtype(dtype))
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["a", "b"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info(k, t, list(v.shape)) for k, v in feed.items()],
+        [helper.make_tensor_value_info("y", t, None)],
+    )
+    model = helper.make_model(graph, ir_version=10, opset_imports=[helper.make_opsetid("", 21)]).SerializeToString()
+    got, want = _both(model, feed)
+    with np.errstate(invalid="ignore"):
+        blas = np.matmul(a, b)
+    assert _bits(got[0]) == _bits(blas)
+    np.testing.assert_array_equal(got[0], want[0])
