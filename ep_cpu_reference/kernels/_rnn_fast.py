@@ -270,4 +270,5 @@ def _dynamic_params(flat: np.ndarray) -> tuple[np.float32, int]:
     mn = min(_MIN(flat), _F0)
     mx = max(_MAX(flat), _F0)
     scale = _F1 if mx == mn else (mx - mn) / _F255
-    return scale, int(np.rint(min(max(_F0 - mn / scale, _F0), _F255)))
+    zp = _F0 - mn / scale
+    return scale, 255 if zp != zp else int(np.rint(min(max(zp, _F0), _F255)))

@@ -354,15 +354,24 @@ def test_rnn_of_an_empty_batch_or_no_steps(provider: str, x_shape: list[int]) ->
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
-def test_dynamic_quantize_linear_leaves_nan_out_of_its_range(provider: str) -> None:
-    """onnxruntime's range ignores NaN and quantizes it to 0 (a NumPy 'cannot convert NaN' before)."""
-    x = np.array([1.0, np.nan, -2.0], np.float32)
+@pytest.mark.parametrize(
+    "x",
+    [[1.0, np.nan, -2.0], [1.0, -np.inf, np.nan, 0.5], [np.inf, -1.0, 2.0], [np.nan, np.nan, np.nan]],
+    ids=["nan", "minus-inf", "inf", "all-nan"],
+)
+def test_dynamic_quantize_linear_leaves_nan_out_of_its_range(provider: str, x: list[float]) -> None:
+    """onnxruntime's range ignores NaN and quantizes it to 0 (a NumPy 'cannot convert NaN' before);
+    with -inf in x the scale is inf and the zero point's 0 - min / scale NaN, which onnxruntime's
+    std::min turns into 255 (the same NumPy error before)."""
+    xa = np.array(x, np.float32)
     node = h.make_node("DynamicQuantizeLinear", ["x"], ["y", "s", "z"])
     g = h.make_graph(
-        [node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [3])],
+        [node], "g", [h.make_tensor_value_info("x", TP.FLOAT, [len(x)])],
         [h.make_tensor_value_info("y", TP.UINT8, None), h.make_tensor_value_info("s", TP.FLOAT, None), h.make_tensor_value_info("z", TP.UINT8, None)],
     )  # fmt: skip
-    _both(h.make_model(g, opset_imports=[h.make_opsetid("", 11)], ir_version=8).SerializeToString(), {"x": x}, provider)
+    _both(
+        h.make_model(g, opset_imports=[h.make_opsetid("", 11)], ir_version=8).SerializeToString(), {"x": xa}, provider
+    )
 
 
 @pytest.mark.parametrize("provider", PROVIDERS)
