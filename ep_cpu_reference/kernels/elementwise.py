@@ -234,14 +234,14 @@ def _activation(
 
 
 def leaky_relu(x: np.ndarray, alpha: float, out: np.ndarray | None = None) -> np.ndarray:
-    """x where x >= 0, else alpha * x, in x's float type: for 0 <= alpha <= 1 that is
-    max(x, alpha * x) for 0 < alpha <= 1 (min for alpha > 1), two plain ufuncs 25x faster than a masked multiply or
+    """x where x >= 0, else alpha * x, in x's float type: max(x, alpha * x) for 0 < alpha <= 1
+    (min for a finite alpha > 1), two plain ufuncs 25x faster than a masked multiply or
     np.where on a large plane, and bit for bit the same (-0.0 and NaN included)."""
     a = x.dtype.type(alpha)
     scaled = np.multiply(x, a)
     if 0 < a <= 1:
         return np.maximum(x, scaled, out=out)
-    if a > 1:
+    if 1 < a < np.inf:  # an infinite alpha makes 0 * alpha NaN, which min would pick over x's 0
         return np.minimum(x, scaled, out=out)
     picked = np.where(x < 0, scaled, x)
     if out is None:

@@ -68,17 +68,20 @@ def shifted(v: Any, zp: Any, axis_from_end: int) -> np.ndarray:
     """``v - zp`` as exact integers in a float array: float32 for 8-bit ``v`` (|v - zp| <= 255,
     and converting uint8 to float32 costs a hundredth of a float64 conversion and subtraction
     at [400, 384]), float64 for anything wider. A zero point with more than one value is per row
-    of A (``axis_from_end`` 2: (M,) -> (M, 1)) or per column of B (1: (N,) along the last axis)."""
+    of A (``axis_from_end`` 2: (M,) -> (M, 1)) or per column of B (1: (N,) along the last axis);
+    one of more dims broadcasts as it is shaped."""
     v = np.asarray(v)
     dt = np.float32 if v.dtype.kind in "iu" and v.dtype.itemsize == 1 else np.float64
     f = v.astype(dt)
     if zp is None:
         return f
     z = np.asarray(zp).astype(dt)
-    if z.ndim >= 1 and z.size > 1:
-        z = z.reshape(-1, 1) if axis_from_end == 2 else z.reshape(-1)
-    elif z.ndim >= 1:
+    if z.size == 1:
         z = z.reshape(())
+    elif z.ndim == 1 and axis_from_end == 2:
+        z = z.reshape(-1, 1)
+    # else 1-D per column of B as is, and a zero point of 2+ dims ([batch, 1, N] per batch and
+    # column, as onnxruntime takes it) broadcasts as given
     if np.broadcast_shapes(f.shape, z.shape) != f.shape:
         return f - z
     f -= z
@@ -99,7 +102,8 @@ def int_matmul(a: Any, a_zp: Any, b: Any, b_zp: Any) -> np.ndarray:
         k = af.shape[-1]
         if k * 255.0 * 255.0 < _EXACT32:
             return np.matmul(af, bf)
-        if float(np.abs(af).max()) * float(np.abs(bf).sum(axis=-2).max()) < _EXACT32:
+        column = np.abs(bf).sum(axis=-2) if bf.ndim >= 2 else np.abs(bf).sum()  # a 1-D B is one column
+        if float(np.abs(af).max()) * float(column.max()) < _EXACT32:
             return np.matmul(af, bf)
     return np.matmul(af.astype(np.float64, copy=False), bf.astype(np.float64, copy=False))
 

@@ -289,14 +289,15 @@ def build_qlinear_softmax(node: NodeView, ctx: KernelContext) -> Any:
             np.multiply(vals, inv, out=vals)
             np.divide(vals, vsum, out=vals)
             np.rint(vals, out=vals)
-        zp, hi = _zp(y_zp), 127 if signed else 255
-        # inf or NaN (an overflowed row): onnxruntime's conversion gives the lowest integer, plus
-        # the zero point wrapping to the highest when it is negative, then clamped
+        zp, (lo, hi) = _zp(y_zp), ((-128, 127) if signed else (0, 255))
+        # inf or NaN (an overflowed row), as onnxruntime's two paths give it: uint8 the zero point;
+        # int8 INT32_MIN from the int32 conversion plus the zero point (wrapping to the top when
+        # negative), clamped to the type
         finite = None if np.isfinite(vals.max()) else np.isfinite(vals)
         vals += F32(zp)  # small integers: exact in float32, no int64 pass
         out = np.minimum(vals, F32(hi), out=vals).astype(x.dtype)  # >= zp: no lower bound
         if finite is not None:
-            out[~finite] = zp if zp >= 0 else hi
+            out[~finite] = (lo if zp >= 0 else hi) if signed else zp
         if old:
             return (out.reshape(x.shape),)
         return (np.moveaxis(out.reshape(moved.shape), -1, axis),)

@@ -151,6 +151,17 @@ def test_qlinear_softmax_rows_of_one_and_of_attention_length(dt: Any, d: int) ->
     _exact(_model("QLinearSoftmax", ins, [dt], {"xs", "xz", "ys", "yz"}, opset=13, axis=-1))
 
 
+@pytest.mark.parametrize(("dt", "zp"), [(np.int8, 5), (np.int8, -128), (np.int8, 0), (np.int8, -3), (np.uint8, 9)])
+def test_qlinear_softmax_overflowed_row_gives_onnxruntimes_bound(dt: Any, zp: int) -> None:
+    """A one-element row whose scaled exp overflows (inf / inf): onnxruntime's uint8 path gives the
+    zero point; its int8 path INT32_MIN plus the zero point (wrapping to the top when negative),
+    clamped: the lowest value for a zero point >= 0, the highest below (it gave the zero point)."""
+    x = np.array([[7], [0], [127]], dt)
+    ins = [("x", x), ("xs", _f32(1.0)), ("xz", np.array(0, dt)), ("ys", _f32(1 / 256))]
+    ins += [("yz", np.array(zp, dt))]
+    _exact(_model("QLinearSoftmax", ins, [dt], {"xs", "xz", "ys", "yz"}, opset=13, axis=-1))
+
+
 @pytest.mark.parametrize("dt", INT8)
 def test_qlinear_concat_and_where_requantize_like_onnxruntime(dt: Any) -> None:
     ins = [

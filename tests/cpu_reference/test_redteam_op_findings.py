@@ -474,3 +474,49 @@ def test_global_pools_of_an_empty_batch_or_axis(provider: str, op: str) -> None:
     for shape in ((1, 2, 0, 3), (1, 0, 3, 3)):
         with pytest.raises(EpCoreError, match=r"no channel or an empty spatial axis"):
             ep_core.InferenceSession(model, providers=[provider]).run(None, {"x": np.zeros(shape, np.float32)})
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("op", ["MatMulInteger", "QLinearMatMul"])
+def test_integer_matmul_with_a_one_d_runtime_b_past_k_258(provider: str, op: str) -> None:
+    """A 1-D B (one column) fed at run time with K > 258, where the float32 bound looks at B's
+    column sums: an AxisError before."""
+    a = np.full((2, 300), 200, np.uint8)
+    b = np.full((300,), 100, np.uint8)
+    if op == "MatMulInteger":
+        feeds = {"a": a, "b": b}
+        _both(_model(h.make_node(op, ["a", "b"], ["y"]), feeds, TP.INT32, opset=13), feeds, provider)
+        return
+    feeds = {"a": a, "b": b}
+    inits = {k: np.array(v, np.float32) for k, v in (("sa", 0.02), ("sb", 0.03), ("sy", 500.0))}
+    inits |= {"za": np.array(3, np.uint8), "zb": np.array(90, np.uint8), "zy": np.array(7, np.uint8)}
+    node = h.make_node(op, ["a", "sa", "za", "b", "sb", "zb", "sy", "zy"], ["y"])
+    _both(_model(node, feeds, TP.UINT8, inits, opset=21), feeds, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("constant_b", [False, True])
+def test_matmul_integer_with_a_per_batch_per_column_b_zero_point(provider: str, constant_b: bool) -> None:
+    """b_zero_point [2, 1, 4] for a B [2, 5, 4], as onnxruntime takes it: broadcast as shaped (a
+    shape mismatch before, at run time or at kernel build)."""
+    rng = np.random.default_rng(5)
+    a = rng.integers(0, 256, (2, 3, 5)).astype(np.uint8)
+    b = rng.integers(0, 256, (2, 5, 4)).astype(np.uint8)
+    bz = rng.integers(0, 256, (2, 1, 4)).astype(np.uint8)
+    feeds, inits = ({"a": a}, {"b": b, "bz": bz}) if constant_b else ({"a": a, "b": b, "bz": bz}, {})
+    got = _both(
+        _model(h.make_node("MatMulInteger", ["a", "b", "", "bz"], ["y"]), feeds, TP.INT32, inits, 13), feeds, provider
+    )
+    np.testing.assert_array_equal(got[0], np.matmul(a.astype(np.int64), b.astype(np.int64) - bz))
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("alpha", [np.inf, -np.inf, 1e30])
+def test_leaky_relu_with_an_infinite_or_huge_alpha(provider: str, alpha: float) -> None:
+    """x where x >= 0: 0 * inf is NaN, so max/min of x and alpha * x picked NaN for x = 0."""
+    x = np.array([0.0, -0.0, 2.0, -3.0, np.nan, 1e-30, -1e-30], np.float32)
+    _both(
+        _model(h.make_node("LeakyRelu", ["x"], ["y"], alpha=float(alpha)), {"x": x}, TP.FLOAT, opset=16),
+        {"x": x},
+        provider,
+    )
