@@ -35,6 +35,13 @@ def _highest(x: np.ndarray) -> Any:
 
 
 def _logsumexp(x: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
+    if x.dtype.kind in "iu" and x.size:
+        # onnxruntime's integer form: exp(v - max) truncated to an integer is 1 for each maximum and
+        # 0 for the rest, so max + log(how many maxima), in double, truncated toward zero by the cast
+        mi = np.max(x, axis=axis, keepdims=True)
+        count = np.sum(x == mi, axis=axis, keepdims=True)
+        r = np.trunc(mi.astype(np.float64) + np.log(count))
+        return r if keepdims else np.squeeze(r, axis=axis)
     m = np.max(x, axis=axis, keepdims=True) if x.size else np.zeros([1] * x.ndim, x.dtype)
     m = np.where(np.isfinite(m), m, 0)
     s = np.log(np.sum(np.exp(x - m), axis=axis, keepdims=True)) + m

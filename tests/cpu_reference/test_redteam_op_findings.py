@@ -520,3 +520,16 @@ def test_leaky_relu_with_an_infinite_or_huge_alpha(provider: str, alpha: float) 
         {"x": x},
         provider,
     )
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("dtype", [np.int32, np.int64])
+def test_reduce_log_sum_exp_of_integers(provider: str, dtype: Any) -> None:
+    """onnxruntime's integer LogSumExp: exp(v - max) truncates to 1 for each maximum and 0 for the
+    rest, so max + log(how many maxima), truncated toward zero ([-1, -1, -4]: 0; -1 before)."""
+    rng = np.random.default_rng(3)
+    x = rng.integers(-6, 4, (300, 5)).astype(dtype)
+    x[:20] = 3
+    x[20:30, :3] = -1
+    node = h.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1], keepdims=0)
+    _both(_model(node, {"x": x}, h.np_dtype_to_tensor_dtype(np.dtype(dtype)), opset=13), {"x": x}, provider)
