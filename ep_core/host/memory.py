@@ -58,7 +58,8 @@ def _load_glibc() -> Any:
 
 
 def arena_state() -> str:
-    """A line for logs and ``ep-core`` diagnostics: held by how many sessions, or why it cannot be."""
+    """A line for the session log (info where the arena cannot be had, verbose otherwise): held by
+    how many sessions, or why it cannot be."""
     with _lock:
         libc = _load_glibc()
         if libc is None:

@@ -7,7 +7,7 @@ import time
 from typing import Any, NamedTuple
 
 from ep_core.host import memory
-from ep_core.host.logs import VERBOSE, SessionLog
+from ep_core.host.logs import INFO, VERBOSE, SessionLog
 from ep_core.host.threads import SessionThreads, scan_libraries
 from ep_core.host.trace import Profiler
 
@@ -37,6 +37,8 @@ class SessionHost:
         """Log the session just built (``t0_ns``: when its creation started)."""
         scan_libraries()  # the EPs just created may have loaded BLAS/OpenMP libraries
         self._holds_arena = self.arena and memory.acquire()
+        if self.arena:  # info when the arena cannot be had (not glibc, malloc tuned by the environment)
+            self.log.log(VERBOSE if self._holds_arena else INFO, "enable_cpu_mem_arena: %s", memory.arena_state())
         model = str(built.model_path) if built.model_path is not None else "(from bytes)"
         self.log.session_created(built, model, (time.perf_counter_ns() - t0_ns) / 1e6)
 

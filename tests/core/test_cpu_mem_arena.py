@@ -103,3 +103,33 @@ def test_malloc_tuned_by_the_environment_wins() -> None:
     got = _run({"MALLOC_TRIM_THRESHOLD_": "131072"})
     assert "tuned by the environment" in got["state_two"], got
     assert got["on"] > 1000, got  # the arena left glibc as the environment set it
+
+
+def test_a_session_logs_why_it_has_no_arena() -> None:
+    """The option is not dropped silently: a session that asks for the arena and cannot have it
+    says why in its log at info level."""
+    script = textwrap.dedent(
+        """
+        import logging
+        from onnx import helper
+        import ep_core
+        graph = helper.make_graph(
+            [helper.make_node("Relu", ["x"], ["y"])], "g",
+            [helper.make_tensor_value_info("x", 1, [2])], [helper.make_tensor_value_info("y", 1, None)],
+        )
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
+        so = ep_core.SessionOptions()
+        so.log_severity_level = 1
+        logging.basicConfig(level=logging.DEBUG)
+        ep_core.InferenceSession(model.SerializeToString(), so, providers=["CpuReferenceExecutionProvider"])
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "MALLOC_TRIM_THRESHOLD_": "131072"},
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "enable_cpu_mem_arena: no CPU memory arena: malloc is tuned by the environment" in done.stderr, done.stderr
