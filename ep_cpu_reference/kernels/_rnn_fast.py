@@ -19,6 +19,7 @@ from typing import Any
 import numpy as np
 
 from ep_cpu_reference.kernels.nn_matmul import few_rows
+from ep_cpu_reference.kernels.quantize import zero_point
 from ep_cpu_reference.kernels.special import mlas_lstm_gates, mlas_tanh
 
 
@@ -270,5 +271,4 @@ def _dynamic_params(flat: np.ndarray) -> tuple[np.float32, int]:
     mn = min(_MIN(flat), _F0)
     mx = max(_MAX(flat), _F0)
     scale = _F1 if mx == mn else (mx - mn) / _F255
-    zp = _F0 - mn / scale
-    return scale, 255 if zp != zp else int(np.rint(min(max(zp, _F0), _F255)))
+    return scale, zero_point(mn, scale)

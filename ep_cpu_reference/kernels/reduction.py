@@ -161,7 +161,7 @@ def _fixed_axes(node: Any, op: str, axes: list[int], keepdims: bool, noop: bool)
                 x = before(x)
         # numpy's stubs overload reduce() on keepdims=True and keepdims=False literals, with none for a bool
         acc = _accumulator(x, axis) if fast is np.add else None
-        if axis == (x.ndim - 1,) and 1 < x.shape[-1] < 8:
+        if acc is None and axis == (x.ndim - 1,) and 1 < x.shape[-1] < 8:
             r = _short_last_axis(fast, x, keepdims)
         else:
             r = fast.reduce(x, axis=axis, keepdims=keepdims, dtype=acc)  # type: ignore[call-overload]
