@@ -13,6 +13,8 @@ from typing import Any
 
 import numpy as np
 
+from ep_cpu_reference.kernels.elementwise import feeds_quantizer
+
 FLOAT_DTYPES = ("float32", "float64")
 KERNEL_DTYPES = ("float32", "float64", "int32", "int64", "bool")
 # dtypes of values delegated nodes (``delegate``) read and make, and of the weights they store
@@ -433,31 +435,16 @@ def params_for(node: Any) -> dict[str, Any]:
         return {"alpha": float(node.attr("alpha", 0.01))}
     if op == "HardSigmoid":
         return {"alpha": float(node.attr("alpha", 0.2)), "beta": float(node.attr("beta", 0.5))}
+    # before a quantizer, MLAS's logistic/tanh bit for bit (``_logistic_mlas32``, ``_tanh_mlas32``, as
+    # the reference EP's, on the reference's own test of where that is): onnxruntime's result differs
+    # from the fast form by ~1 ulp on a third of inputs, which a quantizer turns into whole quanta
     if op in ("Sigmoid", "Tanh"):
-        return {"exact": _feeds_quantizer(node)}
+        return {"exact": feeds_quantizer(node)}
     if op == "QuickGelu":
-        return {"alpha": float(node.attr("alpha", 1.702)), "exact": _feeds_quantizer(node)}
+        return {"alpha": float(node.attr("alpha", 1.702)), "exact": feeds_quantizer(node)}
     if op == "Gelu":  # com.microsoft's has no attribute: the erf form
         return {"tanh": node.attr("approximate", "none") == "tanh"}
     return {}
-
-
-QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"})
-
-
-def _feeds_quantizer(node: Any) -> bool:
-    """Whether a Sigmoid's, Tanh's or QuickGelu's output reaches a quantizer directly or through one
-    Mul (SiLU). There it is MLAS's logistic or tanh bit for bit (``_logistic_mlas32``,
-    ``_tanh_mlas32``, as the reference EP's): onnxruntime's result differs from the fast form by ~1
-    ulp on a third of inputs, which a quantizer turns into whole quanta (ddddocr int8's output moved
-    by 0.16, text2tashkeel's bilstm 9.2e-4 through an attention Tanh)."""
-    g = node.graph
-    for c in g.consumers(node.outputs[0]):
-        if c.op_type in QUANTIZERS or (
-            c.op_type == "Mul" and any(cc.op_type in QUANTIZERS for cc in g.consumers(c.outputs[0]))
-        ):
-            return True
-    return False
 
 
 def expression(op: str, params: Params, args: Sequence[str], dtypes: Sequence[str], out: str) -> str | None:
