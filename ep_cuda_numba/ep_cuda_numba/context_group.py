@@ -37,7 +37,7 @@ def constant_inputs(view: "GraphView", fused: FusedNode) -> dict[str, np.ndarray
             value = view.constant_value(name)
             if value is None:
                 raise EpFail(f"fused group {fused.name}: {name!r} is neither an input of the group nor a constant")
-            out[name] = np.ascontiguousarray(value)
+            out[name] = np.ascontiguousarray(value).reshape(np.shape(value))  # a 0-d constant stays 0-d
     return out
 
 

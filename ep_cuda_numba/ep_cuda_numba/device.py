@@ -113,6 +113,41 @@ def _numba_cuda_installed() -> bool:
     return importlib.util.find_spec("numba") is not None and importlib.util.find_spec("numba.cuda") is not None
 
 
+def compiler_problem() -> str | None:
+    """Why numba-cuda could not compile a kernel on this machine, found before a session is built
+    rather than as a failure in every node: libNVVM must load, and numba-cuda's CUDA target (the
+    lowering registries its first compile loads) must import with the installed NumPy (numba-cuda
+    0.30 overloads ``np.row_stack``, which NumPy 2.5 removed)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    if importlib.util.find_spec("numba.cuda.cudadrv.nvvm") is not None:
+        try:
+            from numba.cuda.cudadrv.nvvm import NVVM
+
+            NVVM()
+        except Exception as exc:
+            return (
+                f"libNVVM, numba-cuda's compiler, could not be loaded ({type(exc).__name__}: {exc}); install the "
+                f"nvidia-nvvm wheel ({INSTALL_HINT} pins it) or point CUDA_HOME at a CUDA toolkit"
+            )
+    if importlib.util.find_spec("numba.cuda.cudaimpl") is not None:
+        try:
+            import numba.cuda.cudaimpl  # noqa: F401
+        except Exception as exc:
+            import numpy
+
+            try:
+                release = f"numba-cuda {version('numba-cuda')}"
+            except PackageNotFoundError:  # the numba.cuda that older numba releases carried
+                release = "numba.cuda"
+            return (
+                f"{release} cannot load its CUDA target with NumPy {numpy.__version__} "
+                f"({type(exc).__name__}: {exc}); install a NumPy that numba-cuda supports (ep-cuda-numba asks "
+                "for numpy<2.5)"
+            )
+    return None
+
+
 @lru_cache(maxsize=1)
 def probe() -> ProbeResult:
     """Probe once per process (drivers do not appear while a process runs)."""
@@ -147,6 +182,9 @@ def probe() -> ProbeResult:
                 "NVIDIA driver, or set NUMBA_ENABLE_CUDASIM=1 before starting Python to use the simulator",
             )
         )
+    broken = compiler_problem()
+    if broken is not None:
+        return ProbeResult(problems=(broken,))
     devices: list[HardwareDevice] = []
     too_old: dict[int, str] = {}
     for gpu in cuda.gpus:

@@ -128,25 +128,48 @@ def find_groups(
     group_of: dict[int, int] = {}
     members: list[list["NodeView"]] = []
     left: dict[int, set[int]] = {}
+    # groups each group depends on, transitively (kept closed), and groups each node depends on: a
+    # node may not join a group that one of its upstream groups depends on, or the two groups would
+    # each wait for the other (YOLOv8's box head, a - b and a + b each feeding the other's sum and
+    # difference, made such a pair, and the session failed with "the graph has a cycle")
+    above: list[set[int]] = []
+    upstream: dict[int, set[int]] = {}
     for n in graph.all_nodes:
         producers = [p for p in (graph.producer(i) for i in tuple(n.inputs) + n.implicit_inputs if i) if p is not None]
         arrived: set[int] = set()
+        needs: set[int] = set()
         for p in producers:
             arrived |= left.get(p.index, set())
+            needs |= upstream.get(p.index, set())
+            if p.index in group_of:
+                needs.add(group_of[p.index])
+        for h in list(needs):
+            needs |= above[h]
         chosen: int | None = None
         if n.index in cand:
             data = n.inputs[:1] if n.op_type == "Clip" else n.inputs
             for name in data:
                 prod = graph.producer(name) if name else None
                 g = group_of.get(prod.index) if prod is not None else None
-                if g is not None and g not in arrived and len(members[g]) < max_nodes:
-                    chosen = g
-                    break
+                if g is None or g in arrived or len(members[g]) >= max_nodes:
+                    continue
+                if any(g in above[h] for h in needs if h != g):
+                    continue
+                chosen = g
+                break
             if chosen is None:
                 chosen = len(members)
                 members.append([])
+                above.append(set())
             group_of[n.index] = chosen
             members[chosen].append(n)
+            gained = needs - {chosen} - above[chosen]
+            if gained:
+                above[chosen] |= gained
+                for other in above:
+                    if chosen in other:
+                        other |= above[chosen]
+        upstream[n.index] = needs
         mine: set[int] = set(arrived)
         for p in producers:
             g = group_of.get(p.index)

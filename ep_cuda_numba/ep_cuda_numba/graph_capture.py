@@ -54,6 +54,9 @@ class SimGraph:
             with rt.device:
                 kernel[blocks, threads, rt.s](*args)
 
+    def kernel_nodes(self) -> int:
+        return len(self.launches)
+
     def destroy(self) -> None:
         self.launches.clear()
 
@@ -92,6 +95,20 @@ class DriverGraph:
 
     def launch(self) -> None:
         self._check(self.cu.cuGraphLaunch(self.exec, self.handle), "cuGraphLaunch")
+
+    def kernel_nodes(self) -> int:
+        """The kernel launches the capture recorded, as the driver holds them (the graph's kernel
+        nodes; copies and memsets are nodes of other types)."""
+        if self.graph is None:
+            return 0
+        sizing = self.cu.cuGraphGetNodes(self.graph, 0)  # (status, no nodes, how many there are)
+        self._check(sizing, "cuGraphGetNodes")
+        result = self.cu.cuGraphGetNodes(self.graph, int(sizing[2]))
+        self._check(result, "cuGraphGetNodes")
+        kernel = self.cu.CUgraphNodeType.CU_GRAPH_NODE_TYPE_KERNEL
+        return sum(
+            1 for node in result[1] if self._check(self.cu.cuGraphNodeGetType(node), "cuGraphNodeGetType") == kernel
+        )
 
     def destroy(self) -> None:
         if self.exec is not None:
@@ -212,9 +229,7 @@ class CudaGraphs:
             "captured": sorted(self.graphs),
             "replays": {g: c.replays for g, c in self.graphs.items()},
             "owned_arrays": {g: len(c.owned) for g, c in self.graphs.items()},
-            "recorded_launches": {
-                g: len(c.backend.launches) for g, c in self.graphs.items() if isinstance(c.backend, SimGraph)
-            },
+            "recorded_launches": {g: c.backend.kernel_nodes() for g, c in self.graphs.items()},
         }
 
     def release(self) -> None:

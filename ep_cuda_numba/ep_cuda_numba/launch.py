@@ -16,6 +16,7 @@ from numba import cuda
 
 from ep_cuda_numba.device import simulator_requested
 from ep_cuda_numba.stream import raw_stream
+from ep_cuda_numba.transfer import as_bits
 
 if TYPE_CHECKING:
     from ep_core.sdk.kernels import KernelContext
@@ -106,7 +107,7 @@ class Runtime:
         host = np.ascontiguousarray(host).reshape(np.shape(host))  # ascontiguousarray makes 0-d 1-d
         dev = self.empty(host.shape, host.dtype)
         if host.size:
-            dev.copy_to_device(host, stream=self.s)
+            as_bits(dev).copy_to_device(as_bits(host), stream=self.s)
             if self.s:
                 self.s.synchronize()
         return dev

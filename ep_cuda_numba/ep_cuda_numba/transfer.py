@@ -23,6 +23,16 @@ if TYPE_CHECKING:
 STAGING_MIN_BYTES = 1 << 16  # below this a pageable copy is as fast as staging
 
 
+def as_bits(array: Any) -> Any:
+    """``array`` as unsigned integers of its width where its dtype is one of ml_dtypes' (bfloat16,
+    the float8 types): those export no Python buffer, so numba-cuda cannot take a host pointer to
+    them; a copy moves the same bits either way. Other arrays come back unchanged."""
+    dtype = array.dtype
+    if dtype.kind == "V" and dtype.fields is None and dtype.itemsize in (1, 2):
+        return array.view(np.dtype(f"u{dtype.itemsize}"))
+    return array
+
+
 def _is_cuda(mem: MemoryInfo) -> bool:
     return mem.device_type is DeviceType.GPU and mem.name == "Cuda"
 
@@ -95,18 +105,24 @@ class CudaDataTransfer:
         s = raw_stream(stream)
         pinned = self.factory.pinned(device_id)
         if pinned.holds(host):  # page-locked already: one DMA on the stream, no staging, no wait
-            timed_copy(stream, s, "HtoD", host.nbytes, host.shape, lambda: dev.copy_to_device(host, stream=s))
+            timed_copy(
+                stream, s, "HtoD", host.nbytes, host.shape, lambda: as_bits(dev).copy_to_device(as_bits(host), stream=s)
+            )
             pinned.mark_used_on(host, stream)  # its chunk is reused only after this copy
             return dev
         if host.nbytes < STAGING_MIN_BYTES or arena.simulated:
-            timed_copy(stream, s, "HtoD", host.nbytes, host.shape, lambda: dev.copy_to_device(host, stream=s))
+            timed_copy(
+                stream, s, "HtoD", host.nbytes, host.shape, lambda: as_bits(dev).copy_to_device(as_bits(host), stream=s)
+            )
             if s:
                 s.synchronize()  # a pageable async copy may read the host array after we return
             return dev
         buf = self.staging.get(host.nbytes)
         staged = buf[: host.nbytes].view(host.dtype).reshape(host.shape)
         staged[...] = host
-        timed_copy(stream, s, "HtoD", host.nbytes, host.shape, lambda: dev.copy_to_device(staged, stream=s))
+        timed_copy(
+            stream, s, "HtoD", host.nbytes, host.shape, lambda: as_bits(dev).copy_to_device(as_bits(staged), stream=s)
+        )
         ev = new_event()
         ev.record(s)
         self.staging.put(buf, ev)
@@ -120,7 +136,9 @@ class CudaDataTransfer:
         s = raw_stream(stream)
         out = self.factory.pinned(device_id).empty(dev.shape, dev.dtype)
         if out.size:
-            timed_copy(stream, s, "DtoH", out.nbytes, out.shape, lambda: dev.copy_to_host(out, stream=s))
+            timed_copy(
+                stream, s, "DtoH", out.nbytes, out.shape, lambda: as_bits(dev).copy_to_host(as_bits(out), stream=s)
+            )
             if s:
                 s.synchronize()
         return out
@@ -130,7 +148,9 @@ class CudaDataTransfer:
         s = raw_stream(stream)
         out = np.empty(dev.shape, dtype=dev.dtype)
         if out.size:
-            timed_copy(stream, s, "DtoH", out.nbytes, out.shape, lambda: dev.copy_to_host(out, stream=s))
+            timed_copy(
+                stream, s, "DtoH", out.nbytes, out.shape, lambda: as_bits(dev).copy_to_host(as_bits(out), stream=s)
+            )
             if s:
                 s.synchronize()
         return out

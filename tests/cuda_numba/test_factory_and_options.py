@@ -79,6 +79,7 @@ def test_incompatibility_reasons_say_what_to_do(monkeypatch: pytest.MonkeyPatch)
         device.probe.cache_clear()
         assert any("no CUDA driver" in r for r in device.incompatibility(cpu))
         old = SimpleNamespace(id=0, name=b"Old GPU", compute_capability=(3, 0))
+        monkeypatch.setattr(device, "compiler_problem", lambda: None)  # a faked GPU; the simulator compiles nothing
         monkeypatch.setattr(cuda, "is_available", lambda: True, raising=False)
         monkeypatch.setattr(cuda, "gpus", [old], raising=False)
         device.probe.cache_clear()
@@ -142,3 +143,31 @@ def test_the_device_id_comes_from_the_selected_device_and_the_users_must_agree()
     # the session passes the device's options merged under the user's: they reach the EP
     sess = session(chain_model(), [(EP, {"enable_fusion": "0"})])
     assert sess.execution_providers[0].ep.options.device_id == gpu.device.device_id
+
+
+def _without_simulator(code: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
+
+
+@pytest.mark.parametrize(
+    ("plant", "says"),
+    [
+        # NumPy 2.5 removed np.row_stack, which numba-cuda 0.30.4 overloads when its CUDA target loads:
+        # on the H100 machine (NumPy 2.5.2) every kernel failed until the probe said so up front
+        ("import numpy; del numpy.row_stack", ["cannot load its CUDA target with NumPy", "numpy<2.5", "row_stack"]),
+        (
+            "import numba.cuda.cudadrv.nvvm as m\n"
+            "def broken():\n    raise OSError('libnvvm.so: cannot open shared object file')\n"
+            "m.NVVM = broken",
+            ["libNVVM", "could not be loaded", "libnvvm.so", "nvidia-nvvm", "CUDA_HOME"],
+        ),
+    ],
+    ids=["numpy-without-row_stack", "no-libnvvm"],
+)
+def test_a_numba_cuda_that_cannot_compile_here_is_named_by_the_probe(plant: str, says: list[str]) -> None:
+    """Found before any session is built, with the way out, instead of as a failure in every node."""
+    proc = _without_simulator(f"{plant}\nfrom ep_cuda_numba.device import compiler_problem\nprint(compiler_problem())")
+    assert proc.returncode == 0, proc.stderr
+    for words in says:
+        assert words in proc.stdout, proc.stdout
