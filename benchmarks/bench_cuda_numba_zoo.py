@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 import traceback
@@ -28,7 +27,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "cpu_reference"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from bench_cuda_numba import gpu_or_exit  # noqa: E402
+from bench_cuda_numba import gpu_or_exit, median_s  # noqa: E402
 from test_real_models import MODELS, model_feed  # noqa: E402
 
 EP = "NumbaCudaExecutionProvider"
@@ -60,16 +59,6 @@ def scaled_error(got: list[Any], want: list[Any]) -> tuple[float, str]:
     return worst, ""
 
 
-def median_seconds(fn: Any, runs: int) -> float:
-    fn()
-    times = []
-    for _ in range(runs):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times)
-
-
 def onnxruntime_sessions(path: str) -> dict[str, Any]:
     try:
         import onnxruntime as ort
@@ -93,23 +82,6 @@ def onnxruntime_sessions(path: str) -> dict[str, Any]:
     return out
 
 
-def onnx_nodes(path: str) -> list[Any]:
-    """Every node of the model, subgraphs included (assignment names subgraph nodes by their own name last)."""
-    import onnx
-
-    out: list[Any] = []
-
-    def walk(graph: Any) -> None:
-        for node in graph.node:
-            out.append(node)
-            for attr in node.attribute:
-                for g in [attr.g] if attr.HasField("g") else list(attr.graphs):
-                    walk(g)
-
-    walk(onnx.load(path, load_external_data=False).graph)
-    return out
-
-
 def one_model(name: str, runs: int) -> dict[str, Any]:
     import ep_core
     from ep_core.tools.zoo import fetch_model
@@ -122,20 +94,18 @@ def one_model(name: str, runs: int) -> dict[str, Any]:
         t0 = time.perf_counter()
         sess = ep_core.InferenceSession(path, providers=[EP, REF])
         row["create_s"] = time.perf_counter() - t0
-        ops = {n.name: n.op_type for n in onnx_nodes(path)}
-        assignment = sess.get_node_assignment()
-        compute = {k: v for k, v in assignment.items() if ops.get(k.rsplit("/", 1)[-1], "?") not in SHAPE_OPS}
+        compute = {k: v for k, v in sess.get_node_assignment().items() if v["op_type"] not in SHAPE_OPS}
         on_gpu = sum(1 for v in compute.values() if v["ep"] == EP)
         row["gpu_nodes"] = f"{on_gpu}/{len(compute)}"
-        row["off_gpu_ops"] = sorted({ops.get(k.rsplit("/", 1)[-1], "?") for k, v in compute.items() if v["ep"] != EP})
+        row["off_gpu_ops"] = sorted({v["op_type"] for v in compute.values() if v["ep"] != EP})
         got = sess.run(None, feeds)
         want = ep_core.InferenceSession(path, providers=[REF]).run(None, feeds)
         row["err"], row["why"] = scaled_error(got, want)
         row["bar"] = 1e-2 if name in FLOAT16_MODELS else 1e-3
         row["ok"] = row["err"] <= row["bar"]
-        row["ep_ms"] = median_seconds(lambda: sess.run(None, feeds), runs) * 1e3
+        row["ep_ms"] = median_s(lambda: sess.run(None, feeds), runs, warmup=1) * 1e3
         for label, ort_sess in onnxruntime_sessions(path).items():
-            row[label + "_ms"] = median_seconds(lambda s=ort_sess: s.run(None, feeds), runs) * 1e3
+            row[label + "_ms"] = median_s(lambda s=ort_sess: s.run(None, feeds), runs, warmup=1) * 1e3
     return row
 
 

@@ -168,8 +168,8 @@ class InferenceSession:
         )
 
     def get_node_assignment(self) -> dict[str, dict[str, Any]]:
-        """Node name -> ``{"ep": name, "fused_node": name or None}``, subgraph nodes included as
-        ``parent/attr/node``."""
+        """Node name -> ``{"ep": name, "fused_node": name or None, "op_type": ...}``, subgraph nodes
+        included as ``parent/attr/node`` (the op type: node names need not say it, nor be unique)."""
         out: dict[str, dict[str, Any]] = {}
         eps = self._built.eps
         for program in self._built.programs():
@@ -177,9 +177,13 @@ class InferenceSession:
                 ep = eps[u.ep_index].name
                 if u.fused_nodes:
                     for n in u.fused_nodes:
-                        out[program.qualified(n)] = {"ep": ep, "fused_node": u.name}
+                        out[program.qualified(n)] = {
+                            "ep": ep,
+                            "fused_node": u.name,
+                            "op_type": program.graph.node(n).op_type,
+                        }
                 else:
-                    out[u.name] = {"ep": ep, "fused_node": None}
+                    out[u.name] = {"ep": ep, "fused_node": None, "op_type": u.op_type}
         return out
 
     def get_partition_diagnostics(self) -> list[str]:

@@ -53,6 +53,10 @@ def test_if_branches_are_partitioned_and_see_outer_values(fusing) -> None:
     assert assignment["if/then_branch/then_add"]["ep"] == FUSING
     assert assignment["if/then_branch/then_mul"]["fused_node"] == assignment["if/then_branch/then_add"]["fused_node"]
     assert assignment["if/else_branch/else_relu"]["ep"] == "CpuReferenceExecutionProvider"
+    # each entry says its op: a fused node's, a subgraph's, a lone node's (names need not say it)
+    ops = {k: v["op_type"] for k, v in assignment.items()}
+    assert ops["if"] == "If" and ops["if/else_branch/else_relu"] == "Relu"
+    assert (ops["if/then_branch/then_add"], ops["if/then_branch/then_mul"]) == ("Add", "Mul")
     x0 = np.array([1.0, -2.0, 3.0], np.float32)
     w = np.array([0.5, 2.0, -1.0], np.float32)
     x = -x0
@@ -95,7 +99,7 @@ def test_loop_body_reads_outer_scope_and_carries_state() -> None:
         [("acc", TensorProto.FLOAT, [2])],
     )
     sess = ep_core.InferenceSession(model)
-    assert "loop/body/Add_2" in sess.get_node_assignment()
+    assert sess.get_node_assignment()["loop/body/Add_2"]["op_type"] == "Add"  # an unnamed node's made-up name
     v = np.array([1.0, 2.0], np.float32)
     step = np.array([0.5, -1.0], np.float32)
     (acc,) = sess.run(None, {"n": np.array(4, np.int64), "acc0": np.zeros(2, np.float32), "v": v, "step": step})
