@@ -57,7 +57,8 @@ def partition_graph(
         view = graph.subset(i for i in unclaimed if _visible_to(ep, graph.all_nodes[i]))
         if not len(view):
             continue
-        support = SupportInfo(ep.name, view, ep.kernel_registry, layout_trial=ep_index in layout_trial)
+        before = tuple(frozenset(n.index for n in c.nodes) for _, c in result.groups)
+        support = SupportInfo(ep.name, view, ep.kernel_registry, layout_trial=ep_index in layout_trial, before=before)
         returned = ep.call("ep_get_capability", graph=view, support=support)
         support.check_return(returned)
         result.rejected.extend(support.rejected)

@@ -51,6 +51,7 @@ class SupportInfo:
     fused: list[FusedClaim] = field(default_factory=list)
     rejected: list[RejectedClaim] = field(default_factory=list)
     layout_trial: bool = False  # first pass for an NHWC EP: NCHW nodes with an NHWC kernel count
+    before: tuple[frozenset[int], ...] = ()  # node indices of the groups earlier EPs claimed
     _claimed: set[int] = field(default_factory=set)
 
     def __post_init__(self) -> None:
@@ -132,7 +133,8 @@ class SupportInfo:
         if problem is not None:
             self._reject(nodes, problem, broken_contract=True)
             return False
-        problem = _convexity_problem(self.graph, nodes)
+        groups = self.before + tuple(frozenset(n.index for n in f.nodes) for f in self.fused)
+        problem = _convexity_problem(self.graph, nodes, groups)
         if problem is not None:
             self._reject(nodes, problem)
             return False
@@ -141,26 +143,24 @@ class SupportInfo:
         return True
 
 
-def _convexity_problem(graph: "GraphView", nodes: Sequence["NodeView"]) -> str | None:
+def _convexity_problem(graph: "GraphView", nodes: Sequence["NodeView"], groups: Sequence[frozenset[int]]) -> str | None:
     """A group is convex when no path leaves it and re-enters it: walk forward from the group's
-    outside consumers and fail if the walk reaches a group member."""
+    outside consumers and fail if the walk reaches a group member. The walk passes through the
+    ``groups`` claimed before it as through one node each (a group runs whole): two groups that
+    each feed the other would otherwise deadlock the plan."""
     members = {n.index for n in nodes}
-    frontier: list["NodeView"] = []
-    for n in nodes:
-        for o in n.outputs:
-            if o:
-                frontier.extend(c for c in graph.consumers(o) if c.index not in members)
+    group_of = {i: g for g in groups for i in g}
+    frontier = [c for n in nodes for o in n.outputs if o for c in graph.consumers(o) if c.index not in members]
     seen: set[int] = set()
     while frontier:
         cur = frontier.pop()
         if cur.index in seen:
             continue
-        seen.add(cur.index)
-        for o in cur.outputs:
-            if not o:
-                continue
-            for c in graph.consumers(o):
+        seen.update(group_of.get(cur.index, (cur.index,)))
+        for k in group_of.get(cur.index, (cur.index,)):
+            for c in (c for o in graph.all_nodes[k].outputs if o for c in graph.consumers(o)):
                 if c.index in members:
-                    return f"the group is not convex: a path leaves it through {cur.name!r} and re-enters at {c.name!r}"
+                    via = f"{cur.name!r} (in a group claimed before it)" if cur.index in group_of else repr(cur.name)
+                    return f"the group is not convex: a path leaves it through {via} and re-enters at {c.name!r}"
                 frontier.append(c)
     return None

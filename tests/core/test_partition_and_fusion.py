@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 import pytest
-from _support.eps import FusingFactory
+from _support.eps import FusingEp, FusingFactory
 from _support.models import add_mul_chain, make_model
 from onnx import TensorProto, helper
 
@@ -126,3 +128,81 @@ def test_a_negative_declared_dim_is_an_unknown_dim_to_eps():
     view = GraphView(graph, {"": 17})
     assert view.value_info("x").shape == (None, 3, "w")
     assert view.value_info("y").shape == (None, 3, None)
+
+
+class _CrossingEp(FusingEp):
+    """Claims {a1, a2} and {b1, b2} of ``_crossed_model``: each group is convex alone, but a1 feeds
+    b2 and b1 feeds a2, so fused they would each wait for the other (``only`` picks one group)."""
+
+    def __init__(self, only: str | None = None) -> None:
+        super().__init__()
+        self.only = only
+
+    def ep_get_capability(self, graph: Any, support: Any) -> None:
+        by_name = {n.name: n for n in graph.nodes}
+        for group in (("a1", "a2"), ("b1", "b2")):
+            if self.only in (None, group[0][0]) and all(g in by_name for g in group):
+                support.add_nodes_to_fuse([by_name[g] for g in group])
+
+
+class _CrossingFactory(FusingFactory):
+    def __init__(self, ep_name: str, only: str | None = None) -> None:
+        super().__init__()
+        self.ep_name = ep_name
+        self.only = only
+
+    def ep_factory_create_ep(self, devices: Any, ep_options: Any, session_options: Any) -> FusingEp:
+        self.check_options(ep_options)
+        self.last_ep = _CrossingEp(self.only)
+        return self.last_ep
+
+
+def _crossed_model():
+    f = TensorProto.FLOAT
+    nodes = [
+        helper.make_node("Add", ["x", "y"], ["a1_out"], name="a1"),
+        helper.make_node("Mul", ["x", "y"], ["b1_out"], name="b1"),
+        helper.make_node("Add", ["b1_out", "y"], ["a2_out"], name="a2"),
+        helper.make_node("Mul", ["a1_out", "y"], ["b2_out"], name="b2"),
+    ]
+    return make_model(nodes, [(n, f, [2, 3]) for n in ("x", "y")], [(n, f, [2, 3]) for n in ("a2_out", "b2_out")])
+
+
+def _check_crossed(sess: Any) -> None:
+    feed = _feed()
+    a2, b2 = sess.run(None, feed)
+    x, y = feed["x"], feed["y"]
+    np.testing.assert_allclose(a2, x * y + y, rtol=1e-6)
+    np.testing.assert_allclose(b2, (x + y) * y, rtol=1e-6)
+
+
+@pytest.mark.parametrize("two_eps", [False, True], ids=["one_ep", "two_eps"])
+def test_groups_that_feed_each_other_are_refused_with_reason(two_eps):
+    """Found on a GPU (nudenet's YOLOv8 head): an EP's groups, each convex, fed each other, and
+    session creation failed after compiling them with "the graph has a cycle", blaming the model.
+    The core now refuses the claim that closes the loop, names it, and the nodes run elsewhere;
+    the same holds when the two groups come from two EPs."""
+    names = (
+        ["CrossATestExecutionProvider", "CrossBTestExecutionProvider"] if two_eps else ["CrossTestExecutionProvider"]
+    )
+    factories = [_CrossingFactory(names[0], "a" if two_eps else None)]
+    if two_eps:
+        factories.append(_CrossingFactory(names[1], "b"))
+    for name, factory in zip(names, factories):
+        ep_core.register_execution_provider_library(name, factory)
+    try:
+        sess = ep_core.InferenceSession(_crossed_model().SerializeToString(), providers=names)
+        (diagnostic,) = sess.get_partition_diagnostics()
+        assert diagnostic.startswith(f"{names[-1]} claim on ['b1', 'b2'] rejected: the group is not convex")
+        assert "through 'a2' (in a group claimed before it) and re-enters at 'b2'" in diagnostic
+        eps = {node: a["ep"] for node, a in sess.get_node_assignment().items()}
+        assert eps == {
+            "a1": names[0],
+            "a2": names[0],
+            "b1": "CpuReferenceExecutionProvider",
+            "b2": "CpuReferenceExecutionProvider",
+        }
+        _check_crossed(sess)
+    finally:
+        for name in names:
+            ep_core.unregister_execution_provider_library(name)
