@@ -17,7 +17,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.trees import as_2d
+from ep_cpu_reference.kernels.trees import as_2d, probit
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -86,20 +86,43 @@ def build_imputer(node: NodeView, ctx: KernelContext) -> Fn:
 
 @REGISTRY.register("LinearRegressor", since=1, domain=ML)
 def build_linear_regressor(node: NodeView, ctx: KernelContext) -> Fn:
-    """X @ W.T + b with W [targets, features]; post_transform NONE only (the spec's PROBIT
-    applies to one target and is not implemented here)."""
+    """X @ W.T + b with W [targets, features], then the post-transform, as onnxruntime computes
+    it: W is the first targets x features coefficients for the features X has (``_rows``), the
+    intercepts count only when there is one per target, X has at most 2 dims."""
     targets = int(node.attr("targets", 1))
-    coef = np.array(node.attr("coefficients"), dtype=np.float64).reshape(targets, -1)
-    icpt = np.array(node.attr("intercepts", [0.0] * targets), dtype=np.float64)
+    coef = np.array(node.attr("coefficients"), dtype=np.float64)
+    given = node.attr("intercepts", [])
+    icpt = np.array(given, dtype=np.float64) if len(given) == targets else 0.0
     post = _text(node.attr("post_transform", "NONE"))
-    if post != "NONE":
-        raise ValueError(f"{node.describe()}: post_transform {post!r} is not supported (NONE is)")
 
     def compute(x: Any) -> tuple[Any]:
-        v = x.astype(np.float64).reshape(-1, coef.shape[1])
-        return ((v @ coef.T + icpt).astype(np.float32),)
+        if x.ndim > 2:
+            raise InvalidArgument(f"{node.describe()}: X has {x.ndim} dims; it must be [N, features] or [features]")
+        v = x.reshape(1, -1) if x.ndim < 2 else x
+        w = _rows(node, coef, targets, v.shape[1])
+        s = v.astype(np.float64) @ w.T + icpt
+        return (_one_score(node, s, post) if targets == 1 else _post_transform(node, s, post).astype(np.float32),)
 
     return compute
+
+
+def _one_score(node: NodeView, s: np.ndarray, post: str) -> np.ndarray:
+    """A single score column as onnxruntime 1.31 post-transforms it: PROBIT only (its batched
+    update skips LOGISTIC and the softmaxes for one column)."""
+    return (_post_transform(node, s, post) if post == "PROBIT" else s).astype(np.float32)
+
+
+def _rows(node: NodeView, coef: np.ndarray, rows: int, features: int) -> np.ndarray:
+    """The (rows, features) weights of a linear model: onnxruntime reads the first rows x features
+    coefficients for the features its input has (its own iris example declares 2 features against
+    12 coefficients for 3 classes); too few coefficients is an error, not a read past their end."""
+    if coef.size < rows * features:
+        raise InvalidArgument(
+            f"{node.describe()}: X has {features} features per row, so {rows} rows of weights need "
+            f"{rows * features} coefficients and the node has {coef.size}: feed rows of at most "
+            f"{coef.size // max(rows, 1)} features"
+        )
+    return coef[: rows * features].reshape(rows, features)
 
 
 @REGISTRY.register("OneHotEncoder", since=1, domain=ML)
@@ -268,7 +291,11 @@ def _post_transform(node: Any, scores: np.ndarray, post: str) -> np.ndarray:
         e = np.where(scores != 0, np.exp(scores - scores.max(axis=1, keepdims=True)), 0.0)
         s = e.sum(axis=1, keepdims=True)
         return np.where(s == 0, 1.0 / scores.shape[1], e / np.where(s == 0, 1, s))
-    raise ValueError(f"{node.describe()}: post_transform must be NONE, LOGISTIC, SOFTMAX or SOFTMAX_ZERO, got {post!r}")
+    if post == "PROBIT":  # onnxruntime's float32 approximation (the tree ensembles' too)
+        return probit(scores.astype(np.float32)).astype(np.float64)
+    raise ValueError(
+        f"{node.describe()}: post_transform must be NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO or PROBIT, got {post!r}"
+    )
 
 
 @REGISTRY.register("LinearClassifier", since=1, domain=ML)
@@ -284,10 +311,16 @@ def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
     coef = np.array(node.attr("coefficients"), dtype=np.float64)
     icpt = np.array(node.attr("intercepts", []), dtype=np.float64)
     post = _text(node.attr("post_transform", "NONE"))
+    k = icpt.size  # onnxruntime's class count (without intercepts: the coefficients' rows, at run time)
+    if (k > 1 and not labels.size) or (k == 1 and labels.size not in (0, 2)) or 0 < labels.size < k:
+        raise InvalidGraph(
+            f"{node.describe()}: {labels.size} class labels for {k} classes (one per intercept): a binary "
+            "classifier (one intercept) takes 2 labels or none, more classes at least one label each"
+        )
 
     def compute(x: Any) -> tuple[Any, Any]:
         v = as_2d(x, node.describe()).astype(np.float64)
-        w = coef.reshape(-1, v.shape[1])
+        w = _rows(node, coef, k or coef.size // max(v.shape[1], 1), v.shape[1])
         s = v @ w.T + (icpt if icpt.size else 0.0)
         if w.shape[0] == 1 and labels.size == 2:
             p = s[:, 0]
@@ -297,8 +330,10 @@ def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
             elif post not in ("NONE", "SOFTMAX", "SOFTMAX_ZERO"):
                 raise ValueError(f"{node.describe()}: post_transform {post!r} is not supported for a binary classifier")
             return label, np.stack([1 - p, p], axis=1).astype(np.float32)
+        if w.shape[0] == 1:  # one score, no labels: onnxruntime labels rows 1 / 0
+            return (s[:, 0] > 0).astype(np.int64), _one_score(node, s, post)
         out = _post_transform(node, s, post)
-        if labels.size and labels.size != out.shape[1]:
+        if labels.size and labels.size < out.shape[1]:
             raise ValueError(f"{node.describe()}: {out.shape[1]} score columns for {labels.size} labels")
         idx = np.argmax(s, axis=1)
         return (labels[idx] if labels.size else idx.astype(np.int64)), out.astype(np.float32)

@@ -533,3 +533,120 @@ def test_reduce_log_sum_exp_of_integers(provider: str, dtype: Any) -> None:
     x[20:30, :3] = -1
     node = h.make_node("ReduceLogSumExp", ["x"], ["y"], axes=[1], keepdims=0)
     _both(_model(node, {"x": x}, h.np_dtype_to_tensor_dtype(np.dtype(dtype)), opset=13), {"x": x}, provider)
+
+
+def _ml_model(node: Any, x_cols: int, outs: list[tuple[str, int]]) -> bytes:
+    graph = h.make_graph(
+        [node],
+        "g",
+        [h.make_tensor_value_info("X", TP.FLOAT, [None, x_cols])],
+        [h.make_tensor_value_info(n, t, None) for n, t in outs],
+    )
+    opsets = [h.make_opsetid("", 13), h.make_opsetid("ai.onnx.ml", 1)]
+    return h.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
+
+
+def _close_to_onnxruntime(model: bytes, x: np.ndarray, provider: str) -> None:
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x})
+    got = ep_core.InferenceSession(model, providers=[provider]).run(None, {"X": x})
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype and g.shape == w.shape, (g, w)
+        if w.dtype.kind == "f":
+            np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(g, w)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_onnxruntime_s_own_logreg_iris_example_runs(provider: str) -> None:
+    """onnxruntime's wheel ships datasets/logreg_iris.onnx (its tutorials' model): X declared [3, 2]
+    under a LinearClassifier of 3 classes and 12 coefficients. onnxruntime takes the first
+    classes x features coefficients; ep-core reshaped all 12 into 6 rows and failed to broadcast."""
+    import os
+
+    path = os.path.join(os.path.dirname(ort.__file__), "datasets", "logreg_iris.onnx")
+    x = np.random.default_rng(3).uniform(0, 8, (3, 2)).astype(np.float32)
+    want = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"float_input": x})
+    got = ep_core.InferenceSession(path, providers=[provider]).run(None, {"float_input": x})
+    np.testing.assert_array_equal(got[0], want[0])
+    assert [sorted(r) for r in got[1]] == [sorted(r) for r in want[1]]  # ZipMap: a dict per row
+    for g, w in zip(got[1], want[1], strict=True):
+        np.testing.assert_allclose([g[k] for k in sorted(g)], [w[k] for k in sorted(w)], rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "PROBIT"])
+@pytest.mark.parametrize("classes", [1, 3])
+def test_linear_classifier_reads_the_coefficients_x_needs(provider: str, post: str, classes: int) -> None:
+    """Coefficients for 4 features, X of 2: the first classes x 2 weights, as onnxruntime; one class
+    (one score) without labels gives onnxruntime's 1 / 0 labels and one score column."""
+    rng = np.random.default_rng(classes)
+    node = h.make_node(
+        "LinearClassifier",
+        ["X"],
+        ["L", "S"],
+        domain="ai.onnx.ml",
+        **({"classlabels_ints": [7, 8, 9]} if classes > 1 else {}),
+        coefficients=rng.standard_normal(4 * classes).tolist(),
+        intercepts=rng.standard_normal(classes).tolist(),
+        post_transform=post,
+    )
+    model = _ml_model(node, 2, [("L", TP.INT64), ("S", TP.FLOAT)])
+    _close_to_onnxruntime(model, rng.standard_normal((5, 2)).astype(np.float32), provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize("post", ["NONE", "LOGISTIC", "SOFTMAX", "PROBIT"])
+@pytest.mark.parametrize(("targets", "intercepts"), [(2, 2), (2, 3), (1, 1)])
+def test_linear_regressor_follows_onnxruntime(provider: str, post: str, targets: int, intercepts: int) -> None:
+    """X of 2 features under coefficients for 4 took half the rows (a reshape to the coefficients'
+    width: silently wrong); PROBIT was refused; intercepts not one per target are not used; one
+    target takes PROBIT only (onnxruntime leaves a single column's LOGISTIC and SOFTMAX undone)."""
+    rng = np.random.default_rng(intercepts + targets)
+    node = h.make_node(
+        "LinearRegressor",
+        ["X"],
+        ["Y"],
+        domain="ai.onnx.ml",
+        targets=targets,
+        coefficients=(rng.standard_normal(4 * targets) * 0.3).tolist(),
+        intercepts=(rng.standard_normal(intercepts) * 0.1).tolist(),
+        post_transform=post,
+    )
+    x = rng.uniform(-0.5, 0.5, (6, 2)).astype(np.float32)  # PROBIT needs scores in (0, 1)
+    if post == "PROBIT":
+        x = np.abs(x)
+    _close_to_onnxruntime(_ml_model(node, 2, [("Y", TP.FLOAT)]), x, provider)
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+def test_linear_models_with_too_few_coefficients_say_so(provider: str) -> None:
+    """onnxruntime reads past the coefficients' end here; ep-core refuses, naming the node and the fix."""
+    node = h.make_node("LinearRegressor", ["X"], ["Y"], domain="ai.onnx.ml", targets=2, coefficients=[1.0] * 6)
+    sess = ep_core.InferenceSession(_ml_model(node, 4, [("Y", TP.FLOAT)]), providers=[provider])
+    with pytest.raises(EpCoreError, match=r"needs? 8 coefficients and the node has 6: feed rows of at most 3"):
+        sess.run(None, {"X": np.ones((2, 4), np.float32)})
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(("classes", "labels"), [(1, [1, 2, 3]), (3, []), (3, [1, 2])])
+def test_linear_classifier_labels_that_do_not_fit_its_classes_are_refused(
+    provider: str, classes: int, labels: list[int]
+) -> None:
+    """As onnxruntime 1.31 refuses them at session creation (ep-core labelled rows by argmax index)."""
+    node = h.make_node(
+        "LinearClassifier",
+        ["X"],
+        ["L", "S"],
+        domain="ai.onnx.ml",
+        **({"classlabels_ints": labels} if labels else {}),
+        coefficients=[0.5] * (2 * classes),
+        intercepts=[0.1] * classes,
+    )
+    model = _ml_model(node, 2, [("L", TP.INT64), ("S", TP.FLOAT)])
+    so = ort.SessionOptions()
+    so.log_severity_level = 4
+    with pytest.raises(Exception, match="LinearClassifier"):
+        ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
+    with pytest.raises(EpCoreError, match=rf"{len(labels)} class labels for {classes} classes"):
+        ep_core.InferenceSession(model, providers=[provider])
