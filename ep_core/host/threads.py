@@ -3,7 +3,7 @@
 Before every run the session sets its size on every BLAS and OpenMP library loaded in the process
 (through threadpoolctl) and on Numba's threading layer (``numba.set_num_threads``, only when
 Numba is already imported: the core never imports it). n means n threads, the calling thread
-included; ``use_per_session_threads=False`` takes the process-wide size of
+included, up to the CPUs the process may use (more is capped there, logged at info); ``use_per_session_threads=False`` takes the process-wide size of
 ``set_global_thread_pool_sizes``. 0 (the default) lets the engine choose, as in onnxruntime: the
 CPUs this process may run on (its affinity mask, capped by a cgroup CPU quota) that other
 processes are not keeping busy, sampled from ``/proc/stat`` at most every 0.25 s. onnxruntime's
@@ -189,9 +189,21 @@ class SessionThreads:
 
     @property
     def size(self) -> int:
-        """The size the next run gets."""
+        """The size the next run gets: at most the CPUs the process may use, since a BLAS worker
+        without a core stalls every product (100x at 4 threads on 2 CPUs, where onnxruntime's own
+        pool lost 2.5x); ``capped`` says so in the session's log."""
         n = self.intra if self.per_session else _global_sizes[0]
-        return n if n > 0 else default_size(self.cpus)
+        return min(n, self.cpus) if n > 0 else default_size(self.cpus)
+
+    def capped(self) -> str | None:
+        """Why the asked size is not the size runs get, or None."""
+        n = self.intra if self.per_session else _global_sizes[0]
+        if n <= self.cpus:
+            return None
+        return (
+            f"intra_op_num_threads={n} is more than the {self.cpus} CPU(s) this process may use (affinity, "
+            f"cgroup quota): runs use {self.cpus}, as a BLAS thread without a core stalls every product"
+        )
 
     def apply(self) -> None:
         """Called before every run of the session."""

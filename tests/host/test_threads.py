@@ -83,6 +83,23 @@ def test_a_one_thread_session_computes_with_one_blas_thread(probe):
     assert set(seen["openmp"]) <= {1}
 
 
+def test_more_threads_than_cpus_compute_at_the_cpus_and_say_so(probe, caplog):
+    """atspm-detector asks for 4 threads: on 2 CPUs its dilated convolutions ran 100x slower than at
+    2 (OpenBLAS's workers without a core spin and stall each product). Runs are capped at the CPUs
+    the process may use; the session's log says so at info."""
+    import logging
+
+    with caplog.at_level(logging.INFO, logger="ep_core"):
+        seen = _run(probe, intra_op_num_threads=CPUS + 2, log_severity_level=1)
+    assert seen["blas"] and set(seen["blas"]) == {CPUS}
+    messages = [r.getMessage() for r in caplog.records if r.name.startswith("ep_core")]
+    assert any(f"intra_op_num_threads={CPUS + 2} is more than the {CPUS} CPU(s)" in m for m in messages), messages
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="ep_core"):
+        _run(probe, intra_op_num_threads=CPUS, log_severity_level=1)
+    assert not any("is more than the" in r.getMessage() for r in caplog.records)
+
+
 def test_sessions_of_different_sizes_each_compute_at_their_own(probe):
     one = ep_core.InferenceSession(probe.model(), ep_core.SessionOptions(intra_op_num_threads=1), providers=[probe.ep])
     two = ep_core.InferenceSession(probe.model(), ep_core.SessionOptions(intra_op_num_threads=2), providers=[probe.ep])
