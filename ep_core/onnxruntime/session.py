@@ -415,18 +415,10 @@ class InferenceSession:
 
     def get_provider_graph_assignment_info(self) -> list[OrtEpAssignedSubgraph]:
         """The steps each EP runs, with their nodes (recorded always: no config entry needed)."""
-        sess = self._engine()
-        kinds: dict[str, tuple[str, str]] = {}
-        graphs = [sess.model.graph]
-        for g in graphs:
-            for n in g.node:
-                kinds.setdefault(n.name, (n.domain, n.op_type))
-                graphs.extend(s for a in n.attribute for s in [*([a.g] if a.HasField("g") else []), *a.graphs])
         groups: dict[tuple[str, str], list[OrtEpAssignedNode]] = {}
-        for name, where in sess.get_node_assignment().items():
-            domain, op_type = kinds.get(name.rsplit("/", 1)[-1], ("", ""))
+        for name, where in self._engine().get_node_assignment().items():
             key = (where["ep"], where["fused_node"] or name)
-            groups.setdefault(key, []).append(OrtEpAssignedNode(name, domain, op_type))
+            groups.setdefault(key, []).append(OrtEpAssignedNode(name, where["domain"], where["op_type"]))
         return [OrtEpAssignedSubgraph(self._name_of(ep), tuple(nodes)) for (ep, _), nodes in groups.items()]
 
     # -------------------------------------------------------------------------------- run

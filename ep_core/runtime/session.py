@@ -168,22 +168,20 @@ class InferenceSession:
         )
 
     def get_node_assignment(self) -> dict[str, dict[str, Any]]:
-        """Node name -> ``{"ep": name, "fused_node": name or None, "op_type": ...}``, subgraph nodes
-        included as ``parent/attr/node`` (the op type: node names need not say it, nor be unique)."""
+        """Node name -> ``{"ep": name, "fused_node": name or None, "op_type": ..., "domain": ...}``,
+        subgraph nodes included as ``parent/attr/node`` (node names need not say the op, nor be unique)."""
         out: dict[str, dict[str, Any]] = {}
-        eps = self._built.eps
         for program in self._built.programs():
             for u in program.units:
-                ep = eps[u.ep_index].name
-                if u.fused_nodes:
-                    for n in u.fused_nodes:
-                        out[program.qualified(n)] = {
-                            "ep": ep,
-                            "fused_node": u.name,
-                            "op_type": program.graph.node(n).op_type,
-                        }
-                else:
-                    out[u.name] = {"ep": ep, "fused_node": None, "op_type": u.op_type}
+                ep, graph = self._built.eps[u.ep_index].name, program.graph
+                for n in [graph.node(name) for name in u.fused_nodes] or [graph.all_nodes[u.order_key]]:
+                    fused = u.name if u.fused_nodes else None
+                    out[program.qualified(n.name)] = {
+                        "ep": ep,
+                        "fused_node": fused,
+                        "op_type": n.op_type,
+                        "domain": n.domain,
+                    }
         return out
 
     def get_partition_diagnostics(self) -> list[str]:

@@ -378,6 +378,30 @@ def test_session_options_and_profiling_start() -> None:
     ]
 
 
+def test_graph_assignment_info_names_each_node_s_op_as_onnxruntime() -> None:
+    """torch.onnx names nodes '/block/act/Relu': the op type and domain were looked up by the name's
+    last segment and came back empty (red-team of real apps)."""
+    vi = helper.make_tensor_value_info
+    model = _model(
+        [
+            helper.make_node("Add", ["x", "b"], ["y"], name="/block/conv/Add"),
+            helper.make_node("Relu", ["y"], ["z"], name="/block/act/Relu"),
+        ],
+        [vi("x", TensorProto.FLOAT, ["N", 2]), vi("b", TensorProto.FLOAT, [2])],
+        [vi("z", TensorProto.FLOAT, ["N", 2])],
+    )
+    options = real.SessionOptions()
+    options.add_session_config_entry("session.record_ep_graph_assignment_info", "1")
+    options.graph_optimization_level = real.GraphOptimizationLevel.ORT_DISABLE_ALL
+    want = real.InferenceSession(model, options, providers=CPU).get_provider_graph_assignment_info()
+    got = ort.InferenceSession(model, providers=CPU).get_provider_graph_assignment_info()
+
+    def nodes(info: Any) -> list[tuple[str, str, str]]:
+        return sorted((n.name, n.domain, n.op_type) for s in info for n in s.get_nodes())
+
+    assert nodes(got) == nodes(want) == [("/block/act/Relu", "", "Relu"), ("/block/conv/Add", "", "Add")]
+
+
 def test_kwargs_onnxruntime_reads_are_honoured_or_refused() -> None:
     with pytest.raises(C.InvalidArgument, match="unknown optimizer 'ConstantFoldnig'"):  # a typo is refused
         ort.InferenceSession(_add_model(), disabled_optimizers=["ConstantFoldnig"])
