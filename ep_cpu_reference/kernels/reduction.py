@@ -66,6 +66,66 @@ def _accumulator(x: np.ndarray, axis: tuple[int, ...] | None) -> Any:
     return np.float64
 
 
+def _trailing(x: np.ndarray, axis: tuple[int, ...]) -> tuple[int, int] | None:
+    """(rows, n) when the reduced axes, dims of size 1 left out, are x's trailing block (all of
+    them included): onnxruntime's "KR" and all-axes reductions, whose order ``row_sums`` follows."""
+    kinds = "".join("R" if i in axis else "K" for i, n in enumerate(x.shape) if n != 1)
+    if not kinds.endswith("R") or "RK" in kinds:
+        return None
+    n = 1
+    for a in axis:
+        n *= x.shape[a]
+    return x.size // n, n
+
+
+def row_sums(x: np.ndarray, rows: int, n: int, vectorised: bool) -> np.ndarray:
+    """Sums of x (C order) as ``rows`` rows of ``n``, as onnxruntime adds them: ReduceSum and
+    ReduceMean, and any sum of everything (one row), through Eigen's redux of 16-byte packets
+    (``vectorised``: SSE or NEON, 4 float32 or 2 float64 lanes); the other sums (SumSquare, L1,
+    L2 over trailing axes) element after element. Bit for bit
+    on float32 and float64, where NumPy's pairwise sum differs in half the rows: one ulp that a
+    dynamically quantized T5 turned into 0.13 through the DynamicQuantizeLinear after its RMS norm."""
+    x2 = np.ascontiguousarray(x).reshape(rows, n)
+    if not vectorised:  # rows side by side, column after column from the first (3x cumsum's speed)
+        if rows == 1:  # one row would take NumPy's pairwise loop
+            return np.cumsum(x2, axis=1)[:, -1]  # type: ignore[no-any-return]
+        return np.add.reduce(np.ascontiguousarray(x2.T), axis=0, initial=-0.0)  # type: ignore[no-any-return]
+    lanes = 16 // x2.itemsize
+    out = np.empty(rows, x2.dtype)
+    # Eigen starts at a row's first element on a 16-byte boundary (onnxruntime's buffers are
+    # aligned), adds the ones before it and the tail after the packets one by one
+    starts = (-(np.arange(rows) * n)) % lanes
+    for a in (0,) if n % lanes == 0 else np.unique(starts):
+        at = slice(None) if n % lanes == 0 else np.flatnonzero(starts == a)
+        out[at] = _eigen_sums(x2[at], min(int(a), n), lanes)
+    return out
+
+
+def _eigen_sums(x: np.ndarray, a: int, p: int) -> np.ndarray:
+    """Eigen's vectorised redux of each row from element ``a``: two packet accumulators over
+    pairs of packets, summed, one more packet if one is left, the lanes halved down to one."""
+    k, n = x.shape
+    vec = (n - a) // p * p
+    if not vec:  # too short to vectorise: in element order
+        return np.cumsum(x, axis=1)[:, -1]  # type: ignore[no-any-return]
+    body = (n - a) // (2 * p) * (2 * p)
+    if vec > p:
+        blocks = x[:, a : a + body].reshape(k, body // (2 * p), 2 * p).transpose(1, 0, 2)
+        # block after block from the first (NumPy would start at +0 and lose an all -0 row's sign)
+        acc = np.add.reduce(np.ascontiguousarray(blocks), axis=0, initial=-0.0)
+        lane = acc[:, :p] + acc[:, p:]
+        if vec > body:
+            lane += x[:, a + body : a + body + p]
+    else:
+        lane = x[:, a : a + p]
+    while lane.shape[1] > 1:
+        lane = lane[:, : lane.shape[1] // 2] + lane[:, lane.shape[1] // 2 :]
+    r = lane[:, 0]
+    for i in (*range(a), *range(a + vec, n)):
+        r += x[:, i]
+    return r
+
+
 def _mean(x: np.ndarray, axis: Any, keepdims: bool) -> Any:
     """np.mean, but 0 over an empty axis, as onnxruntime gives it (an empty EmbeddingBag bag's mean in
     a torch export), where NumPy's 0/0 gives NaN."""
@@ -161,7 +221,11 @@ def _fixed_axes(node: Any, op: str, axes: list[int], keepdims: bool, noop: bool)
                 x = before(x)
         # numpy's stubs overload reduce() on keepdims=True and keepdims=False literals, with none for a bool
         acc = _accumulator(x, axis) if fast is np.add else None
-        if acc is None and axis == (x.ndim - 1,) and 1 < x.shape[-1] < 8:
+        block = _trailing(x, axis) if fast is np.add and acc is None else None
+        if block is not None:
+            kept = [1 if i in axis else d for i, d in enumerate(x.shape) if keepdims or i not in axis]
+            r = row_sums(x, *block, op in ("ReduceSum", "ReduceMean") or block[0] == 1).reshape(kept)
+        elif acc is None and axis == (x.ndim - 1,) and 1 < x.shape[-1] < 8:
             r = _short_last_axis(fast, x, keepdims)
         else:
             r = fast.reduce(x, axis=axis, keepdims=keepdims, dtype=acc)  # type: ignore[call-overload]
