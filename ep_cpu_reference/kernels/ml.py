@@ -17,7 +17,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.trees import as_2d, probit
+from ep_cpu_reference.kernels.trees import POSTS, as_2d, option, post_scores
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -93,7 +93,7 @@ def build_linear_regressor(node: NodeView, ctx: KernelContext) -> Fn:
     coef = np.array(node.attr("coefficients"), dtype=np.float64)
     given = node.attr("intercepts", [])
     icpt = np.array(given, dtype=np.float64) if len(given) == targets else 0.0
-    post = _text(node.attr("post_transform", "NONE"))
+    post = option(node, "post_transform", POSTS, "NONE")
 
     def compute(x: Any) -> tuple[Any]:
         if x.ndim > 2:
@@ -101,15 +101,15 @@ def build_linear_regressor(node: NodeView, ctx: KernelContext) -> Fn:
         v = x.reshape(1, -1) if x.ndim < 2 else x
         w = _rows(node, coef, targets, v.shape[1])
         s = v.astype(np.float64) @ w.T + icpt
-        return (_one_score(node, s, post) if targets == 1 else _post_transform(node, s, post).astype(np.float32),)
+        return (_one_score(s, post) if targets == 1 else post_scores(s, post),)
 
     return compute
 
 
-def _one_score(node: NodeView, s: np.ndarray, post: str) -> np.ndarray:
+def _one_score(s: np.ndarray, post: str) -> np.ndarray:
     """A single score column as onnxruntime 1.31 post-transforms it: PROBIT only (its batched
     update skips LOGISTIC and the softmaxes for one column)."""
-    return (_post_transform(node, s, post) if post == "PROBIT" else s).astype(np.float32)
+    return post_scores(s, post) if post == "PROBIT" else s.astype(np.float32)
 
 
 def _rows(node: NodeView, coef: np.ndarray, rows: int, features: int) -> np.ndarray:
@@ -277,27 +277,6 @@ def build_cast_map(node: NodeView, ctx: KernelContext) -> Fn:
     return compute
 
 
-def _post_transform(node: Any, scores: np.ndarray, post: str) -> np.ndarray:
-    """The classifier score transforms, row-wise for the softmax variants."""
-    if post == "NONE":
-        return scores
-    if post == "LOGISTIC":
-        return 1.0 / (1.0 + np.exp(-scores))
-    if post == "SOFTMAX":
-        e = np.exp(scores - scores.max(axis=1, keepdims=True))
-        return e / e.sum(axis=1, keepdims=True)
-    if post == "SOFTMAX_ZERO":
-        # exact zeros stay zero (they mark absent classes); a row of zeros becomes uniform
-        e = np.where(scores != 0, np.exp(scores - scores.max(axis=1, keepdims=True)), 0.0)
-        s = e.sum(axis=1, keepdims=True)
-        return np.where(s == 0, 1.0 / scores.shape[1], e / np.where(s == 0, 1, s))
-    if post == "PROBIT":  # onnxruntime's float32 approximation (the tree ensembles' too)
-        return probit(scores.astype(np.float32)).astype(np.float64)
-    raise ValueError(
-        f"{node.describe()}: post_transform must be NONE, LOGISTIC, SOFTMAX, SOFTMAX_ZERO or PROBIT, got {post!r}"
-    )
-
-
 @REGISTRY.register("LinearClassifier", since=1, domain=ML)
 def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
     """scores = X @ W.T + b, label = the class of the largest score. With one coefficient row
@@ -310,12 +289,18 @@ def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
     )
     coef = np.array(node.attr("coefficients"), dtype=np.float64)
     icpt = np.array(node.attr("intercepts", []), dtype=np.float64)
-    post = _text(node.attr("post_transform", "NONE"))
+    post = option(node, "post_transform", POSTS, "NONE")
     k = icpt.size  # onnxruntime's class count (without intercepts: the coefficients' rows, at run time)
     if (k > 1 and not labels.size) or (k == 1 and labels.size not in (0, 2)) or 0 < labels.size < k:
         raise InvalidGraph(
             f"{node.describe()}: {labels.size} class labels for {k} classes (one per intercept): a binary "
             "classifier (one intercept) takes 2 labels or none, more classes at least one label each"
+        )
+    if k == 1 and labels.size == 2 and post == "PROBIT":
+        raise InvalidGraph(
+            f"{node.describe()}: post_transform PROBIT on a binary classifier (one intercept, two labels) is not "
+            "served: onnxruntime writes the probit of the score into one column and NaN or 0 into the other; "
+            "use LOGISTIC or NONE"
         )
 
     def compute(x: Any) -> tuple[Any, Any]:
@@ -327,16 +312,14 @@ def build_linear_classifier(node: NodeView, ctx: KernelContext) -> Fn:
             label = np.where(p > 0, labels[1], labels[0])
             if post == "LOGISTIC":
                 p = 1.0 / (1.0 + np.exp(-p))
-            elif post not in ("NONE", "SOFTMAX", "SOFTMAX_ZERO"):
-                raise ValueError(f"{node.describe()}: post_transform {post!r} is not supported for a binary classifier")
             return label, np.stack([1 - p, p], axis=1).astype(np.float32)
         if w.shape[0] == 1:  # one score, no labels: onnxruntime labels rows 1 / 0
-            return (s[:, 0] > 0).astype(np.int64), _one_score(node, s, post)
-        out = _post_transform(node, s, post)
+            return (s[:, 0] > 0).astype(np.int64), _one_score(s, post)
+        out = post_scores(s, post)
         if labels.size and labels.size < out.shape[1]:
             raise ValueError(f"{node.describe()}: {out.shape[1]} score columns for {labels.size} labels")
         idx = np.argmax(s, axis=1)
-        return (labels[idx] if labels.size else idx.astype(np.int64)), out.astype(np.float32)
+        return (labels[idx] if labels.size else idx.astype(np.int64)), out
 
     return compute
 

@@ -27,7 +27,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument, InvalidGraph, NotImplementedByAnyEp
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
-from ep_cpu_reference.kernels.trees import POSTS, as_2d, logistic, post_scores, probit
+from ep_cpu_reference.kernels.trees import POSTS, as_2d, logistic, option, post_scores, probit
 from ep_cpu_reference.registry import REGISTRY
 
 Fn = Callable[..., Any]
@@ -44,13 +44,6 @@ def _text(v: Any) -> str:
 def _floats(node: NodeView, name: str) -> np.ndarray:
     """A float attribute as onnxruntime holds it (float32), widened to float64 for the math."""
     return np.asarray(node.attr(name, []) or [], dtype=np.float32).astype(np.float64).ravel()
-
-
-def _option(node: NodeView, name: str, choices: tuple[str, ...], default: str) -> str:
-    value = _text(node.attr(name, default))
-    if value not in choices:
-        raise InvalidGraph(f"{node.describe()}: {name} must be one of {', '.join(choices)}, got {value!r}")
-    return value
 
 
 class _Kernel:
@@ -226,7 +219,7 @@ class _Classifier:
         k = self.k = self.labels.size
         if k < 1:
             raise InvalidGraph(f"{where}: needs classlabels_ints or classlabels_strings")
-        self.post = _option(node, "post_transform", POSTS, "NONE")
+        self.post = option(node, "post_transform", POSTS, "NONE")
         per_class = np.asarray(node.attr("vectors_per_class", []) or [], dtype=np.int64)
         coef, rho = _floats(node, "coefficients"), _floats(node, "rho")
         self.prob_a, self.prob_b = _floats(node, "prob_a"), _floats(node, "prob_b")
@@ -257,7 +250,7 @@ class _Classifier:
                 f"got {coef.size} and {rho.size}"
             )
         self.features = sv.size // vectors
-        self.kernel = _Kernel(node, _option(node, "kernel_type", KERNELS, "LINEAR"), sv.reshape(vectors, -1))
+        self.kernel = _Kernel(node, option(node, "kernel_type", KERNELS, "LINEAR"), sv.reshape(vectors, -1))
         self.rho, self.prob_a, self.prob_b = rho[:pairs], self.prob_a[:pairs], self.prob_b[:pairs]
         # dual coefficients as [vectors, pairs]: pair (i, j) weighs class i's vectors by row j - 1
         # and class j's by row i, as svmclassifier.cc walks them
@@ -342,7 +335,7 @@ def build_svm_regressor(node: NodeView, ctx: KernelContext) -> Fn:
             raise InvalidGraph(
                 f"{where}: {sv.size} support_vectors values and {coef.size} coefficients for n_supports={vectors}"
             )
-        kernel = _Kernel(node, _option(node, "kernel_type", KERNELS, "LINEAR"), sv.reshape(vectors, -1))
+        kernel = _Kernel(node, option(node, "kernel_type", KERNELS, "LINEAR"), sv.reshape(vectors, -1))
         weights = coef[:vectors]
     else:
         kernel, weights = _Kernel(node, "LINEAR", coef.reshape(1, -1)), np.ones(1)

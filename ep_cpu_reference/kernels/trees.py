@@ -442,7 +442,8 @@ def _forest_v3(node: NodeView, prefix: str, k: int, dtype: Any) -> Forest:
     ).finish(where)
 
 
-def _option(node: NodeView, name: str, choices: Sequence[str], default: str) -> str:
+def option(node: NodeView, name: str, choices: Sequence[str], default: str) -> str:
+    """A string attribute of a fixed set, refused at session creation when not one of them."""
     value = _text(node.attr(name, default))
     if value not in choices:
         raise InvalidGraph(f"{node.describe()}: {name} must be one of {', '.join(choices)}, got {value!r}")
@@ -493,7 +494,7 @@ def build_tree_classifier(node: NodeView, ctx: KernelContext, traverse_for: Trav
     k = labels.size
     if k < 2:
         raise InvalidGraph(f"{node.describe()}: needs at least two classlabels_int64s or classlabels_strings, got {k}")
-    post = _option(node, "post_transform", POSTS, "NONE")
+    post = option(node, "post_transform", POSTS, "NONE")
     base = _floats(node, "base_values", np.float64)
     ids = _ids(node, "class_ids")
     binary = k == 2 and np.unique(ids).size == 1
@@ -517,8 +518,8 @@ def build_tree_classifier(node: NodeView, ctx: KernelContext, traverse_for: Trav
 def build_tree_regressor(node: NodeView, ctx: KernelContext, traverse_for: TraverseFor | None = None) -> Fn:
     """Regressed values [N, n_targets]."""
     k = int(node.attr("n_targets", 1))
-    post = _option(node, "post_transform", POSTS, "NONE")
-    agg = _option(node, "aggregate_function", AGGS, "SUM")
+    post = option(node, "post_transform", POSTS, "NONE")
+    agg = option(node, "aggregate_function", AGGS, "SUM")
     base = _floats(node, "base_values", np.float64)
     forests = _per_dtype(node, lambda acc: _forest_v3(node, "target", k, acc), traverse_for)
 

@@ -650,3 +650,25 @@ def test_linear_classifier_labels_that_do_not_fit_its_classes_are_refused(
         ort.InferenceSession(model, so, providers=["CPUExecutionProvider"])
     with pytest.raises(EpCoreError, match=rf"{len(labels)} class labels for {classes} classes"):
         ep_core.InferenceSession(model, providers=[provider])
+
+
+@pytest.mark.parametrize("provider", PROVIDERS)
+@pytest.mark.parametrize(
+    ("post", "match"), [("PROBIT", "PROBIT on a binary classifier"), ("SIGMOID", "must be one of")]
+)
+def test_linear_classifier_post_transforms_it_cannot_serve_are_refused_at_creation(
+    provider: str, post: str, match: str
+) -> None:
+    """Refused when the session is made, naming the node and the choices (they failed at run time)."""
+    node = h.make_node(
+        "LinearClassifier",
+        ["X"],
+        ["L", "S"],
+        domain="ai.onnx.ml",
+        classlabels_ints=[3, 4],
+        coefficients=[0.5, 0.5],
+        intercepts=[0.1],
+        post_transform=post,
+    )
+    with pytest.raises(EpCoreError, match=match):
+        ep_core.InferenceSession(_ml_model(node, 2, [("L", TP.INT64), ("S", TP.FLOAT)]), providers=[provider])
