@@ -4,6 +4,7 @@ others; ``noop_with_empty_axes`` (same opsets) makes empty axes mean "no reducti
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -48,33 +49,36 @@ def _logsumexp(x: np.ndarray, axis: Any, keepdims: bool) -> np.ndarray:
     return s if keepdims else np.squeeze(s, axis=axis)
 
 
+def _kinds(x: np.ndarray, axis: tuple[int, ...]) -> str:
+    """The layout of a reduction as onnxruntime classifies it: runs of kept (K) and reduced (R)
+    axes, dims of size 1 left out ("KR": trailing axes reduced, "RK": leading ones, "KRK"...)."""
+    kinds = "".join("R" if i in axis else "K" for i, n in enumerate(x.shape) if n != 1)
+    return "".join(k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1])
+
+
 def _accumulator(x: np.ndarray, axis: tuple[int, ...] | None) -> Any:
     """float64 for a float32 sum that onnxruntime computes in an order NumPy cannot follow, else
     None (x's own type). With the dims of size 1 left out, onnxruntime sums leading axes row after
     row (its "RK" case) and NumPy does the same on a C-contiguous array: the same floats, bit for
-    bit; trailing axes ("KR") get NumPy's pairwise sum (closer to exact than onnxruntime's). Axes
+    bit; trailing axes ("KR") and all axes take ``row_sums`` (onnxruntime's order). Axes
     with kept dims on both sides ("KRK": onnxruntime multiplies by a vector of ones in MLAS's
     blocked order) or apart accumulate in float64: adding slice after slice had twice
     onnxruntime's error on 512 terms, and a LayerNorm written as mean(x^2) - mean(x)^2 magnified it
     to 7e-4 in magika 0.6.1's probabilities (batch 2). Costs 2-3x such a reduction's time."""
     if x.dtype != np.float32 or axis is None:
         return None
-    kinds = "".join("R" if i in axis else "K" for i, n in enumerate(x.shape) if n != 1)
-    kinds = "".join(k for i, k in enumerate(kinds) if i == 0 or k != kinds[i - 1])  # runs of one kind
+    kinds = _kinds(x, axis)
     if kinds in ("", "R", "K", "KR") or (kinds == "RK" and x.flags.c_contiguous):
         return None
     return np.float64
 
 
 def _trailing(x: np.ndarray, axis: tuple[int, ...]) -> tuple[int, int] | None:
-    """(rows, n) when the reduced axes, dims of size 1 left out, are x's trailing block (all of
-    them included): onnxruntime's "KR" and all-axes reductions, whose order ``row_sums`` follows."""
-    kinds = "".join("R" if i in axis else "K" for i, n in enumerate(x.shape) if n != 1)
-    if not kinds.endswith("R") or "RK" in kinds:
+    """(rows, n) when the reduced axes are x's trailing block or all of them ("KR", "R"), whose
+    sums ``row_sums`` adds in onnxruntime's order; else None."""
+    if _kinds(x, axis) not in ("R", "KR"):
         return None
-    n = 1
-    for a in axis:
-        n *= x.shape[a]
+    n = math.prod(x.shape[a] for a in axis)
     return x.size // n, n
 
 
@@ -182,15 +186,12 @@ _BEFORE = {"ReduceSumSquare": np.square, "ReduceL1": np.abs, "ReduceL2": np.squa
 
 
 def _short_last_axis(fast: np.ufunc, x: np.ndarray, keepdims: bool) -> np.ndarray:
-    """``fast.reduce`` over a last axis of 2 to 7 elements as that many whole-array ufunc calls:
-    NumPy's reduction pays its inner-loop set-up per output element, 40x the time at [1, 309,
-    172, 2]. Below 8 elements NumPy adds in element order, as this does, so the floats are the
-    same; adding +0.0 last gives NumPy's (and BLAS's) +0 where every term is -0."""
+    """``fast.reduce`` (maximum or minimum: sums take ``row_sums``) over a last axis of 2 to 7
+    elements as that many whole-array ufunc calls: NumPy's reduction pays its inner-loop set-up
+    per output element, 40x the time at [1, 309, 172, 2]; the same floats, NaN included."""
     r = fast(x[..., 0:1], x[..., 1:2])  # slices, not indices: an array even for a 1-D x
     for i in range(2, x.shape[-1]):
         fast(r, x[..., i : i + 1], out=r)
-    if fast is np.add:
-        r += x.dtype.type(0.0)
     return r if keepdims else r.reshape(r.shape[:-1])
 
 
@@ -220,8 +221,8 @@ def _fixed_axes(node: Any, op: str, axes: list[int], keepdims: bool, noop: bool)
             with np.errstate(over="ignore"):
                 x = before(x)
         # numpy's stubs overload reduce() on keepdims=True and keepdims=False literals, with none for a bool
-        acc = _accumulator(x, axis) if fast is np.add else None
-        block = _trailing(x, axis) if fast is np.add and acc is None else None
+        block = _trailing(x, axis) if fast is np.add else None
+        acc = _accumulator(x, axis) if fast is np.add and block is None else None
         if block is not None:
             kept = [1 if i in axis else d for i, d in enumerate(x.shape) if keepdims or i not in axis]
             r = row_sums(x, *block, op in ("ReduceSum", "ReduceMean") or block[0] == 1).reshape(kept)
@@ -264,9 +265,9 @@ def _build_input_axes(op: str) -> Callable[[Any, Any], Fn]:
         if axes_c is not None:
             return _fixed_axes(node, op, [int(a) for a in np.asarray(axes_c).ravel()], keepdims, noop)
 
-        def compute(x: Any, axes: Any = None) -> tuple[Any]:
+        def compute(x: Any, axes: Any = None) -> tuple[Any]:  # the constant-axes path, planned per run
             ax = [] if axes is None else [int(a) for a in np.asarray(axes).ravel()]
-            return (_reduce(node, op, x, ax, keepdims, noop),)
+            return _fixed_axes(node, op, ax, keepdims, noop)(x)
 
         return compute
 

@@ -123,3 +123,26 @@ def test_a_reduction_over_an_empty_axis_gives_onnxruntime_s_identity(op: str) ->
     got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, {"x": x})[0]
     np.testing.assert_array_equal(got, want)
     assert got.dtype == want.dtype
+
+
+@pytest.mark.parametrize("op", ["ReduceSum", "ReduceMean", "ReduceL2"])
+def test_axes_fed_at_run_time_sum_in_the_same_order(op: str) -> None:
+    """Axes given as a graph input (not a constant) take the same path, so the same floats."""
+    import onnxruntime as ort
+
+    x = (np.random.default_rng(7).standard_normal((16, 512)) * 3 + 1).astype(np.float32)
+    node = helper.make_node(op, ["x", "axes"], ["y"], keepdims=0)
+    graph = helper.make_graph(
+        [node],
+        "g",
+        [
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, [16, 512]),
+            helper.make_tensor_value_info("axes", TensorProto.INT64, [1]),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)], ir_version=8).SerializeToString()
+    feed = {"x": x, "axes": np.array([-1], np.int64)}
+    got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)[0]
+    want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, feed)[0]
+    assert got.tobytes() == want.tobytes()
