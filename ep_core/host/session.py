@@ -37,8 +37,8 @@ class SessionHost:
         """Log the session just built (``t0_ns``: when its creation started)."""
         scan_libraries()  # the EPs just created may have loaded BLAS/OpenMP libraries
         self._holds_arena = self.arena and memory.acquire()
-        if self.threads.capped():
-            self.log.log(INFO, "%s", self.threads.capped())
+        if capped := self.threads.capped():
+            self.log.log(INFO, "%s", capped)
         if self.arena:  # info when the arena cannot be had (not glibc, malloc tuned by the environment)
             self.log.log(VERBOSE if self._holds_arena else INFO, "enable_cpu_mem_arena: %s", memory.arena_state())
         model = str(built.model_path) if built.model_path is not None else "(from bytes)"

@@ -3,8 +3,8 @@
 Before every run the session sets its size on every BLAS and OpenMP library loaded in the process
 (through threadpoolctl) and on Numba's threading layer (``numba.set_num_threads``, only when
 Numba is already imported: the core never imports it). n means n threads, the calling thread
-included, up to the CPUs the process may use (more is capped there, logged at info); ``use_per_session_threads=False`` takes the process-wide size of
-``set_global_thread_pool_sizes``. 0 (the default) lets the engine choose, as in onnxruntime: the
+included, up to the CPUs the process may use (more is capped there, logged at info);
+``use_per_session_threads=False`` takes the process-wide size of ``set_global_thread_pool_sizes``. 0 (the default) lets the engine choose, as in onnxruntime: the
 CPUs this process may run on (its affinity mask, capped by a cgroup CPU quota) that other
 processes are not keeping busy, sampled from ``/proc/stat`` at most every 0.25 s. onnxruntime's
 own pool can take the default of every core on a busy machine because its calling thread takes

@@ -173,9 +173,8 @@ class InferenceSession:
         out: dict[str, dict[str, Any]] = {}
         for program in self._built.programs():
             for u in program.units:
-                ep, graph = self._built.eps[u.ep_index].name, program.graph
+                ep, graph, fused = self._built.eps[u.ep_index].name, program.graph, u.name if u.fused_nodes else None
                 for n in [graph.node(name) for name in u.fused_nodes] or [graph.all_nodes[u.order_key]]:
-                    fused = u.name if u.fused_nodes else None
                     out[program.qualified(n.name)] = {
                         "ep": ep,
                         "fused_node": fused,

@@ -31,7 +31,7 @@ class Unit:
     ep_index: int
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
-    order_key: int
+    order_key: int  # a single node: its index in the graph (get_node_assignment reads it); a group: its first
     compute: Callable[..., Sequence[Any]] | None = None
     host_inputs: frozenset[int] = frozenset()
     host_outputs: frozenset[int] = frozenset()

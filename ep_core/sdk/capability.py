@@ -156,8 +156,8 @@ def _convexity_problem(graph: "GraphView", nodes: Sequence["NodeView"], groups: 
         cur = frontier.pop()
         if cur.index in seen:
             continue
-        seen.update(group_of.get(cur.index, (cur.index,)))
-        for k in group_of.get(cur.index, (cur.index,)):
+        seen.update(together := group_of.get(cur.index, (cur.index,)))
+        for k in together:
             for c in (c for o in graph.all_nodes[k].outputs if o for c in graph.consumers(o)):
                 if c.index in members:
                     via = f"{cur.name!r} (in a group claimed before it)" if cur.index in group_of else repr(cur.name)
