@@ -1,12 +1,12 @@
 """The reference EP's kernel registry. Kernel modules in ``ep_cpu_reference.kernels`` register
-into ``REGISTRY`` on import; ``registry()`` imports them once."""
+into ``REGISTRY`` on import; ``registry()`` imports them once, in order (``families``)."""
 
 from __future__ import annotations
 
 from ep_core.sdk.kernels import KernelRegistry
 from ep_cpu_reference import EP_NAME
 
-REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.kernels")
+REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.families")
 
 
 def registry() -> KernelRegistry:

@@ -259,33 +259,34 @@ class KernelRegistry:
 
     def __init__(self, ep_name: str, kernel_package: str | None = None) -> None:
         """``kernel_package`` names a package whose modules register kernels on import; it is
-        imported once, on the first ``ensure_loaded()``, so an EP's heavy imports (numba) wait
-        until the EP is actually used."""
+        imported once, on the first query, so an EP's heavy imports (numba, its kernel families)
+        wait until a session asks it about a node."""
         self.ep_name = ep_name
         self.kernel_package = kernel_package
         self._ops: dict[tuple[str, str], list[KernelEntry]] = {}  # (domain, op) -> entries, oldest since first
         self._refused: dict[tuple[str, str], list[str]] = {}
         self._type_cache: dict[tuple[str, str, int], Any] = {}
         self._loaded = kernel_package is None
-        self._load_lock = threading.Lock()
+        self._load_lock = threading.RLock()  # held while loading: other threads wait for all of it
         _ALL_REGISTRIES.add(self)
 
     def ensure_loaded(self) -> "KernelRegistry":
-        """This registry with every kernel module of ``kernel_package`` imported (thread-safe)."""
-        if not self._loaded:
-            with self._load_lock:
-                if not self._loaded:
-                    import importlib
-
-                    assert self.kernel_package is not None
-                    importlib.import_module(self.kernel_package)
-                    self._loaded = True
+        """This registry with every kernel module of ``kernel_package`` imported (thread-safe; every
+        query calls it). A module asking while the package loads sees what has registered so far."""
+        with self._load_lock:
+            if not self._loaded:
+                self._loaded = True
+                try:
+                    __import__(str(self.kernel_package))
+                except BaseException:
+                    self._loaded = False
+                    raise
         return self
 
     @property
     def problems(self) -> list[str]:
         """Every kernel refused at registration, with why."""
-        return [p for ps in self._refused.values() for p in ps]
+        return [p for ps in self.ensure_loaded()._refused.values() for p in ps]
 
     # --------------------------------------------------------------------- registration
     def _refusal(self, d: KernelDef) -> str | None:
@@ -356,14 +357,14 @@ class KernelRegistry:
 
     # --------------------------------------------------------------------------- queries
     def __iter__(self) -> Iterator[KernelEntry]:
-        for entries in self._ops.values():
+        for entries in self.ensure_loaded()._ops.values():
             yield from entries
 
     def kernel_defs(self) -> list[KernelDef]:
         return [e.kernel_def for e in self]
 
     def has_op(self, op_type: str, domain: str = "") -> bool:
-        return (_domain_key(domain), op_type) in self._ops
+        return (_domain_key(domain), op_type) in self.ensure_loaded()._ops
 
     def _formal_types(self, node: "NodeView") -> Any:
         """(input type_strs, output type_strs) per schema formal parameter, cached per op version."""
@@ -396,7 +397,7 @@ class KernelRegistry:
         ``domain`` looks the node up as if it were in another domain (the layout transformer
         asks whether an NCHW node has an NHWC kernel)."""
         key = node.domain_key if domain is None else _domain_key(domain)
-        entries = self._ops.get((key, node.op_type))
+        entries = self.ensure_loaded()._ops.get((key, node.op_type))
         refused = self._refused.get((key, node.op_type))
         why_refused = f" (refused at registration: {'; '.join(refused)})" if refused else ""
         if entries is None:

@@ -3,12 +3,18 @@
 onnx ships no schemas for onnxruntime's contrib domain, so ``onnx.checker`` and shape inference
 would reject models using those ops; each family registers the schemas of the ops it serves with
 onnxruntime's inputs, outputs and attributes. Leading underscore: not an op family, so the package
-loader does not import it as one."""
+loader does not import it as one.
+
+``onnx.reference`` is imported first: its op table requires op names to be unique across domains,
+so importing it after a schema is registered here (com.microsoft's Gelu beside ai.onnx's) fails.
+Every family that registers schemas goes through this module, whoever imports it first."""
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from typing import Any
+
+import onnx.reference  # noqa: F401  (see the docstring: must precede schema registration)
 
 MS = "com.microsoft"
 FLOAT_TYPES = ["tensor(float16)", "tensor(float)", "tensor(double)", "tensor(bfloat16)"]

@@ -18,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_cpu_reference.kernels.nn_matmul import few_rows
+from ep_cpu_reference.kernels.nn_common import few_rows
 from ep_cpu_reference.kernels.quantize import zero_point
 from ep_cpu_reference.kernels.special import mlas_lstm_gates, mlas_tanh
 

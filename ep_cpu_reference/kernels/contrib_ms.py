@@ -15,8 +15,8 @@ import numpy as np
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
 from ep_cpu_reference.kernels._ms_schema import MS, attr, inp, register
-from ep_cpu_reference.kernels.elementwise import feeds_quantizer, sigmoid
-from ep_cpu_reference.kernels.nn_common import as_compute, centred, fail
+from ep_cpu_reference.kernels.elementwise import sigmoid
+from ep_cpu_reference.kernels.nn_common import as_compute, centred, fail, feeds_quantizer
 from ep_cpu_reference.kernels.special import gelu, gelu_tanh, mlas_logistic
 from ep_cpu_reference.registry import REGISTRY
 

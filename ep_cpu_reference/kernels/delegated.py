@@ -2,8 +2,10 @@
 
 Each node gets its own single-node ``ReferenceEvaluator`` built at session creation, typed from the
 session's inferred value infos (function-bodied ops need them). Registered with
-``delegated=True`` so coverage reports show which ops are not native. Imported last: an op gets
-a delegated kernel only if no native kernel registered it."""
+``delegated=True`` so coverage reports show which ops are not native. ``families`` calls
+``register_all()`` after every native family: an op gets a delegated kernel only if no native
+kernel registered it (importing this module registers nothing, so its place does not depend on
+who imports it first)."""
 
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ def build_delegate(node: Any, ctx: KernelContext) -> Any:
     return compute
 
 
-def _register_all() -> None:
+def register_all() -> None:
     """Delegate every op of DOMAINS that onnx.reference can run (natively or through the
     schema's function body) and no native kernel serves; for an op whose native kernels start
     at a later opset, delegate only the older versions, so old models still run."""
@@ -123,6 +125,3 @@ def _delegated_def(op: str, domain: str, since: int, end: int | None) -> Any:
     from ep_core.sdk.kernels import KernelDef
 
     return KernelDef(op_type=op, domain=domain, since_version=since, end_version=end, delegated=True)
-
-
-_register_all()

@@ -12,6 +12,7 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.graph import NodeView
 from ep_core.sdk.kernels import KernelContext
+from ep_cpu_reference.kernels.nn_common import feeds_quantizer
 from ep_cpu_reference.kernels.special import erf, gelu, gelu_tanh, mlas_logistic, mlas_tanh, with_mlas_tail
 from ep_cpu_reference.registry import REGISTRY
 
@@ -151,19 +152,6 @@ _UNARY: dict[str, tuple[int, Fn]] = {
 }
 for _op, (_since, _fn) in _UNARY.items():
     _reg(_op, _since, unary(_fn))
-# ops that quantize their float input dynamically or to a fixed scale: a 1-ulp difference there
-# can flip a whole quantum, which the integer graph after them then amplifies
-_QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"})
-
-
-def feeds_quantizer(node: NodeView) -> bool:
-    """Whether ``node``'s output reaches a quantizer directly or through one Mul (x * sigmoid(x))."""
-    for c in node.graph.consumers(node.outputs[0]):
-        if c.op_type in _QUANTIZERS or (
-            c.op_type == "Mul" and any(cc.op_type in _QUANTIZERS for cc in node.graph.consumers(c.outputs[0]))
-        ):
-            return True
-    return False
 
 
 @REGISTRY.register("Sigmoid", since=1)

@@ -1,5 +1,6 @@
-"""Shared helpers of the native NN kernels: spatial padding arithmetic, float compute types and
-first-opset lookups. Registers no kernel."""
+"""Shared helpers of the native NN kernels: spatial padding arithmetic, float compute types,
+first-opset lookups, the few-row product and the quantizer lookahead. Registers no kernel, so the
+Numba CPU EP imports it without loading the reference EP's kernel families."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import numpy as np
 
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.geometry import pool_length, same_pads
+from ep_core.sdk.graph import NodeView
 
 
 @functools.lru_cache(maxsize=1)
@@ -242,3 +244,35 @@ def pad_spatial(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], value: floa
         for i, (b, e) in enumerate(zip(pb, pe, strict=False))
     )
     return xp[crop] if any(b < 0 or e < 0 for b, e in zip(pb, pe, strict=False)) or nd == 0 else xp
+
+
+FEW_ROWS = 2
+
+
+def few_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
+    """``a @ b`` (2-D, into ``out`` when given, C-contiguous) as one BLAS matrix-vector product per
+    row, which OpenBLAS runs 2-3x faster than its small-M matrix product (2 x 256 by 256 x 768:
+    15 us against 45 us on a 2-core EPYC); None, computing nothing, unless ``a`` has 1 to
+    ``FEW_ROWS`` rows and both are float32 or both float64."""
+    if not (0 < a.shape[0] <= FEW_ROWS and a.dtype == b.dtype and a.dtype in (np.float32, np.float64)):
+        return None
+    if out is None:
+        out = np.empty((a.shape[0], b.shape[1]), a.dtype)
+    for i in range(a.shape[0]):
+        np.dot(a[i], b, out=out[i])
+    return out
+
+
+# ops that quantize their float input dynamically or to a fixed scale: a 1-ulp difference there
+# can flip a whole quantum, which the integer graph after them then amplifies
+_QUANTIZERS = frozenset({"DynamicQuantizeLinear", "QuantizeLinear", "DynamicQuantizeMatMul", "DynamicQuantizeLSTM"})
+
+
+def feeds_quantizer(node: NodeView) -> bool:
+    """Whether ``node``'s output reaches a quantizer directly or through one Mul (x * sigmoid(x))."""
+    for c in node.graph.consumers(node.outputs[0]):
+        if c.op_type in _QUANTIZERS or (
+            c.op_type == "Mul" and any(cc.op_type in _QUANTIZERS for cc in node.graph.consumers(c.outputs[0]))
+        ):
+            return True
+    return False

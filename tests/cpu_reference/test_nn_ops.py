@@ -236,7 +236,7 @@ def _single(op, inputs: dict, inits: dict, n_out: int, opset: int = 17, ranks=No
 
 
 _CONV_CASES = [
-    # (x shape, w shape, attrs): each hits one code path of conv_core
+    # (x shape, w shape, attrs): each hits one code path of plan_conv
     ((1, 64, 12, 10), (8, 64, 3, 3), {"pads": [1, 1, 1, 1]}),  # shift-add GEMM
     ((1, 64, 12, 10), (8, 64, 3, 3), {"dilations": [2, 1], "pads": [2, 0, 1, 1]}),
     ((1, 64, 12, 10), (8, 64, 4, 4), {"auto_pad": "SAME_LOWER"}),

@@ -236,3 +236,27 @@ def test_opset_4_reshape_without_its_shape_attribute_is_refused() -> None:
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 4)], ir_version=3)
     with pytest.raises(InvalidGraph, match="Reshape_0.*lacks: add it, or export at opset 5 or later"):
         ep_core.InferenceSession(model.SerializeToString(), providers=["CpuReferenceExecutionProvider"])
+
+
+_LOAD_ORDER = """
+import sys
+from ep_cpu_reference.kernels import conv_plan, delegated, nn_common  # helpers, and a family imported first
+from ep_cpu_reference.registry import REGISTRY
+print("families" if "ep_cpu_reference.families" in sys.modules else "light")
+print(REGISTRY.has_op("Relu"))  # a query loads the families
+print(sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in REGISTRY.kernel_defs()))
+"""
+
+
+def test_helpers_load_no_family_and_the_first_query_loads_all_in_order() -> None:
+    """Importing the kernel helpers (what the Numba CPU EP imports), or a family module, registers
+    nothing and loads no family: the reference EP's ~50 ms of registration waits for the first
+    query, which then registers every kernel as a plain ``registry()`` does, whoever imported a
+    module first (``delegated`` registers in ``families``, after every native kernel)."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _LOAD_ORDER], capture_output=True, text=True, check=True)
+    light, has_relu, defs = run.stdout.strip().splitlines()
+    assert (light, has_relu) == ("light", "True")
+    assert defs == str(sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in registry().kernel_defs()))

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from ep_cpu_reference.kernels.elementwise import feeds_quantizer
+from ep_cpu_reference.kernels.nn_common import feeds_quantizer
 
 FLOAT_DTYPES = ("float32", "float64")
 KERNEL_DTYPES = ("float32", "float64", "int32", "int64", "bool")

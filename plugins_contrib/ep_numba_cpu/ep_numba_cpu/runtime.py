@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from ep_core.sdk.errors import EpCoreError, Fail
-from ep_cpu_reference.kernels.nn_common import frozen, is_frozen
-from ep_cpu_reference.kernels.nn_matmul import few_rows
+from ep_cpu_reference.kernels.conv_plan import plan_conv
+from ep_cpu_reference.kernels.nn_common import few_rows, frozen, is_frozen
 from ep_numba_cpu import delegate, generate
 from ep_numba_cpu.delegate import Host
 from ep_numba_cpu.fold_size import fold_bytes
@@ -65,7 +65,7 @@ def conv2d(
     internal: bool = False,
 ) -> np.ndarray:
     """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel,
-    the rest through the reference EP's convolution plan (``nn_conv.plan_conv``: blocked im2col,
+    the rest through the reference EP's convolution plan (``conv_plan.plan_conv``: blocked im2col,
     few-output-channel and 1x1 fast paths; one implementation serves both EPs). The plan for an
     input shape (geometry parsed, weights laid out) is kept in the workspace ``ws`` while ``w``
     and ``b`` are the same read-only arrays (stored weights: every run). A depthwise output lives
@@ -93,8 +93,6 @@ def _conv_plan(
     key: Any,
     internal: bool,
 ) -> Callable[[np.ndarray], np.ndarray]:
-    from ep_cpu_reference.kernels.nn_conv import plan_conv
-
     one_d = len(x_shape) == 3
     if one_d:
         x_shape, w = (x_shape[0], x_shape[1], 1, x_shape[2]), w[:, :, None, :]
