@@ -211,6 +211,7 @@ def dq_lstm_loop(
     h: np.ndarray,
     c: np.ndarray,
     product: Callable[[np.ndarray, np.ndarray], None] | None = None,
+    cell: Callable[[np.ndarray, np.ndarray, np.ndarray], None] = mlas_lstm_cell,
 ) -> tuple[np.ndarray, np.ndarray]:
     """One direction of DynamicQuantizeLSTM. ``xw`` (T, 4, B, H): the scaled input projection,
     gates IOFC with i/o/f negated; ``rq`` (4, H, H): R - R_zp per gate (signs applied) in a
@@ -226,7 +227,8 @@ def dq_lstm_loop(
     its small-M gemm, 244 -> 80 us a step at B=2, H=512). Every product is exact, so neither the
     order nor the split changes a result. ``product(q, g)``, when given, writes
     the four gates' exact products of the quantized state ``q`` (B, H) into ``g`` (4, B, H) in its
-    stead (another EP's compiled integer loop: the same integers, so the same floats)."""
+    stead (another EP's compiled integer loop: the same integers, so the same floats); ``cell``
+    replaces ``mlas_lstm_cell`` likewise (another EP's compiled loop of the same float operations)."""
     ys = np.empty((xw.shape[0],) + h.shape, np.float32)
     g = np.empty(xw.shape[1:], np.float32)
     acc = g if rq.dtype == np.float32 else np.empty(g.shape, rq.dtype)
@@ -256,7 +258,7 @@ def dq_lstm_loop(
         if bias is not None:
             g += bias
         h = ys[t]
-        mlas_lstm_cell(g, c, h)
+        cell(g, c, h)
     return ys, c
 
 

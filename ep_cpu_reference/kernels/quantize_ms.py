@@ -462,7 +462,9 @@ def _int8_blocks(a: np.ndarray, w: np.ndarray, blk: int) -> np.ndarray:
 
 # ----------------------------------------------------------------------- DynamicQuantizeLSTM
 @REGISTRY.register("DynamicQuantizeLSTM", domain=MS)
-def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_product: Any = None) -> Any:
+def build_dynamic_quantize_lstm(
+    node: NodeView, ctx: KernelContext, recurrent_product: Any = None, lstm_cell: Any = None
+) -> Any:
     """LSTM with int8/uint8 W (D, I, 4H) and R (D, H, 4H), per-tensor or per-column scales.
     As onnxruntime: X (all steps) is quantized once to uint8 per direction and the state
     before every step; products are exact, scaled by a_scale * w_scale in float32, gates
@@ -471,7 +473,8 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
     ``recurrent_product(rq)``: another EP's compiled product for one direction's integer R (4, H, H)
     (exact integers in a float dtype), ``product(q, g)`` writing ``q @ rq[j]`` to ``g[j]`` as the
     float32 BLAS's exact product rounds to (``_rnn_fast.dq_lstm_loop``'s ``product``), or None for
-    BLAS's; the input projection of all steps stays BLAS's (faster at these row counts)."""
+    BLAS's; the input projection of all steps stays BLAS's (faster at these row counts).
+    ``lstm_cell(g, c, h)``: another EP's compiled ``_rnn_fast.mlas_lstm_cell`` (bit for bit), or None."""
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     if int(node.attr("layout", 0)) != 0:
         raise fail(node, "layout=1 is not part of DynamicQuantizeLSTM")
@@ -491,6 +494,7 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
         and not node.attr("activation_alpha")
         and not node.attr("activation_beta")
     )
+    cell = lstm_cell or fast.mlas_lstm_cell
     const = all(ctx.constant(n) is not None for i, n in enumerate(node.inputs) if n and i in (1, 2, 3, 8, 9, 10, 11))
     prepared: list[Any] = []
 
@@ -549,7 +553,7 @@ def build_dynamic_quantize_lstm(node: NodeView, ctx: KernelContext, recurrent_pr
             h = np.zeros((batch, hs), F32) if h0 is None else np.array(h0[d], F32)
             c = np.zeros((batch, hs), F32) if c0 is None else np.array(c0[d], F32)
             bias_d = None if bias is None else bias[:, d]
-            ys, y_c[d] = fast.dq_lstm_loop(xw, rq[d], rs[:, d], bias_d, h, c, products[d])
+            ys, y_c[d] = fast.dq_lstm_loop(xw, rq[d], rs[:, d], bias_d, h, c, products[d], cell)
             y[:, d] = ys[::-1] if back else ys
             y_h[d] = ys[-1]
         return y, y_h, y_c

@@ -179,14 +179,14 @@ def _gelu_tanh(x: np.ndarray) -> np.ndarray:
 
 
 # Eigen's logistic coefficients as MLAS stores them (float32): p's alpha_9..alpha_1, q's beta_10..beta_0
-_LOGISTIC_P = tuple(
+LOGISTIC_P = tuple(
     np.float64(np.float32(c)) for c in (4.37031012579801e-11, 1.15627324459942e-07, 6.08574864600143e-05)
 )
-_LOGISTIC_P += tuple(np.float64(np.float32(c)) for c in (8.51377133304701e-03, 2.48287947061529e-01))
-_LOGISTIC_Q = tuple(
+LOGISTIC_P += tuple(np.float64(np.float32(c)) for c in (8.51377133304701e-03, 2.48287947061529e-01))
+LOGISTIC_Q = tuple(
     np.float64(np.float32(c)) for c in (6.10247389755681e-13, 5.76102136993427e-09, 6.29106785017040e-06)
 )
-_LOGISTIC_Q += tuple(
+LOGISTIC_Q += tuple(
     np.float64(np.float32(c)) for c in (1.70198817374094e-03, 1.16817656904453e-01, 9.93151921023180e-01)
 )
 _LOGISTIC_BLOCK = 1 << 14  # elements per pass: the float64 temporaries stay in cache
@@ -220,18 +220,18 @@ def with_mlas_tail(x: np.ndarray, y: np.ndarray) -> np.ndarray:
 
 
 # Eigen's tanh coefficients as MLAS stores them (float32): p's alpha_13..alpha_1, q's beta_6..beta_0
-_TANH_P = tuple(
+TANH_P = tuple(
     np.float64(np.float32(c))
     for c in (-2.76076847742355e-16, 2.00018790482477e-13, -8.60467152213735e-11, 5.12229709037114e-08)
 )
-_TANH_P += tuple(np.float64(np.float32(c)) for c in (1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03))
-_TANH_Q = tuple(
+TANH_P += tuple(np.float64(np.float32(c)) for c in (1.48572235717979e-05, 6.37261928875436e-04, 4.89352455891786e-03))
+TANH_Q = tuple(
     np.float64(np.float32(c))
     for c in (1.19825839466702e-06, 1.18534705686654e-04, 2.26843463243900e-03, 4.89352518554385e-03)
 )
 
 
-def _padded(coefs: tuple[Any, ...], n: int) -> tuple[Any, ...]:
+def padded(coefs: tuple[Any, ...], n: int) -> tuple[Any, ...]:
     """Leading zero coefficients: an FMA Horner step from 0 gives the next coefficient exactly, so
     a padded polynomial rounds as the original, and several share one pass of array operations."""
     return (np.float64(0.0),) * (n - len(coefs)) + coefs
@@ -241,7 +241,7 @@ def _stacked(p: tuple[Any, ...], q: tuple[Any, ...], shape: tuple[int, ...]) -> 
     """Numerator and denominator coefficients stacked on a leading axis of 2 (each step's pair of
     shape (2, *shape)): both polynomials in one Horner pass, half the calls at small sizes."""
     n = max(len(p), len(q))
-    pairs = zip(_padded(p, n), _padded(q, n), strict=True)
+    pairs = zip(padded(p, n), padded(q, n), strict=True)
     return tuple(np.stack(np.broadcast_arrays(*map(np.float64, pair))).reshape((2, *shape)) for pair in pairs)
 
 
@@ -254,7 +254,7 @@ def _rational(v: np.ndarray, coefs: tuple[np.ndarray, ...]) -> np.ndarray:
     return pq[0]
 
 
-_TANH_PQ = _stacked(_TANH_P, _TANH_Q, (1,))
+_TANH_PQ = _stacked(TANH_P, TANH_Q, (1,))
 
 
 def mlas_tanh(x: np.ndarray) -> np.ndarray:
@@ -274,8 +274,8 @@ def mlas_tanh(x: np.ndarray) -> np.ndarray:
 # LSTM gates i, o, f (logistic) and the candidate (tanh) in one pass: per-gate bounds and coefficients
 _GATE_BOUND = np.array([18.0, 18.0, 18.0, 9.0], np.float32).reshape(4, 1, 1)
 _GATE_PQ = _stacked(
-    tuple(np.array(c) for c in zip(*([_padded(_LOGISTIC_P, 7)] * 3 + [_padded(_TANH_P, 7)]), strict=True)),
-    tuple(np.array(c) for c in zip(*([_padded(_LOGISTIC_Q, 6)] * 3 + [_padded(_TANH_Q, 6)]), strict=True)),
+    tuple(np.array(c) for c in zip(*([padded(LOGISTIC_P, 7)] * 3 + [padded(TANH_P, 7)]), strict=True)),
+    tuple(np.array(c) for c in zip(*([padded(LOGISTIC_Q, 6)] * 3 + [padded(TANH_Q, 6)]), strict=True)),
     (4, 1, 1),
 )
 
@@ -305,4 +305,4 @@ def mlas_logistic(x: np.ndarray) -> np.ndarray:
     return y.reshape(x.shape)
 
 
-_LOGISTIC_PQ = _stacked(_LOGISTIC_P, _LOGISTIC_Q, (1,))
+_LOGISTIC_PQ = _stacked(LOGISTIC_P, LOGISTIC_Q, (1,))

@@ -1,5 +1,5 @@
-"""The Numba CPU EP's compiled recurrent product of com.microsoft DynamicQuantizeLSTM
-(ep_numba_cpu.int_loops) gives the reference EP's outputs to the bit (the reference itself is
+"""The Numba CPU EP's compiled recurrent product and LSTM cell of com.microsoft DynamicQuantizeLSTM
+(ep_numba_cpu.int_loops) give the reference EP's outputs to the bit (the reference itself is
 pinned against onnxruntime in tests/cpu_reference/test_quantize_ms.py): int8 and uint8 weights with
 zero points, per-tensor and per-column scales, every direction, initial states, and a hidden size
 whose sums need float64 in the reference (|sum| >= 2^24) and int32 here."""
@@ -55,11 +55,17 @@ def test_recurrent_product_matches_the_reference_ep(
         served.append(got is not None)
         return got
 
+    from ep_cpu_reference.kernels import _rnn_fast
+
+    numpy_cells: list[int] = []
+    real_cell = _rnn_fast.mlas_lstm_cell
     monkeypatch.setattr(int_loops, "_product", spy)
+    monkeypatch.setattr(_rnn_fast, "mlas_lstm_cell", lambda *a: numpy_cells.append(1) or real_cell(*a))
     model, feed = _model(direction, wdt, per_channel, h, states, seed=h + len(direction))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         got = InferenceSession(model, providers=NUMBA).run(None, feed)
+        assert not numpy_cells  # every step took the compiled cell
         want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
@@ -90,3 +96,32 @@ def test_sums_past_float32_exactness(monkeypatch: pytest.MonkeyPatch) -> None:
     assert np.float64 in dtypes
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+def test_compiled_cell_is_mlas_lstm_cell_bit_for_bit() -> None:
+    """The compiled cell against the reference EP's NumPy one, over gate sums from 1e-3 to 1e3 (the
+    clamps of the logistic at +-18 and tanh at +-9 crossed), signed zeros, infinities and NaN:
+    every float bit for bit (NaN where NumPy gives NaN, its sign bit aside)."""
+    from ep_cpu_reference.kernels import _rnn_fast
+    from ep_numba_cpu import codegen
+
+    src = int_loops.cell_kernel()
+    fn = codegen.compile_kernel(src.source, src.signature, src.parallel).dispatcher
+    consts = int_loops._cell_constants()
+    rng = np.random.default_rng(5)
+    for trial, scale in enumerate([1e-3, 0.5, 3.0, 12.0, 40.0, 1e3] * 3):
+        b, h = 1 + trial % 3, int(rng.integers(1, 400))
+        g = (rng.standard_normal((4, b, h)) * scale).astype(np.float32)
+        c = (rng.standard_normal((b, h)) * scale).astype(np.float32)
+        if trial % 6 == 5:
+            g.flat[::7], g.flat[1::11], c.flat[::13], c.flat[2::5] = np.nan, -0.0, np.inf, -0.0
+        want = [g.copy(), c.copy(), np.empty((b, h), np.float32)]
+        got = [g.copy(), c.copy(), np.empty((b, h), np.float32)]
+        with np.errstate(all="ignore"):
+            _rnn_fast.mlas_lstm_cell(*want)
+        fn(*got, *consts)
+        for w, o in zip(want[1:], got[1:], strict=True):
+            assert np.array_equal(np.isnan(w), np.isnan(o))
+            np.testing.assert_array_equal(
+                np.where(np.isnan(w), 0, w).view(np.uint32), np.where(np.isnan(o), 0, o).view(np.uint32)
+            )

@@ -21,11 +21,11 @@ _LOAD = """
 import json, sys
 import numpy as np
 import ep_core
-sess = ep_core.InferenceSession(sys.argv[1], providers=%r)
+sess = ep_core.InferenceSession(sys.argv[1], providers=sys.argv[2:])
 y = sess.run(None, {"x": np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 12)})[0]
 print(json.dumps({"y": y.tolist(), "families": "ep_cpu_reference.families" in sys.modules,
                   "eps": sorted({a["ep"] for a in sess.get_node_assignment().values()})}))
-""" % (PROVIDERS,)
+"""
 
 
 def _model(path: Path) -> None:
@@ -55,7 +55,9 @@ def test_context_session_loads_no_reference_kernel_family(tmp_path: Path) -> Non
     x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 12)
     want = ep_core.InferenceSession(str(source), so, providers=PROVIDERS).run(None, {"x": x})[0]
     env = dict(os.environ, EP_NUMBA_CPU_KERNEL_CACHE_DIR=str(tmp_path / "cache"))
-    run = subprocess.run([sys.executable, "-c", _LOAD, str(ctx)], capture_output=True, text=True, env=env, check=True)
+    run = subprocess.run(
+        [sys.executable, "-c", _LOAD, str(ctx), *PROVIDERS], capture_output=True, text=True, env=env, check=True
+    )
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["eps"] == ["NumbaCpuExecutionProvider"]
     np.testing.assert_array_equal(np.asarray(got["y"], np.float32), want)

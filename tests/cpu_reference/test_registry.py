@@ -259,4 +259,6 @@ def test_helpers_load_no_family_and_the_first_query_loads_all_in_order() -> None
     run = subprocess.run([sys.executable, "-c", _LOAD_ORDER], capture_output=True, text=True, check=True)
     light, has_relu, defs = run.stdout.strip().splitlines()
     assert (light, has_relu) == ("light", "True")
-    assert defs == str(sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in registry().kernel_defs()))
+    assert defs == str(
+        sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in registry().kernel_defs())
+    )

@@ -1,4 +1,4 @@
-"""DynamicQuantizeLSTM's recurrent product as a compiled integer loop.
+"""DynamicQuantizeLSTM's recurrent product and LSTM cell as compiled loops.
 
 Why: each time step of com.microsoft DynamicQuantizeLSTM multiplies the quantized state (B, H) by
 the integer recurrent weights of four gates. The reference EP holds those weights as float32 (or
@@ -8,8 +8,14 @@ more than a core's L2: ~100 us a step on a 2-core EPYC, where the same product o
 ``float32(exact int32 sum)``, the float the reference EP gets from its exact BLAS product, so the
 results are the reference EP's to the bit. Everything else of the op (quantizing the input and the
 state, the input projection of all steps, where 48+ rows keep float32 BLAS 2x faster than this
-loop, scales, bias, the LSTM cell) stays the reference kernel, handed this product through its
-``recurrent_product`` parameter.
+loop, scales, bias) stays the reference kernel, handed this product through its ``recurrent_product``
+parameter and the cell through ``lstm_cell``.
+
+The cell (``_CELL``) is the reference EP's ``mlas_lstm_cell`` (MLAS's logistic and tanh, Eigen's
+rational forms in FMA steps emulated as float64 products rounded to float32, then the cell update)
+element by element, the same float operations in the same order (Numba contracts no multiply-add
+without fastmath), so bit for bit its result: in NumPy those ~40 array operations on (4, B, H) cost
+~150 us a step at B = 2, H = 384, more than the product.
 
 Bounds: every |R - R_zp| and |q - zp| is at most 255, so a sum over H stays in int32 while
 H * 255 * 255 < 2^31 (H < 33,000); larger states keep BLAS's product. The kernel source is fixed
@@ -26,6 +32,7 @@ from ep_numba_cpu.generate import KernelSource
 from ep_numba_cpu.recurrent import readonly
 
 MS = "com.microsoft"
+_N_COEFS = 7  # the longest of MLAS's logistic and tanh polynomials (tanh's numerator)
 OPS = ("DynamicQuantizeLSTM",)
 _MAX_K = (2**31 - 1) // (255 * 255)
 
@@ -52,6 +59,82 @@ def kernel(a, w, out):
 # a step at H = 384)
 
 
+# x clamped to [-bound, bound] (NaN passes, as through NumPy's clip), then Eigen's rational
+# x * p(x^2) / q(x^2) in MLAS's FMA steps: float64 products of float32 values (exact) rounded to
+# float32 after each addition
+_RATIONAL = f"""
+                if x < -bound:
+                    x = -bound
+                if x > bound:
+                    x = bound
+                v2 = np.float64(x * x)
+                p = np.float32(v2 * pc[0] + pc[1])
+                q = np.float32(v2 * qc[0] + qc[1])
+                for m in range(2, {_N_COEFS}):
+                    p = np.float32(np.float64(p) * v2 + pc[m])
+                    q = np.float32(np.float64(q) * v2 + qc[m])
+                r = p * x / q"""
+
+_CELL = f"""import numpy as np
+
+
+def kernel(g, c, h, p_coefs, q_coefs, bounds):
+    n_b, n_h = c.shape
+    for b in range(n_b):
+        for k in range(3):
+            pc = p_coefs[k]
+            qc = q_coefs[k]
+            bound = bounds[k]
+            for j in range(n_h):
+                x = -g[k, b, j]{_RATIONAL}
+                r = r + np.float32(0.5)
+                if r < np.float32(0.0):
+                    r = np.float32(0.0)
+                g[k, b, j] = r
+        for k in range(3, 5):
+            pc = p_coefs[k]
+            qc = q_coefs[k]
+            bound = bounds[k]
+            for j in range(n_h):
+                if k == 3:
+                    x = g[3, b, j]
+                else:
+                    x = c[b, j] * g[2, b, j]
+                    x = x + g[3, b, j] * g[0, b, j]
+                    c[b, j] = x{_RATIONAL}
+                if k == 3:
+                    g[3, b, j] = r
+                else:
+                    h[b, j] = r * g[1, b, j]
+"""
+# (k = 0..2: MLAS's logistic of the gates i, o, f from their negated sums, + 0.5, clamped below at
+# 0; 3: its tanh of the candidate; 4: the new cell c = f*c + cand*i, then h = o * tanh(c). Each k
+# is a loop along H with k fixed, which LLVM vectorises.)
+
+
+def cell_kernel() -> KernelSource:
+    """g (4, B, H) gate sums (i, o, f negated), c (B, H) in place, h (B, H) out, and the
+    coefficients and bounds of ``_cell_constants``."""
+    sig = "float32:3:C:w,float32:2:C:w,float32:2:C:w,float64:2:C:r,float64:2:C:r,float32:1:C:r"
+    return KernelSource(_CELL, sig, False)
+
+
+def _cell_constants() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per step k of ``_CELL``: numerator and denominator coefficients, highest power first,
+    padded with leading zeros to one length (a Horner step from 0 gives the next coefficient
+    exactly), and the clamp bound: MLAS's logistic for i, o, f; its tanh for the candidate and c."""
+    from ep_cpu_reference.kernels import special
+
+    n = _N_COEFS
+
+    def rows(logistic: tuple[Any, ...], tanh: tuple[Any, ...]) -> np.ndarray:
+        padded = [special.padded(t, n) for t in (logistic,) * 3 + (tanh,) * 2]
+        return readonly(np.array(padded, np.float64))
+
+    bounds = readonly(np.array([18.0, 18.0, 18.0, 9.0, 9.0], np.float32))
+    return rows(special.LOGISTIC_P, special.TANH_P), rows(special.LOGISTIC_Q, special.TANH_Q), bounds
+
+
 def product_kernel() -> KernelSource:
     """a (B, K) int16, w (G*H, K) int16 (a gate's columns as rows), out (G, B, H) float32."""
     return KernelSource(_PRODUCT, "int16:2:C:r,int16:2:C:r,float32:3:C:w", False)
@@ -60,17 +143,22 @@ def product_kernel() -> KernelSource:
 def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     if step.get("domain") != MS or step.get("op") not in OPS:
         return None
-    return [product_kernel()]
+    return [product_kernel(), cell_kernel()]
 
 
 def make_compute(
     step: Mapping[str, Any], kernels: Sequence[Any], weights: Mapping[str, np.ndarray], host: Any
 ) -> Callable[..., Any]:
-    """The reference EP's DynamicQuantizeLSTM kernel with the compiled recurrent product."""
+    """The reference EP's DynamicQuantizeLSTM kernel with the compiled recurrent product and cell."""
     from ep_numba_cpu import delegate
 
-    fn = kernels[0]
-    return delegate.build(step, weights, host, recurrent_product=lambda v: _product(fn, v))
+    fn, cell_fn = kernels
+    p_coefs, q_coefs, bounds = _cell_constants()
+
+    def lstm_cell(g: np.ndarray, c: np.ndarray, h: np.ndarray) -> None:
+        cell_fn(g, c, h, p_coefs, q_coefs, bounds)
+
+    return delegate.build(step, weights, host, recurrent_product=lambda v: _product(fn, v), lstm_cell=lstm_cell)
 
 
 def _product(fn: Any, v: np.ndarray) -> Callable[[np.ndarray, np.ndarray], None] | None:
