@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from ep_core.optimizer.spelling import for_the_checker
 from ep_core.runtime.compatibility import METADATA_PREFIX
 from ep_core.runtime.contract import declared_outputs
 from ep_core.sdk.epcontext.output import (
@@ -204,7 +205,7 @@ def generate_context_model(built: "Built", req: CompileRequest | None) -> str | 
             info = ep.call("ep_get_compiled_model_compatibility_info", graph=main_graph)
             if info:
                 _set_metadata(model, METADATA_PREFIX + ep.name, str(info))
-        onnx.checker.check_model(model, full_check=False)
+        onnx.checker.check_model(for_the_checker(model), full_check=False)  # as lenient as loading the source
         if out_path is None:
             data = model.SerializeToString()
             output._abort()  # nothing may be staged for a bytes model

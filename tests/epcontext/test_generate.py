@@ -183,3 +183,24 @@ def test_fused_groups_inside_if_branches_do_not_break_context_generation(tmp_pat
     # so session.disable_compile=1 refuses it, saying why compiling it once more would not help
     with pytest.raises(ModelRequiresCompilation, match="inside If/Loop/Scan bodies get no EPContext node"):
         InferenceSession(str(ctx), options(session__disable_compile=1), providers=[NUMBA])
+
+
+def test_graph_inputs_and_outputs_without_shapes_compile_to_a_context_model(tmp_path):
+    """Inputs and outputs declared with a dtype and no shape field (as onnxruntime accepts, and
+    ep-core loads): the context model is checked as leniently as the source was, not refused by
+    onnx's checker after compiling."""
+    nodes = [helper.make_node("Relu", ["x"], ["r"]), helper.make_node("Tanh", ["r"], ["y"])]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, None)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+    )
+    src = tmp_path / "m.onnx"
+    src.write_bytes(helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    x = np.linspace(-2, 2, 12, dtype=np.float32).reshape(3, 4)
+    sess = InferenceSession(str(src), options(ep__context_enable=1), providers=[NUMBA])
+    want = sess.run(None, {"x": x})[0]
+    ctx = InferenceSession(sess.context_model_path, providers=[NUMBA])
+    assert [n.op_type for n in onnx.load(sess.context_model_path).graph.node] == ["EPContext"]
+    np.testing.assert_array_equal(ctx.run(None, {"x": x})[0], want)
