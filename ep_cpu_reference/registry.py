@@ -7,6 +7,7 @@ from ep_core.sdk.kernels import KernelRegistry
 from ep_cpu_reference import EP_NAME
 
 REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.families")
+LOAD_FAILURE = ""  # set by ``families`` when a load fails part-way (see there): later queries raise it
 
 
 def registry() -> KernelRegistry:

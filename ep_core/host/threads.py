@@ -161,7 +161,9 @@ def limit_threads(num_threads: int) -> None:
         if get() != num_threads:
             set_(num_threads)
     numba = sys.modules.get("numba")
-    if numba is not None:
+    # another thread may be importing numba (a Numba EP's session beside this one): a half-made
+    # module has no config yet, and nothing of it runs on this thread until its import is done
+    if numba is not None and not getattr(numba.__spec__, "_initializing", False):
         _limit_numba(numba, num_threads)
 
 

@@ -142,6 +142,10 @@ def _register_custom_domains(eps: list[EpInstance]) -> None:
     for ep in eps:
         for schema in ep.handle.call("ep_factory_get_custom_op_domains", default=None) or ():
             if not defs.has(schema.name, schema.since_version, schema.domain):
+                # onnx.reference builds its op table at import and refuses a name in two domains
+                # (a custom Gelu beside ai.onnx's): load it first, so the reference EP can later
+                import onnx.reference  # noqa: F401
+
                 defs.register_schema(schema)
 
 

@@ -22,8 +22,7 @@ Version 2 moved the last of the contract into this module (``ep_get_context_sour
 ``ep_factory_get_fusable_ops``, the ``output`` of ``ep_get_ep_context_nodes``; a typed
 ``KernelContext``; version-gated EP hooks; ``session.disable_compile`` enforced by the core).
 Version 3 adds ``ep_factory_get_provider_aliases``; version 4 onnxruntime's graph capture hooks
-(``OrtEp::IsGraphCaptureEnabled`` ...). A version-1 factory keeps working unchanged.
-"""
+(``OrtEp::IsGraphCaptureEnabled`` ...). A version-1 factory keeps working unchanged."""
 
 from __future__ import annotations
 

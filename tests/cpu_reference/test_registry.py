@@ -249,10 +249,10 @@ print(sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in RE
 
 
 def test_helpers_load_no_family_and_the_first_query_loads_all_in_order() -> None:
-    """Importing the kernel helpers (what the Numba CPU EP imports), or a family module, registers
-    nothing and loads no family: the reference EP's ~50 ms of registration waits for the first
-    query, which then registers every kernel as a plain ``registry()`` does, whoever imported a
-    module first (``delegated`` registers in ``families``, after every native kernel)."""
+    """Importing the kernel helpers (what the Numba CPU EP imports) loads no family, and importing
+    ``delegated`` registers nothing (``families`` calls it after every native kernel): the reference
+    EP's ~50 ms of registration waits for the first query, which then registers every kernel as a
+    plain ``registry()`` does."""
     import subprocess
     import sys
 
@@ -262,3 +262,85 @@ def test_helpers_load_no_family_and_the_first_query_loads_all_in_order() -> None
     assert defs == str(
         sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in registry().kernel_defs())
     )
+
+
+_CUSTOM_CLASH = """
+import numpy as np
+from onnx import TensorProto, defs, helper
+import ep_core
+from ep_core.sdk.ep_base import HostEpFactory, RegistryEp
+from ep_core.sdk.kernels import KernelRegistry
+
+NAME = "ClashTestExecutionProvider"
+
+
+class Factory(HostEpFactory):
+    ep_name, ep_vendor, ep_version = NAME, "tests", "1.0.0"
+
+    def ep_factory_create_ep(self, devices, ep_options, session_options):
+        return RegistryEp(NAME, KernelRegistry(NAME))
+
+    def ep_factory_get_custom_op_domains(self):
+        p = defs.OpSchema.FormalParameter
+        return [defs.OpSchema("Gelu", "my.custom", 1, inputs=[p("X", "T")], outputs=[p("Y", "T")],
+                              type_constraints=[("T", ["tensor(float)"], "")])]
+
+
+ep_core.register_execution_provider_library(NAME, Factory())
+g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                      [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2])],
+                      [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2])])
+m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+s = ep_core.InferenceSession(m, providers=[NAME, "CpuReferenceExecutionProvider"])
+print(s.run(None, {"x": np.array([-1, 1], np.float32)})[0].tolist())
+"""
+
+
+def test_an_eps_custom_op_named_like_an_onnx_op_leaves_the_reference_ep_working() -> None:
+    """An EP declaring my.custom::Gelu (ai.onnx has a Gelu) beside the reference EP, in a fresh
+    process: onnx.reference, which the reference kernels load and which refuses to import once a
+    name repeats across domains, is imported before the custom schema is registered."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _CUSTOM_CLASH], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert run.stdout.strip().splitlines()[-1] == "[0.0, 1.0]"
+
+
+_FAILED_LOAD = """
+from ep_core.sdk.kernels import KernelRegistry
+from ep_cpu_reference.registry import REGISTRY
+
+calls, real = [0], KernelRegistry.add
+
+
+def add(self, kernel_def, builder):
+    calls[0] += 1
+    if calls[0] == 150:
+        raise KeyboardInterrupt("interrupted while registering")
+    return real(self, kernel_def, builder)
+
+
+KernelRegistry.add = add
+for _ in range(2):
+    try:
+        REGISTRY.has_op("Relu")
+        print("served")
+    except BaseException as exc:
+        print(type(exc).__name__, str(exc))
+"""
+
+
+def test_a_load_that_fails_part_way_keeps_raising_its_first_failure() -> None:
+    """A family load interrupted part-way cannot be retried (the families before it stay imported;
+    re-running the failed one would register its kernels twice): every later query raises an
+    EP_FAIL naming the first failure, not a misleading duplicate-registration error."""
+    import subprocess
+    import sys
+
+    run = subprocess.run([sys.executable, "-c", _FAILED_LOAD], capture_output=True, text=True, check=True)
+    first, second = run.stdout.strip().splitlines()
+    assert first == "KeyboardInterrupt interrupted while registering"
+    assert second.startswith("EpFail ") and "KeyboardInterrupt: interrupted while registering" in second
+    assert "start a new process" in second and "twice" not in second

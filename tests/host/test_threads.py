@@ -186,3 +186,17 @@ def test_under_the_numba_cpu_ep_numbas_threads_are_the_sessions():
     np.testing.assert_allclose(out, ((x + x) * x + x) * x)
     assert numba.get_num_threads() == 1  # set for the run, on this thread; left so (nothing restored)
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
+
+
+def test_numba_half_imported_by_another_thread_is_left_alone(monkeypatch):
+    """A reference-EP session run while another thread is still importing numba (a Numba EP
+    session being created beside it) sized numba through a module without its ``config`` yet and
+    failed with AttributeError; the half-made module is skipped (nothing of it runs on this thread)."""
+    import importlib.machinery
+    import types
+
+    half = types.ModuleType("numba")
+    half.__spec__ = importlib.machinery.ModuleSpec("numba", None)
+    half.__spec__._initializing = True
+    monkeypatch.setitem(sys.modules, "numba", half)
+    threads.limit_threads(1)  # raised AttributeError: module 'numba' has no attribute 'config'
