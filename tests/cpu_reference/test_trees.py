@@ -317,6 +317,26 @@ def test_one_row_and_chunked_batch(monkeypatch: pytest.MonkeyPatch) -> None:
         _check(got, want, labels=True)
 
 
+def test_batch_sizes_changing_between_runs_of_one_session() -> None:
+    """One comparison mode, no missing-value tracking (the walk that keeps each batch shape's
+    start): one session run at ten batch sizes in turn (past the eight shapes it keeps, and back),
+    each against onnxruntime."""
+    import ep_core
+
+    rng = np.random.default_rng(21)
+    forest = _forest(21, n_trees=30, depth=5, modes=("BRANCH_LEQ",))
+    attrs = _node_attrs(forest, missing=False)
+    attrs.update(_leaf_weights(forest, rng, 2, None, positive=False, prefix="target"), n_targets=2)
+    model = _regressor(attrs, 2)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    peer = ort.InferenceSession(model, opts, providers=["CPUExecutionProvider"])
+    sess = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"])
+    for n in (32, 1, 5, 32, 2, 3, 4, 6, 7, 8, 9, 1, 32):
+        x = np.nan_to_num(_inputs(n, n=n))
+        np.testing.assert_array_equal(sess.run(None, {"X": x})[0], peer.run(None, {"X": x})[0])
+
+
 def test_bad_link_is_invalid_graph() -> None:
     """A branch to a node id that its tree lacks is refused at session creation, naming the node."""
     import ep_core
