@@ -13,7 +13,7 @@ so the results are bit for bit those of ``1 / (1 + exp(-x))``."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -210,14 +210,18 @@ def dq_lstm_loop(
     bias: np.ndarray | None,
     h: np.ndarray,
     c: np.ndarray,
-    product: Callable[[np.ndarray, np.ndarray], None] | None = None,
+    products: Sequence[Callable[[np.ndarray, np.ndarray], None] | None],
     cell: Callable[[np.ndarray, np.ndarray, np.ndarray], None] = mlas_lstm_cell,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """One direction of DynamicQuantizeLSTM. ``xw`` (T, 4, B, H): the scaled input projection,
-    gates IOFC with i/o/f negated; ``rq`` (4, H, H): R - R_zp per gate (signs applied) in a
-    dtype whose BLAS product is exact; ``rs`` (4, 1, H): R's scales. Each step quantizes h as
-    onnxruntime does (uint8 over [min(h, 0), max(h, 0)]), scales the exact integer product by
-    h_scale * r_scale in float32, then adds xw[t] and the bias (onnxruntime's order).
+    """DynamicQuantizeLSTM's time loop, every direction in the same step. ``xw`` (T, 4, D, B, H):
+    the scaled input projection, gates IOFC with i/o/f negated, a reverse direction's steps in the
+    order it runs them; ``rq`` (D, 4, H, H): R - R_zp per gate (signs applied) in a dtype whose
+    BLAS product is exact; ``rs`` (4, D, 1, H): R's scales; ``h``, ``c`` (D, B, H) (``c`` updated in
+    place). Returns every step's h (T, D, B, H) in step order, and ``c``. Each step quantizes each
+    direction's h as onnxruntime does (uint8 over [min(h, 0), max(h, 0)]), scales the exact integer
+    product by h_scale * r_scale in float32, then adds xw[t] and the bias (onnxruntime's order).
+    The quantization and the product are per direction; the sums and the cell run once over all
+    directions (elementwise, so the floats are those of a direction at a time, in half the calls).
 
     The step is bound by reading R (4 H^2 floats: 2.4 MB at H=384, more than a core's 2 MB L2),
     so R is multiplied per gate, a (H, H) block keeping OpenBLAS on its small-matrix kernel, in
@@ -225,40 +229,46 @@ def dq_lstm_loop(
     in L2, instead of evicting each just before it is needed (~1.7x faster at H=384); at one or
     two batch rows each row is its own matrix-vector product (OpenBLAS's gemv: 2-3x faster than
     its small-M gemm, 244 -> 80 us a step at B=2, H=512). Every product is exact, so neither the
-    order nor the split changes a result. ``product(q, g)``, when given, writes
-    the four gates' exact products of the quantized state ``q`` (B, H) into ``g`` (4, B, H) in its
+    order nor the split changes a result. ``products[d](q, g)``, when given, writes direction d's
+    four gates' exact products of the quantized state ``q`` (B, H) into ``g`` (4, B, H) in its
     stead (another EP's compiled integer loop: the same integers, so the same floats); ``cell``
     replaces ``mlas_lstm_cell`` likewise (another EP's compiled loop of the same float operations)."""
-    ys = np.empty((xw.shape[0],) + h.shape, np.float32)
+    n_steps, _, n_dir, batch, hs = xw.shape
+    ys = np.empty((n_steps, n_dir, batch, hs), np.float32)
     g = np.empty(xw.shape[1:], np.float32)
-    acc = g if rq.dtype == np.float32 else np.empty(g.shape, rq.dtype)
-    q = np.empty(h.shape, np.float32)
-    qa = q if acc is g else np.empty(h.shape, acc.dtype)
-    scale = np.empty(rs.shape, np.float32)
-    orders = (tuple(range(rq.shape[0])), tuple(reversed(range(rq.shape[0]))))
-    for t in range(xw.shape[0]):
-        sc, zp = _dynamic_params(h.reshape(-1))
-        np.divide(h, sc, out=q)  # as MlasQuantizeLinear: float32 division, rounded half to even
-        np.rint(q, out=q)
-        np.maximum(q, -zp, out=q)  # q - zp, saturated to uint8's range
-        np.minimum(q, 255 - zp, out=q)
-        if product is not None:
-            product(q, g)
-        else:
-            if qa is not q:
-                np.copyto(qa, q, casting="unsafe")
-            for j in orders[t & 1]:
-                if few_rows(qa, rq[j], acc[j]) is None:  # one or two rows: a gemv each
-                    np.matmul(qa, rq[j], out=acc[j])
-            if acc is not g:
-                np.copyto(g, acc, casting="same_kind")
-        np.multiply(rs, sc, out=scale)  # sc * rs, in float32
-        g *= scale
+    rows = (4, n_dir * batch, hs)  # the cell's view: directions as more batch rows
+    part = np.empty((4, batch, hs), np.float32)  # one direction's products
+    acc = part if rq.dtype == np.float32 else np.empty(part.shape, rq.dtype)
+    q = np.empty((batch, hs), np.float32)
+    qa = q if acc is part else np.empty(q.shape, acc.dtype)
+    scale = np.empty(rs.shape[0:1] + rs.shape[2:], np.float32)
+    orders = (tuple(range(rq.shape[1])), tuple(reversed(range(rq.shape[1]))))
+    for t in range(n_steps):
+        for d in range(n_dir):
+            hd = h[d]
+            sc, zp = _dynamic_params(hd.reshape(-1))
+            np.divide(hd, sc, out=q)  # as MlasQuantizeLinear: float32 division, rounded half to even
+            np.rint(q, out=q)
+            np.maximum(q, -zp, out=q)  # q - zp, saturated to uint8's range
+            np.minimum(q, 255 - zp, out=q)
+            product = products[d]
+            if product is not None:
+                product(q, part)
+            else:
+                if qa is not q:
+                    np.copyto(qa, q, casting="unsafe")
+                for j in orders[t & 1]:
+                    if few_rows(qa, rq[d, j], acc[j]) is None:  # one or two rows: a gemv each
+                        np.matmul(qa, rq[d, j], out=acc[j])
+                if acc is not part:
+                    np.copyto(part, acc, casting="same_kind")
+            np.multiply(rs[:, d], sc, out=scale)  # sc * rs, in float32
+            np.multiply(part, scale, out=g[:, d])
         g += xw[t]
         if bias is not None:
             g += bias
         h = ys[t]
-        cell(g, c, h)
+        cell(g.reshape(rows), c.reshape(rows[1:]), h.reshape(rows[1:]))
     return ys, c
 
 

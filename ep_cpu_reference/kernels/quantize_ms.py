@@ -543,20 +543,19 @@ def build_dynamic_quantize_lstm(
         rev = fast.reversed_dirs(spec.direction)
         xq, xs, xz = dynamic_quantize(x.reshape(seq * batch, -1))  # the same for both directions
         xf = (xq.astype(np.int16) - np.int16(xz)).astype(F32)
-        y = np.empty((seq, len(rev), batch, hs), F32)
-        y_h, y_c = np.empty((2, len(rev), batch, hs), F32)
+        xw = np.empty((seq, 4, len(rev), batch, hs), F32)  # both directions advance in the same step
         for d, back in enumerate(rev):
             p = exact_matmul(xf, wq[d]).astype(F32, copy=False)
             p *= xs * ws[d]
             p = p.reshape(seq, batch, 4, hs).transpose(0, 2, 1, 3)
-            xw = np.ascontiguousarray(p[::-1] if back else p)
-            h = np.zeros((batch, hs), F32) if h0 is None else np.array(h0[d], F32)
-            c = np.zeros((batch, hs), F32) if c0 is None else np.array(c0[d], F32)
-            bias_d = None if bias is None else bias[:, d]
-            ys, y_c[d] = fast.dq_lstm_loop(xw, rq[d], rs[:, d], bias_d, h, c, products[d], cell)
-            y[:, d] = ys[::-1] if back else ys
-            y_h[d] = ys[-1]
-        return y, y_h, y_c
+            xw[:, :, d] = p[::-1] if back else p
+        h = np.zeros((len(rev), batch, hs), F32) if h0 is None else np.array(h0, F32)
+        c = np.zeros((len(rev), batch, hs), F32) if c0 is None else np.array(c0, F32)
+        ys, y_c = fast.dq_lstm_loop(xw, rq, rs, bias, h, c, products, cell)
+        y = np.empty((seq, len(rev), batch, hs), F32)
+        for d, back in enumerate(rev):
+            y[:, d] = ys[::-1, d] if back else ys[:, d]
+        return y, ys[-1].copy(), y_c
 
     def compute(x, w, r, b=None, lens=None, h0=None, c0=None, p=None, w_s=None, w_zp=None, r_s=None, r_zp=None):  # type: ignore[no-untyped-def]
         seq, batch, _ = x.shape
