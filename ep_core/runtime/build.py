@@ -143,7 +143,8 @@ def _register_custom_domains(eps: list[EpInstance]) -> None:
         for schema in ep.handle.call("ep_factory_get_custom_op_domains", default=None) or ():
             if not defs.has(schema.name, schema.since_version, schema.domain):
                 # onnx.reference builds its op table at import and refuses a name in two domains
-                # (a custom Gelu beside ai.onnx's): load it first, so the reference EP can later
+                # (a custom Gelu beside ai.onnx's): import it first, or the reference EP's kernels
+                # (which import it when they load) could not load later in this process
                 import onnx.reference  # noqa: F401
 
                 defs.register_schema(schema)
