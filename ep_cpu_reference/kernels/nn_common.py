@@ -247,14 +247,41 @@ def pad_spatial(x: np.ndarray, pb: Sequence[int], pe: Sequence[int], value: floa
 
 
 FEW_ROWS = 2
+# OpenBLAS's AVX-512 kernels (as threadpoolctl names them), whose two-row float32 product of a
+# C-contiguous B up to this many values beats two matrix-vector products (see ``few_rows``)
+_AVX512_BLAS = frozenset({"skylakex", "cooperlake", "sapphirerapids"})
+_TWO_ROW_GEMM_MAX = 1 << 18
+
+
+@functools.cache
+def _two_row_gemm_pays() -> bool:
+    """Whether NumPy's BLAS is OpenBLAS on its AVX-512 kernels (decided once per process, so every
+    run of a session sums in the same order)."""
+    from threadpoolctl import threadpool_info  # type: ignore[import-untyped]
+
+    return any(
+        i.get("internal_api") == "openblas" and str(i.get("architecture", "")).lower() in _AVX512_BLAS
+        for i in threadpool_info()
+    )
 
 
 def few_rows(a: np.ndarray, b: np.ndarray, out: np.ndarray | None = None) -> np.ndarray | None:
     """``a @ b`` (2-D, into ``out`` when given, C-contiguous) as one BLAS matrix-vector product per
-    row, which OpenBLAS runs 2-3x faster than its small-M matrix product (2 x 256 by 256 x 768:
-    15 us against 45 us on a 2-core EPYC); None, computing nothing, unless ``a`` has 1 to
-    ``FEW_ROWS`` rows and both are float32 or both float64."""
+    row; None, computing nothing, unless ``a`` has 1 to ``FEW_ROWS`` rows and both are float32 or
+    both float64. OpenBLAS's AVX2 (Haswell) kernels run a two-row product 2-3x slower than two
+    gemvs (2 x 512 by 512 x 512: 72 against 28 us on a 2-core EPYC). Its AVX-512 kernels run it
+    1.3-1.8x faster up to a 1 MB float32 B (13.5 against 24.5 us) and 2.5-3.5x slower beyond
+    (2 x 384 by 384 x 1536: 152 against 62 us), so there two rows under that size are left to the
+    caller's one product (None)."""
     if not (0 < a.shape[0] <= FEW_ROWS and a.dtype == b.dtype and a.dtype in (np.float32, np.float64)):
+        return None
+    if (
+        a.shape[0] == 2
+        and a.dtype == np.float32
+        and b.size <= _TWO_ROW_GEMM_MAX
+        and b.flags.c_contiguous
+        and _two_row_gemm_pays()
+    ):
         return None
     if out is None:
         out = np.empty((a.shape[0], b.shape[1]), a.dtype)

@@ -297,3 +297,26 @@ def test_outer_product_matmul_is_blas_bit_for_bit(shapes: Any, dtype: Any) -> No
         blas = np.matmul(a, b)
     assert _bits(got[0]) == _bits(blas)
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_two_row_products_follow_the_blas_kernels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two rows times a matrix: two gemvs under OpenBLAS's AVX2 kernels, one product (left to the
+    caller) under its AVX-512 ones up to a 1 MB B (256 x 512 here), two gemvs beyond (256 x 1536); one row is always a gemv. The
+    gemvs give a @ b's values."""
+    import threadpoolctl
+
+    from ep_cpu_reference.kernels import nn_common
+
+    rng = np.random.default_rng(3)
+    a = rng.standard_normal((2, 256)).astype(np.float32)
+    small = rng.standard_normal((256, 512)).astype(np.float32)
+    large = rng.standard_normal((256, 1536)).astype(np.float32)
+    for arch, leaves_small in (("SkylakeX", True), ("Haswell", False)):
+        info = [{"internal_api": "openblas", "architecture": arch}]
+        monkeypatch.setattr(threadpoolctl, "threadpool_info", lambda info=info: info)
+        nn_common._two_row_gemm_pays.cache_clear()
+        assert (nn_common.few_rows(a, small) is None) is leaves_small
+        np.testing.assert_allclose(nn_common.few_rows(a, large), a @ large, rtol=1e-5, atol=1e-4)
+        assert nn_common.few_rows(a[:1], small) is not None
+        assert nn_common.few_rows(a, np.asfortranarray(small)) is not None  # a strided B: gemvs
+    nn_common._two_row_gemm_pays.cache_clear()
