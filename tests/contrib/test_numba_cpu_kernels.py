@@ -273,6 +273,20 @@ def test_parallel_kernels_compile_and_match():
     np.testing.assert_allclose(sess.run(None, {"x": x})[0], np.tanh(x * np.float32(1.7)), rtol=1e-6)
 
 
+def test_parallel_depthwise_conv_matches_the_reference_ep():
+    """A depthwise convolution compiled with ``parallel=1``: each thread builds its zero-bordered
+    planes in its own row of the scratch buffer (``get_thread_id``), 16 channels over the pool."""
+    w = rng.standard_normal((16, 1, 3, 3), np.float32)
+    nodes = [helper.make_node("Conv", ["x", "w"], ["y"], group=16, pads=[1, 1, 1, 1])]
+    m = _model(nodes, [("x", F, [2, 16, 13, 17])], [("y", F, [2, 16, 13, 17])], [("w", w)]).SerializeToString()
+    x = rng.standard_normal((2, 16, 13, 17), np.float32)
+    want = InferenceSession(m, providers=["CpuReferenceExecutionProvider"]).run(None, {"x": x})[0]
+    sess = InferenceSession(m, providers=[(NUMBA, {"parallel": "1"})])
+    for _ in range(3):  # the scratch rows are reused: every run starts from zeroed borders
+        np.testing.assert_allclose(sess.run(None, {"x": x})[0], want, rtol=1e-5, atol=1e-5)
+    assert sess.get_node_assignment()[next(iter(sess.get_node_assignment()))]["ep"] == NUMBA
+
+
 def test_float32_erf_is_the_reference_erff_within_an_ulp():
     """The float32 Erf kernel is a vectorisable erff (MLAS's, as the reference EP computes it,
     with an exp of its own), not libm's float64 erf called per element: within 1 ulp of the

@@ -1,6 +1,7 @@
 """A session of a Numba CPU EP context model whose nodes are all compiled loads none of the
 reference EP's kernel families, though the reference EP is in the provider list (as it is in
-``make run``): they cost ~50-80 ms of every fresh process's session creation and serve nothing."""
+``make run``), and, where no kernel allocates, not Numba's array module either: each costs ~40-80
+ms of every fresh process's session creation and serves nothing there."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import ep_core
@@ -21,14 +23,16 @@ _LOAD = """
 import json, sys
 import numpy as np
 import ep_core
-sess = ep_core.InferenceSession(sys.argv[1], providers=sys.argv[2:])
-y = sess.run(None, {"x": np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 12)})[0]
-print(json.dumps({"y": y.tolist(), "families": "ep_cpu_reference.families" in sys.modules,
+sess = ep_core.InferenceSession(sys.argv[1], providers=sys.argv[3:])
+x = np.load(sys.argv[2])
+y = sess.run(None, {"x": x})[0]
+print(json.dumps({"y": y.ravel().tolist(), "families": "ep_cpu_reference.families" in sys.modules,
+                  "arrayobj": "numba.np.arrayobj" in sys.modules,
                   "eps": sorted({a["ep"] for a in sess.get_node_assignment().values()})}))
 """
 
 
-def _model(path: Path) -> None:
+def _dense(path: Path) -> np.ndarray:
     w = numpy_helper.from_array(np.linspace(-1, 1, 12 * 8, dtype=np.float32).reshape(12, 8), "w")
     b = numpy_helper.from_array(np.linspace(0, 1, 8, dtype=np.float32), "b")
     nodes = [
@@ -44,21 +48,40 @@ def _model(path: Path) -> None:
         [w, b],
     )
     path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 12)
 
 
-def test_context_session_loads_no_reference_kernel_family(tmp_path: Path) -> None:
+def _depthwise(path: Path) -> np.ndarray:
+    """A padded 3x3 depthwise convolution (the EP's compiled depthwise kernel) and a Relu."""
+    w = numpy_helper.from_array(np.linspace(-1, 1, 4 * 9, dtype=np.float32).reshape(4, 1, 3, 3), "w")
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], group=4, pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4, 9, 11])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 9, 11])],
+        [w],
+    )
+    path.write_bytes(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString())
+    return np.linspace(-2, 2, 4 * 9 * 11, dtype=np.float32).reshape(1, 4, 9, 11)
+
+
+@pytest.mark.parametrize("build", [_dense, _depthwise])
+def test_context_session_loads_no_reference_family_nor_numba_arrays(tmp_path: Path, build) -> None:  # type: ignore[no-untyped-def]
     source, ctx = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
-    _model(source)
+    x = build(source)
+    np.save(tmp_path / "x.npy", x)
     so = ep_core.SessionOptions()
     so.add_session_config_entry("ep.context_enable", "1")
     so.add_session_config_entry("ep.context_file_path", str(ctx))
-    x = np.linspace(-2, 2, 24, dtype=np.float32).reshape(2, 12)
     want = ep_core.InferenceSession(str(source), so, providers=PROVIDERS).run(None, {"x": x})[0]
     env = dict(os.environ, EP_NUMBA_CPU_KERNEL_CACHE_DIR=str(tmp_path / "cache"))
-    run = subprocess.run(
-        [sys.executable, "-c", _LOAD, str(ctx), *PROVIDERS], capture_output=True, text=True, env=env, check=True
-    )
-    got = json.loads(run.stdout.strip().splitlines()[-1])
+    args = [sys.executable, "-c", _LOAD, str(ctx), str(tmp_path / "x.npy"), *PROVIDERS]
+    got = json.loads(subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout.splitlines()[-1])
     assert got["eps"] == ["NumbaCpuExecutionProvider"]
-    np.testing.assert_array_equal(np.asarray(got["y"], np.float32), want)
+    np.testing.assert_array_equal(np.asarray(got["y"], np.float32), want.ravel())
     assert got["families"] is False
+    assert got["arrayobj"] is False

@@ -286,7 +286,15 @@ def _depthwise(step: Mapping[str, Any], weights: Mapping[str, np.ndarray], path:
     if w is None or geometry is None or str(w.dtype) != dt:
         raise SpecError(f"{path}.depthwise: the convolution's attributes and filter are not a {dt} depthwise one")
     nb = NB_NAMES[dt]
-    return KernelSource(_depthwise_source(dt, *geometry, par), f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r", par)
+    sig = f"{nb}:4:C:w,{nb}:4:C:r,{nb}:3:C:r,{nb}:1:C:r,{nb}:2:C:w"
+    return KernelSource(_depthwise_source(dt, *geometry, par), sig, par)
+
+
+def depthwise_plane(geometry: Geometry, x_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
+    """Values of one channel's zero-bordered plane buffer in ``_depthwise_source``'s kernel."""
+    kh, kw, sh, sw, dh, dw, pt, pl = geometry
+    (hi, wi), (ho, wo) = x_hw, out_hw
+    return max((ho - 1) * sh + (kh - 1) * dh + 1, pt + hi) * max((wo - 1) * sw + (kw - 1) * dw + 1, pl + wi)
 
 
 def _depthwise_source(
@@ -297,14 +305,20 @@ def _depthwise_source(
     whose body is the fully unrolled sum of the taps (weights held in locals), with the bias folded
     in; with stride 1 that loop vectorises. A (k, 1) filter giving one output column (FSMN's memory
     blocks over (T, 1)) runs tap by tap over the rows instead, so the vectorised loop is not one
-    long (a loop, not unrolled: unrolled taps in a second branch double compile time)."""
+    long (a loop, not unrolled: unrolled taps in a second branch double compile time).
+
+    The plane buffers are rows of ``scratch`` (one per thread, at least ``depthwise_plane`` values
+    each), zeroed in the loop and indexed flat: a kernel that allocates or reshapes makes Numba
+    import ``numba.np.arrayobj`` (~40-70 ms) whenever it is rebuilt from a context or the kernel
+    cache. Only the (k, 1) branch reshapes (its output column as a unit-stride vector: 10% of
+    FSMN's latency), so only (k, 1) filters pay that import."""
     taps = [(a, e) for a in range(kh) for e in range(kw)]
     src = [
         "import numpy as np",
-        "from numba import prange",
+        "from numba import get_thread_id, prange",
         "",
         "",
-        "def kernel(out, x, w, bias):",
+        "def kernel(out, x, w, bias, scratch):",
         "    nb = out.shape[0]",
         "    nc = out.shape[1]",
         "    ho = out.shape[2]",
@@ -316,12 +330,14 @@ def _depthwise_source(
         f"    for t in {'prange' if par else 'range'}(nb * nc):",
         "        b = t // nc",
         "        c = t % nc",
-        f"        buf = np.zeros((hb, wb), dtype=np.{dt})",
+        f"        buf = scratch[{'get_thread_id()' if par else '0'}]",
+        "        for k in range(hb * wb):",
+        f"            buf[k] = np.{dt}(0)",
         "        for r in range(hi):",
-        f"            brow = buf[{pt} + r]",
+        f"            row = ({pt} + r) * wb + {pl}",
         "            xrow = x[b, c, r]",
         "            for s in range(wi):",
-        f"                brow[{pl} + s] = xrow[s]",
+        "                buf[row + s] = xrow[s]",
     ]
     src += [f"        w{a}_{e} = w[c, {a}, {e}]" for a, e in taps]
     src += ["        bv = bias[c]"]
@@ -329,15 +345,14 @@ def _depthwise_source(
         # (with a one-column buffer too: no width padding, input one column) both C-contiguous vectors
         src += [
             "        if wo == 1 and wb == 1:",
-            "            o = out[b, c].reshape(ho)",
-            "            col = buf.reshape(hb)",
+            "            o = out[b, c].reshape(ho)",  # unit stride, which vectorises (a reshape: see above)
         ]
         src += ["            for i in range(ho):", "                o[i] = bv", f"            for a in range({kh}):"]
         src += ["                wv = w[c, a, 0]", "                for i in range(ho):"]
-        src += [f"                    o[i] += col[i * {sh} + a * {dh}] * wv"]
+        src += [f"                    o[i] += buf[i * {sh} + a * {dh}] * wv"]
         src += ["            continue"]
     src += ["        for i in range(ho):"]
-    src += [f"            r{a} = buf[i * {sh} + {a * dh}]" for a in range(kh)]
+    src += [f"            r{a} = buf[(i * {sh} + {a * dh}) * wb :]" for a in range(kh)]
     src += ["            o = out[b, c, i]", "            for j in range(wo):"]
     col = "j" if sw == 1 else f"j * {sw}"
     terms = " + ".join(f"r{a}[{col} + {e * dw}] * w{a}_{e}" for a, e in taps)

@@ -122,9 +122,14 @@ def _conv_plan(
         wr = readonly(np.ascontiguousarray(w.reshape(m, kh, kw)))
         br = readonly(np.ascontiguousarray(np.zeros(m, dtype=dt) if b is None else b.astype(dt, copy=False)))
 
+        from numba import get_num_threads  # (the kernel is compiled: numba is loaded)
+
+        plane = generate.depthwise_plane((kh, kw, sh, sw, dh, dw, pt, pl), (h, wd), (ho, wo))
+
         def run_depthwise(x: np.ndarray) -> np.ndarray:
             out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
-            depthwise(out, readonly(np.ascontiguousarray(x)), wr, br)
+            scratch = _buf(ws, (key, "planes"), (get_num_threads(), plane), dt)  # a plane per thread
+            depthwise(out, readonly(np.ascontiguousarray(x)), wr, br, scratch)
             return out
 
         return run_depthwise
