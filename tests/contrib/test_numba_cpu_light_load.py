@@ -69,8 +69,27 @@ def _depthwise(path: Path) -> np.ndarray:
     return np.linspace(-2, 2, 4 * 9 * 11, dtype=np.float32).reshape(1, 4, 9, 11)
 
 
-@pytest.mark.parametrize("build", [_dense, _depthwise])
-def test_context_session_loads_no_reference_family_nor_numba_arrays(tmp_path: Path, build) -> None:  # type: ignore[no-untyped-def]
+def _dq_lstm(path: Path) -> np.ndarray:
+    """com.microsoft DynamicQuantizeLSTM: a delegated step (so the reference families load) with
+    the EP's compiled product and cell (``int_loops``), which allocate nothing."""
+    from _support.oracle import one_node_model
+
+    rng = np.random.default_rng(2)
+    ins = [("x", rng.standard_normal((5, 2, 6)).astype(np.float32))]
+    ins += [("w", rng.integers(-128, 128, (2, 6, 32)).astype(np.int8))]
+    ins += [("r", rng.integers(-128, 128, (2, 8, 32)).astype(np.int8)), ("b", None), ("sl", None)]
+    ins += [("h0", None), ("c0", None), ("p", None), ("ws", np.float32([0.004, 0.003]))]
+    ins += [("wz", np.int8([0, 0])), ("rs", np.float32([0.005, 0.002])), ("rz", np.int8([0, 0]))]
+    consts = {"w", "r", "ws", "wz", "rs", "rz"}
+    model, _ = one_node_model(
+        "DynamicQuantizeLSTM", ins, [np.float32] * 3, consts, hidden_size=8, direction="bidirectional"
+    )
+    path.write_bytes(model)
+    return ins[0][1]
+
+
+@pytest.mark.parametrize(("build", "families"), [(_dense, False), (_depthwise, False), (_dq_lstm, True)])
+def test_context_session_loads_no_reference_family_nor_numba_arrays(tmp_path: Path, build, families: bool) -> None:  # type: ignore[no-untyped-def]
     source, ctx = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
     x = build(source)
     np.save(tmp_path / "x.npy", x)
@@ -81,7 +100,7 @@ def test_context_session_loads_no_reference_family_nor_numba_arrays(tmp_path: Pa
     env = dict(os.environ, EP_NUMBA_CPU_KERNEL_CACHE_DIR=str(tmp_path / "cache"))
     args = [sys.executable, "-c", _LOAD, str(ctx), str(tmp_path / "x.npy"), *PROVIDERS]
     got = json.loads(subprocess.run(args, capture_output=True, text=True, env=env, check=True).stdout.splitlines()[-1])
-    assert got["eps"] == ["NumbaCpuExecutionProvider"]
+    assert got["eps"] == ["NumbaCpuExecutionProvider"]  # (a delegated step is the EP's too)
     np.testing.assert_array_equal(np.asarray(got["y"], np.float32), want.ravel())
-    assert got["families"] is False
+    assert got["families"] is families
     assert got["arrayobj"] is False

@@ -39,10 +39,9 @@ _MAX_K = (2**31 - 1) // (255 * 255)
 _PRODUCT = """import numpy as np
 
 
-def kernel(a, w, out):
+def kernel(a, w, out, acc):
     n_b, n_k = a.shape
     n_g, _, n_h = out.shape
-    acc = np.empty((n_b, w.shape[0]), np.int32)
     for b in range(n_b):
         for n in range(w.shape[0]):
             s = np.int32(0)
@@ -56,7 +55,8 @@ def kernel(a, w, out):
 """
 # (the sums land in an int32 array and become float32 in a second pass: storing each float into
 # the (G, B, H) output inside the product loop kept LLVM from vectorising it, 49 us against 22 us
-# a step at H = 384)
+# a step at H = 384. The caller passes that array: a kernel that allocates makes its rebuild from a
+# context import numba.np.arrayobj, see generate._depthwise_source)
 
 
 # x clamped to [-bound, bound] (NaN passes, as through NumPy's clip), then Eigen's rational
@@ -136,8 +136,9 @@ def _cell_constants() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def product_kernel() -> KernelSource:
-    """a (B, K) int16, w (G*H, K) int16 (a gate's columns as rows), out (G, B, H) float32."""
-    return KernelSource(_PRODUCT, "int16:2:C:r,int16:2:C:r,float32:3:C:w", False)
+    """a (B, K) int16, w (G*H, K) int16 (a gate's columns as rows), out (G, B, H) float32, and
+    the int32 sums (B, G*H) it fills first."""
+    return KernelSource(_PRODUCT, "int16:2:C:r,int16:2:C:r,float32:3:C:w,int32:2:C:w", False)
 
 
 def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
@@ -171,6 +172,7 @@ def _product(fn: Any, v: np.ndarray) -> Callable[[np.ndarray, np.ndarray], None]
     w = readonly(v.transpose(0, 2, 1).reshape(n_gates * n_h, n_k).astype(np.int16))
 
     def product(a: np.ndarray, out: np.ndarray) -> None:
-        fn(readonly(np.ascontiguousarray(a, dtype=np.int16)), w, out)
+        sums = np.empty((a.shape[0], w.shape[0]), np.int32)  # per call: concurrent runs share this closure
+        fn(readonly(np.ascontiguousarray(a, dtype=np.int16)), w, out, sums)
 
     return product
