@@ -28,7 +28,7 @@ from ep_cpu_reference.kernels.nn_matmul import exact_matmul, exact_slices, int_m
 from ep_cpu_reference.kernels.nn_pool import build_average_pool
 from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec, _unreverse
 from ep_cpu_reference.kernels.quantize import _dequantize_builder, _quantize_builder, dynamic_params
-from ep_cpu_reference.kernels.special import mlas_logistic
+from ep_cpu_reference.kernels.special import mlas_logistic, mlas_tanh
 from ep_cpu_reference.registry import REGISTRY
 
 register_schemas()
@@ -577,24 +577,31 @@ def build_dynamic_quantize_lstm(
             return run_fast(x.astype(F32, copy=False), h0, c0, prep)[:n_out]
         lens_arr = None if lens is None else np.asarray(lens, np.int64).reshape(-1)
         mask = None if lens_arr is None else (np.arange(seq)[:, None] < lens_arr[None, :])
+        # as onnxruntime's LSTM: X is quantized over its first max(lens) steps (every row; a reverse
+        # direction's steps past a row's length stay in place), and each step's state over the
+        # previous step's outputs, a finished row's zeroed; default activations are MLAS's
+        steps = seq if lens_arr is None else max(0, min(seq, int(lens_arr.max(initial=0))))
         y = np.zeros((seq, spec.num_dir, batch, hs), F32)
         y_h = np.zeros((spec.num_dir, batch, hs), F32)
         y_c = np.zeros((spec.num_dir, batch, hs), F32)
         for d in range(spec.num_dir):
             f_act, g_act, h_act = spec.dir_acts(d)
+            if names[3 * d : 3 * d + 3] == ["sigmoid", "tanh", "tanh"]:
+                f_act, g_act, h_act = mlas_logistic, mlas_tanh, mlas_tanh
             reverse = spec.direction == "reverse" or d == 1
             ridx = _reverse_index(seq, batch, lens_arr) if reverse else None
             xd = x[ridx, np.arange(batch)[None, :]] if reverse else x
             ws, wz = scales(w_s, w_zp, d)
             rs, rz = scales(r_s, r_zp, d)
-            xq, xs, xz = dynamic_quantize(xd.reshape(seq * batch, -1))
+            xs, xz = dynamic_params(xd[:steps].reshape(steps * batch, -1)) if steps else (F32(1), 0)
+            xq = quantize_div(xd.reshape(seq * batch, -1), xs, xz, np.dtype(np.uint8))
             xw = (int_matmul(xq, xz, w[d], wz).astype(F32) * (xs * ws)).reshape(seq, batch, 4 * hs)
             bias = None if b is None else b[d, : 4 * hs].astype(F32) + b[d, 4 * hs :].astype(F32)
             h = np.zeros((batch, hs), F32) if h0 is None else h0[d].astype(F32)
             c = np.zeros((batch, hs), F32) if c0 is None else c0[d].astype(F32)
             yd = np.zeros((seq, batch, hs), F32)
             for t in range(seq):
-                hq, hsc, hz = dynamic_quantize(h)
+                hq, hsc, hz = dynamic_quantize(h if mask is None or t == 0 else np.where(mask[t - 1][:, None], h, 0))
                 gates = int_matmul(hq, hz, r[d], rz).astype(F32) * (hsc * rs) + xw[t]
                 if bias is not None:
                     gates = gates + bias

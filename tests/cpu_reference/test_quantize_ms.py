@@ -764,3 +764,31 @@ def test_a_qgemm_feeding_a_reshape_loads_and_runs(provider: str, requantized: bo
     got = ep_core.InferenceSession(model, providers=[provider]).run(None, x)[0]
     assert got.shape == (2, 4, 24)
     np.testing.assert_allclose(got, want, rtol=0, atol=1e-5 * float(np.abs(want).max()))
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("lens", [[3], [1, 5, 3], [2, 2, 4], [5, 5, 5]])
+@pytest.mark.parametrize("states", [False, True])
+def test_dynamic_quantize_lstm_sequence_lens_is_onnxruntime_bit_for_bit(
+    direction: str, lens: list, states: bool
+) -> None:
+    """With sequence_lens, as onnxruntime's LSTM: X quantized over its first max(lens) steps of every
+    row (a reverse direction's steps past a row's length stay in place), each step's state over the
+    previous step's outputs with a finished row's zeroed, MLAS's logistic and tanh. Each of these
+    moved whole quanta (up to 0.009) before."""
+    rng = np.random.default_rng(len(lens) * 10 + len(direction) + states)
+    t, b, i, h = 5, len(lens), 7, 8
+    d = 2 if direction == "bidirectional" else 1
+    ins: list[tuple[str, Any]] = [("x", rng.standard_normal((t, b, i)).astype(np.float32))]
+    ins += [("w", rng.integers(-128, 128, (d, i, 4 * h)).astype(np.int8))]
+    ins += [("r", rng.integers(-128, 128, (d, h, 4 * h)).astype(np.int8))]
+    ins += [("b", rng.standard_normal((d, 8 * h)).astype(np.float32) * 0.1), ("sl", np.array(lens, np.int32))]
+    for name in ("h0", "c0"):
+        ins.append((name, rng.standard_normal((d, b, h)).astype(np.float32) * 0.5 if states else None))
+    ins += [("p", None), ("ws", rng.uniform(0.002, 0.006, d).astype(np.float32)), ("wz", np.zeros(d, np.int8))]
+    ins += [("rs", rng.uniform(0.002, 0.006, d).astype(np.float32)), ("rz", np.zeros(d, np.int8))]
+    consts = {"w", "r", "b", "ws", "wz", "rs", "rz"}
+    model, feeds = _model("DynamicQuantizeLSTM", ins, [np.float32] * 3, consts, hidden_size=h, direction=direction)
+    got, want = _run_both(model, feeds)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_array_equal(g, w)
