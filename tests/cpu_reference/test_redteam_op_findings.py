@@ -546,6 +546,12 @@ def _ml_model(node: Any, x_cols: int, outs: list[tuple[str, int]]) -> bytes:
     return h.make_model(graph, opset_imports=opsets, ir_version=8).SerializeToString()
 
 
+def _linear_classifier(x_cols: int, **attrs: Any) -> bytes:
+    """A LinearClassifier model over ``x_cols`` features, labels and scores out."""
+    node = h.make_node("LinearClassifier", ["X"], ["L", "S"], domain="ai.onnx.ml", **attrs)
+    return _ml_model(node, x_cols, [("L", TP.INT64), ("S", TP.FLOAT)])
+
+
 def _close_to_onnxruntime(model: bytes, x: np.ndarray, provider: str) -> None:
     want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"X": x})
     got = ep_core.InferenceSession(model, providers=[provider]).run(None, {"X": x})
@@ -581,17 +587,13 @@ def test_linear_classifier_reads_the_coefficients_x_needs(provider: str, post: s
     """Coefficients for 4 features, X of 2: the first classes x 2 weights, as onnxruntime; one class
     (one score) without labels gives onnxruntime's 1 / 0 labels and one score column."""
     rng = np.random.default_rng(classes)
-    node = h.make_node(
-        "LinearClassifier",
-        ["X"],
-        ["L", "S"],
-        domain="ai.onnx.ml",
+    model = _linear_classifier(
+        2,
         **({"classlabels_ints": [7, 8, 9]} if classes > 1 else {}),
         coefficients=rng.standard_normal(4 * classes).tolist(),
         intercepts=rng.standard_normal(classes).tolist(),
         post_transform=post,
     )
-    model = _ml_model(node, 2, [("L", TP.INT64), ("S", TP.FLOAT)])
     _close_to_onnxruntime(model, rng.standard_normal((5, 2)).astype(np.float32), provider)
 
 
@@ -634,16 +636,12 @@ def test_linear_classifier_labels_that_do_not_fit_its_classes_are_refused(
     provider: str, classes: int, labels: list[int]
 ) -> None:
     """As onnxruntime 1.31 refuses them at session creation (ep-core labelled rows by argmax index)."""
-    node = h.make_node(
-        "LinearClassifier",
-        ["X"],
-        ["L", "S"],
-        domain="ai.onnx.ml",
+    model = _linear_classifier(
+        2,
         **({"classlabels_ints": labels} if labels else {}),
         coefficients=[0.5] * (2 * classes),
         intercepts=[0.1] * classes,
     )
-    model = _ml_model(node, 2, [("L", TP.INT64), ("S", TP.FLOAT)])
     so = ort.SessionOptions()
     so.log_severity_level = 4
     with pytest.raises(Exception, match="LinearClassifier"):
@@ -660,15 +658,8 @@ def test_linear_classifier_post_transforms_it_cannot_serve_are_refused_at_creati
     provider: str, post: str, match: str
 ) -> None:
     """Refused when the session is made, naming the node and the choices (they failed at run time)."""
-    node = h.make_node(
-        "LinearClassifier",
-        ["X"],
-        ["L", "S"],
-        domain="ai.onnx.ml",
-        classlabels_ints=[3, 4],
-        coefficients=[0.5, 0.5],
-        intercepts=[0.1],
-        post_transform=post,
+    model = _linear_classifier(
+        2, classlabels_ints=[3, 4], coefficients=[0.5, 0.5], intercepts=[0.1], post_transform=post
     )
     with pytest.raises(EpCoreError, match=match):
-        ep_core.InferenceSession(_ml_model(node, 2, [("L", TP.INT64), ("S", TP.FLOAT)]), providers=[provider])
+        ep_core.InferenceSession(model, providers=[provider])
