@@ -572,3 +572,27 @@ def test_an_empty_constant_in_a_cluster_is_an_array_argument_not_a_literal():
     m = _model(nodes, [("x", F, ["n", 4])], [("y", F, None)], [("kz", np.zeros((0, 1), np.float32))])
     for n in (0, 1):
         _check(m, {"x": rng.standard_normal((n, 4), np.float32)}, fused_at_least=1)
+
+
+@pytest.mark.parametrize("parallel", [False, True])
+def test_depthwise_kernel_refuses_a_scratch_smaller_than_its_planes(parallel: bool) -> None:
+    """The compiled depthwise kernel writes its planes into a caller's scratch without bounds
+    checks: one value short of ``depthwise_plane`` per row returns 1 for the caller to raise,
+    without writing; the exact size computes and returns 0."""
+    import numba
+
+    from ep_numba_cpu import codegen, generate
+
+    geometry = (3, 3, 1, 1, 1, 1, 1, 1)
+    src = generate._depthwise_source("float32", *geometry, parallel)
+    sig = "float32:4:C:w,float32:4:C:r,float32:3:C:r,float32:1:C:r,float32:2:C:w"
+    fn = codegen.compile_kernel(src, sig, parallel).dispatcher
+    x = rng.standard_normal((1, 4, 6, 7), np.float32)
+    w = rng.standard_normal((4, 3, 3), np.float32)
+    args = (np.empty((1, 4, 6, 7), np.float32), x, w, np.zeros(4, np.float32))
+    plane = generate.depthwise_plane(geometry, (6, 7), (6, 7))
+    rows = numba.get_num_threads() if parallel else 1
+    short = np.zeros((rows, plane - 1), np.float32)
+    assert fn(*args, short) == 1 and not short.any()
+    assert fn(*args, np.zeros((rows, plane), np.float32)) == 0
+    assert np.isfinite(args[0]).all()

@@ -327,6 +327,11 @@ def _depthwise_source(
         "    wi = x.shape[3]",
         f"    hb = max((ho - 1) * {sh} + {(kh - 1) * dh + 1}, {pt} + hi)",
         f"    wb = max((wo - 1) * {sw} + {(kw - 1) * dw + 1}, {pl} + wi)",
+        # Numba does not bounds-check: rows shorter than ``depthwise_plane`` return 1 (the caller
+        # raises), not an overrun. (A raise here, or get_num_threads() for the row count, would make
+        # the kernel unserialisable; the caller sizes the rows by get_num_threads() at each call.)
+        "    if scratch.shape[1] < hb * wb or scratch.shape[0] < 1:",
+        "        return 1",
         f"    for t in {'prange' if par else 'range'}(nb * nc):",
         "        b = t // nc",
         "        c = t % nc",
@@ -356,5 +361,5 @@ def _depthwise_source(
     src += ["            o = out[b, c, i]", "            for j in range(wo):"]
     col = "j" if sw == 1 else f"j * {sw}"
     terms = " + ".join(f"r{a}[{col} + {e * dw}] * w{a}_{e}" for a, e in taps)
-    src += [f"                o[j] = bv + {terms}"]
+    src += [f"                o[j] = bv + {terms}", "    return 0"]
     return "\n".join(src) + "\n"

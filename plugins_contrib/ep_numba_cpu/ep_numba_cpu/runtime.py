@@ -129,7 +129,8 @@ def _conv_plan(
         def run_depthwise(x: np.ndarray) -> np.ndarray:
             out = _buf(ws if internal else None, (key, "out"), (n, m, ho, wo), dt)
             scratch = _buf(ws, (key, "planes"), (get_num_threads(), plane), dt)  # a plane per thread
-            depthwise(out, readonly(np.ascontiguousarray(x)), wr, br, scratch)
+            if depthwise(out, readonly(np.ascontiguousarray(x)), wr, br, scratch):
+                raise Fail(f"depthwise convolution: a scratch buffer of {scratch.shape} is smaller than its planes")
             return out
 
         return run_depthwise
