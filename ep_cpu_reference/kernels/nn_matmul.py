@@ -6,6 +6,7 @@ Gemm transposes and casts a constant B once at build time."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -92,25 +93,49 @@ def int_matmul(a: Any, a_zp: Any, b: Any, b_zp: Any) -> np.ndarray:
 
 
 @REGISTRY.register("MatMulInteger", since=first_since("MatMulInteger"))
-def build_matmul_integer(node: NodeView, ctx: KernelContext) -> Any:
+def build_matmul_integer(node: NodeView, ctx: KernelContext, int_product: "IntProduct | None" = None) -> Any:
     """Exact integer products through float BLAS. A constant B (and zero point) is laid out once:
     as float32 when every partial sum of an 8-bit A (|a - a_zp| <= 255) times its columns stays
     below 2^24 (float32 BLAS is then exact, and twice as fast as float64); otherwise cut along K
     into float32 slices that each stay below it, whose exact products add up in float64 (a
     1024 x 8210 uint8 classifier: about half float64's time); float64 when one row of B alone
-    reaches it."""
+    reaches it. ``int_product``: another EP's exact integer product of a constant B (``IntB``)."""
     ins = list(node.inputs) + [""] * (4 - len(node.inputs))
-    b_fixed: list[tuple[slice, np.ndarray]] | None = None
+    b_fixed: IntB | None = None
     if ctx.constant(ins[1]) is not None and (not ins[3] or ctx.constant(ins[3]) is not None):
         bf = shifted(np.asarray(ctx.constant(ins[1])), ctx.constant(ins[3]) if ins[3] else None, 1)
-        b_fixed = exact_slices(bf)
+        b_fixed = IntB(bf, int_product)
 
     def compute(a: Any, b: Any, a_zp: Any = None, b_zp: Any = None) -> tuple[np.ndarray]:
-        if b_fixed is None:
-            return (np.rint(int_matmul(a, a_zp, b, b_zp)).astype(np.int32),)
-        return (np.rint(exact_matmul(shifted(a, a_zp, 2), b_fixed)).astype(np.int32),)
+        acc = int_matmul(a, a_zp, b, b_zp) if b_fixed is None else b_fixed.times(shifted(a, a_zp, 2))
+        return (acc if acc.dtype == np.int32 else np.rint(acc).astype(np.int32),)
 
     return compute
+
+
+# another EP's exact product of a constant B' (K, N) (integers in a float array): a function of A'
+# (..., K) (integers in a float array) giving int32 (..., N), or None where it cannot (then the
+# float product serves); the factory itself returns None for a B' it does not take
+IntProduct = Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray | None] | None]
+
+
+class IntB:
+    """A constant B' laid out once for exact products by 8-bit A': ``exact_slices`` for float
+    BLAS, and another EP's compiled product (``IntProduct``) where one is given and takes it.
+    ``times`` gives the same integers either way (int32 from the compiled one, floats from BLAS)."""
+
+    __slots__ = ("slices", "compiled")
+
+    def __init__(self, bf: np.ndarray, int_product: IntProduct | None = None) -> None:
+        self.slices = exact_slices(bf)
+        self.compiled = None if int_product is None else int_product(bf)
+
+    def times(self, a: np.ndarray) -> np.ndarray:
+        if self.compiled is not None:
+            got = self.compiled(a)
+            if got is not None:
+                return got
+        return exact_matmul(a, self.slices)
 
 
 def exact_slices(bf: np.ndarray) -> list[tuple[slice, np.ndarray]]:
@@ -152,22 +177,24 @@ def exact_matmul(a: np.ndarray, slices: list[tuple[slice, np.ndarray]]) -> np.nd
 
 
 @REGISTRY.register("QLinearMatMul", since=first_since("QLinearMatMul"))
-def build_qlinear_matmul(node: NodeView, ctx: KernelContext) -> Any:
+def build_qlinear_matmul(node: NodeView, ctx: KernelContext, int_product: IntProduct | None = None) -> Any:
     """QLinearMatMul: exact integer product, requantized as onnxruntime does
     (MlasRequantizeOutput): float32(acc) * float32(a_scale * b_scale[n] / y_scale), rounded
     half to even, + y_zero_point, saturated. A float64 scale rounds some exact float32 halves
     the other way. A constant B (and zero point) is laid out once for ``exact_matmul``, as
-    MatMulInteger's is: float32 BLAS where its sums stay exact, not a float64 product per run."""
+    MatMulInteger's is: float32 BLAS where its sums stay exact, not a float64 product per run
+    (or ``int_product``'s, as MatMulInteger's)."""
     f32 = np.float32
-    b_fixed: list[tuple[slice, np.ndarray]] | None = None
+    b_fixed: IntB | None = None
     if ctx.constant(node.inputs[3]) is not None and ctx.constant(node.inputs[5]) is not None:
-        b_fixed = exact_slices(shifted(np.asarray(ctx.constant(node.inputs[3])), ctx.constant(node.inputs[5]), 1))
+        bq = shifted(np.asarray(ctx.constant(node.inputs[3])), ctx.constant(node.inputs[5]), 1)
+        b_fixed = IntB(bq, int_product)
 
     def compute(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):  # type: ignore[no-untyped-def]
         if b_fixed is None:
             acc = int_matmul(a, a_zp, b, b_zp)
         else:
-            acc = exact_matmul(shifted(a, a_zp, 2), b_fixed)
+            acc = b_fixed.times(shifted(a, a_zp, 2))
         a_scale = np.asarray(a_s, dtype=f32)
         b_scale = np.asarray(b_s, dtype=f32)
         a_scale = a_scale.reshape(-1, 1) if a_scale.size > 1 else a_scale.reshape(())

@@ -24,7 +24,7 @@ from ep_cpu_reference.kernels._ms_schema import MS
 from ep_cpu_reference.kernels._quantize_ms_schemas import register_schemas
 from ep_cpu_reference.kernels.nn_common import fail
 from ep_cpu_reference.kernels.nn_conv import build_qlinear_conv
-from ep_cpu_reference.kernels.nn_matmul import exact_matmul, exact_slices, int_matmul
+from ep_cpu_reference.kernels.nn_matmul import IntB, int_matmul
 from ep_cpu_reference.kernels.nn_pool import build_average_pool
 from ep_cpu_reference.kernels.nn_rnn import _reverse_index, _RnnSpec, _unreverse
 from ep_cpu_reference.kernels.quantize import _dequantize_builder, _quantize_builder, dynamic_params
@@ -463,7 +463,7 @@ def _int8_blocks(a: np.ndarray, w: np.ndarray, blk: int) -> np.ndarray:
 # ----------------------------------------------------------------------- DynamicQuantizeLSTM
 @REGISTRY.register("DynamicQuantizeLSTM", domain=MS)
 def build_dynamic_quantize_lstm(
-    node: NodeView, ctx: KernelContext, recurrent_product: Any = None, lstm_cell: Any = None
+    node: NodeView, ctx: KernelContext, recurrent_product: Any = None, lstm_cell: Any = None, int_product: Any = None
 ) -> Any:
     """LSTM with int8/uint8 W (D, I, 4H) and R (D, H, 4H), per-tensor or per-column scales.
     As onnxruntime: X (all steps) is quantized once to uint8 per direction and the state
@@ -473,7 +473,7 @@ def build_dynamic_quantize_lstm(
     ``recurrent_product(rq)``: another EP's compiled product for one direction's integer R (4, H, H)
     (exact integers in a float dtype), ``product(q, g)`` writing ``q @ rq[j]`` to ``g[j]`` as the
     float32 BLAS's exact product rounds to (``_rnn_fast.dq_lstm_loop``'s ``product``), or None for
-    BLAS's; the input projection of all steps stays BLAS's (faster at these row counts).
+    BLAS's. ``int_product``: as MatMulInteger's (``nn_matmul.IntProduct``), for the input projection.
     ``lstm_cell(g, c, h)``: another EP's compiled ``_rnn_fast.mlas_lstm_cell`` (bit for bit), or None."""
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     if int(node.attr("layout", 0)) != 0:
@@ -534,7 +534,8 @@ def build_dynamic_quantize_lstm(
         rq = per_gate(signed(r, r_zp))
         products = [None if recurrent_product is None else recurrent_product(rq[d]) for d in range(n_dir)]
         wv = signed(w, w_zp)
-        return [exact_slices(wv[d]) for d in range(n_dir)], column_scale(w_s), rq, scale(r_s), bias, products
+        wq = [IntB(wv[d], int_product) for d in range(n_dir)]
+        return wq, column_scale(w_s), rq, scale(r_s), bias, products
 
     def run_fast(x, h0, c0, prep):  # type: ignore[no-untyped-def]
         wq, ws, rq, rs, bias, products = prep
@@ -545,7 +546,7 @@ def build_dynamic_quantize_lstm(
         xf = (xq.astype(np.int16) - np.int16(xz)).astype(F32)
         xw = np.empty((seq, 4, len(rev), batch, hs), F32)  # both directions advance in the same step
         for d, back in enumerate(rev):
-            p = exact_matmul(xf, wq[d]).astype(F32, copy=False)
+            p = wq[d].times(xf).astype(F32, copy=False)
             p *= xs * ws[d]
             p = p.reshape(seq, batch, 4, hs).transpose(0, 2, 1, 3)
             xw[:, :, d] = p[::-1] if back else p

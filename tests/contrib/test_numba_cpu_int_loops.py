@@ -16,7 +16,7 @@ from _support.oracle import one_node_model
 pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
 
 from ep_core import InferenceSession  # noqa: E402
-from ep_numba_cpu import int_loops  # noqa: E402
+from ep_numba_cpu import int_loops, vnni  # noqa: E402
 
 NUMBA = ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
 
@@ -41,14 +41,27 @@ def _model(direction: str, wdt: Any, per_channel: bool, h: int, states: bool, se
     return one_node_model("DynamicQuantizeLSTM", ins, [np.float32] * 3, consts, hidden_size=h, direction=direction)
 
 
+def product_path(path: str, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The name of ``int_loops``' recurrent product for ``path``: "vnni" (skipped on a CPU
+    without AVX-512 VNNI) or "int16" (the loop every CPU runs; VNNI reported absent)."""
+    if path == "vnni":
+        if not vnni.available():
+            pytest.skip("this CPU has no AVX-512 VNNI (the int16 case covers its loop)")
+        return "_gemm_recurrent"
+    monkeypatch.setattr(vnni, "available", lambda: False)
+    return "_product"
+
+
+@pytest.mark.parametrize("path", ["vnni", "int16"])
 @pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
 @pytest.mark.parametrize("wdt", [np.int8, np.uint8])
 @pytest.mark.parametrize(("per_channel", "h", "states"), [(False, 8, False), (True, 300, True)])
 def test_recurrent_product_matches_the_reference_ep(
-    direction: str, wdt: Any, per_channel: bool, h: int, states: bool, monkeypatch: pytest.MonkeyPatch
+    path: str, direction: str, wdt: Any, per_channel: bool, h: int, states: bool, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     served: list[bool] = []
-    real = int_loops._product
+    name = product_path(path, monkeypatch)
+    real = getattr(int_loops, name)
 
     def spy(fn: Any, v: np.ndarray) -> Any:
         got = real(fn, v)
@@ -59,7 +72,7 @@ def test_recurrent_product_matches_the_reference_ep(
 
     numpy_cells: list[int] = []
     real_cell = _rnn_fast.mlas_lstm_cell
-    monkeypatch.setattr(int_loops, "_product", spy)
+    monkeypatch.setattr(int_loops, name, spy)
     monkeypatch.setattr(_rnn_fast, "mlas_lstm_cell", lambda *a: numpy_cells.append(1) or real_cell(*a))
     model, feed = _model(direction, wdt, per_channel, h, states, seed=h + len(direction))
     with warnings.catch_warnings():
@@ -80,11 +93,13 @@ def test_weights_past_the_loop_bounds_keep_blas() -> None:
     assert int_loops._product(None, np.full((4, 3, 2), -255.0)) is not None
 
 
-def test_sums_past_float32_exactness(monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("path", ["vnni", "int16"])
+def test_sums_past_float32_exactness(path: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """H = 1100: the reference EP's exact product needs float64 (sums reach 2^24) and rounds it to
-    float32; the int32 loop rounds the same integer the same way."""
+    float32; the int32 loops round the same integer the same way."""
     from ep_cpu_reference.kernels import _rnn_fast
 
+    product_path(path, monkeypatch)
     dtypes: list[Any] = []
     real = _rnn_fast.exact_dtype
     monkeypatch.setattr(_rnn_fast, "exact_dtype", lambda w: dtypes.append(real(w)) or dtypes[-1])

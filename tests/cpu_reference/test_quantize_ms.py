@@ -419,7 +419,7 @@ def test_dynamic_quantize_lstm_wide_input_projection_in_exact_slices(monkeypatch
     sums pass 2^24, so it runs as exact float32 slices added in float64. The
     answer is the one float64 product gives (every integer exact) and differs from one float32
     product's (which rounds them); it matches onnxruntime."""
-    from ep_cpu_reference.kernels import quantize_ms
+    from ep_cpu_reference.kernels import nn_matmul
     from ep_cpu_reference.kernels.nn_matmul import exact_slices
 
     t, b, i, h = 3, 2, 4000, 4
@@ -443,7 +443,7 @@ def test_dynamic_quantize_lstm_wide_input_projection_in_exact_slices(monkeypatch
 
     def run(layout: Any = None) -> list[np.ndarray]:
         if layout is not None:
-            monkeypatch.setattr(quantize_ms, "exact_slices", layout)
+            monkeypatch.setattr(nn_matmul, "exact_slices", layout)  # (IntB lays B out with it)
         return ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
 
     got = run()

@@ -87,7 +87,8 @@ def expand(
 def node_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     """Compiled kernels that replace a delegated node's reference kernel, or None (the runner
     builds the reference kernel): recurrent time loops (LSTM, GRU), the loops of ai.onnx.ml ops
-    (tree walks, SVM coupling) and DynamicQuantizeLSTM's integer recurrent product. With kernels
+    (tree walks, SVM coupling), DynamicQuantizeLSTM's integer recurrent product and cell, and the
+    VNNI integer product of MatMulInteger and QLinearMatMul (``int_loops``). With kernels
     here, ``runtime`` builds the node's compute with ``node_compute``."""
     loops = _loops_for(step)
     return None if loops is None else loops.kernel_sources(step)
@@ -113,10 +114,9 @@ def _loops_for(step: Mapping[str, Any]) -> Any:
         return recurrent
     from ep_numba_cpu import int_loops, ml_loops  # (they import this module)
 
-    for loops, domain in ((ml_loops, ml_loops.ML), (int_loops, int_loops.MS)):
-        if step["op"] in loops.OPS and step["domain"] == domain:
-            return loops
-    return None
+    if step["op"] in ml_loops.OPS and step["domain"] == ml_loops.ML:
+        return ml_loops
+    return int_loops if int_loops.serves(step["domain"], step["op"]) else None
 
 
 def broadcast_groups(full: Sequence[Sequence[bool]], rank: int) -> dict[str, Any]:

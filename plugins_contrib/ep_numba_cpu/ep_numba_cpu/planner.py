@@ -690,12 +690,13 @@ def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
 RECURRENT = ("LSTM", "GRU")  # served by compiled loops (recurrent.py)
 ML_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SVMClassifier")
 LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuantizeLSTM")}  # ml_ / int_loops.py
+LOOPS |= {(d, op) for d in ("", "ai.onnx") for op in ("MatMulInteger", "QLinearMatMul")}  # integer products
 
 
 def pays_a_runner(node: Any) -> bool:
     """Whether ``node`` makes a group worth its runner's call when the group is not the whole
     graph (inside a control-flow body the call is paid on every branch taken): a recurrent loop,
-    a tree walk, SVM coupling or integer recurrent product, or a compiled node computing floats.
+    a tree walk, SVM coupling or integer product, or a compiled node computing floats.
     Copies (Identity) and shape logic on integers and bools run as fast on the next EP without
     the call (silero's nested Ifs: a dozen such groups made it 2x slower than the reference EP)."""
     if node.op_type in RECURRENT or (node.domain, node.op_type) in LOOPS:

@@ -1,0 +1,129 @@
+"""The Numba CPU EP's exact 8-bit products on AVX-512 VNNI (``ep_numba_cpu.vnni``): the compiled
+kernel against int64 arithmetic over the layout's edges (rows past a block of four, K not a
+multiple of 4, N not of 64, every sign of zero point), B's layout refusals, and MatMulInteger and
+QLinearMatMul on the EP giving the reference EP's outputs to the bit. The kernel tests skip on a
+CPU without VNNI; there, the EP must not plan the kernel at all (tested everywhere)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import numpy as np
+import pytest
+from _support.oracle import one_node_model
+
+pytest.importorskip("ep_numba_cpu", reason="plugins_contrib/ep_numba_cpu is not installed (make install)")
+
+from ep_core import InferenceSession  # noqa: E402
+from ep_numba_cpu import codegen, generate, int_loops, vnni  # noqa: E402
+
+NUMBA = ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
+needs_vnni = pytest.mark.skipif(not vnni.available(), reason="this CPU has no AVX-512 VNNI")
+
+
+def _kernel() -> Any:
+    ks = vnni.gemm_kernel()
+    return codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
+
+
+def _ints(rng: np.random.Generator, dt: Any, shape: tuple[int, ...]) -> np.ndarray:
+    info = np.iinfo(dt)
+    return rng.integers(info.min, info.max + 1, shape).astype(dt)
+
+
+@needs_vnni
+@pytest.mark.parametrize("m", [1, 2, 3, 4, 5, 7, 9])
+@pytest.mark.parametrize(("k", "n"), [(1, 1), (3, 65), (37, 70), (384, 128), (1100, 64)])
+@pytest.mark.parametrize(("adt", "azp", "bdt", "bzp"), [(np.uint8, 128, np.int8, 0), (np.int8, -3, np.uint8, 131)])
+def test_product_is_int64_arithmetic(m: int, k: int, n: int, adt: Any, azp: int, bdt: Any, bzp: int) -> None:
+    rng = np.random.default_rng(m * 1000 + k + n)
+    a, b = _ints(rng, adt, (m, k)), _ints(rng, bdt, (k, n))
+    want = (a.astype(np.int64) - azp) @ (b.astype(np.int64) - bzp)
+    packed = vnni.pack((b.astype(np.float64) - bzp).astype(np.float32))
+    assert packed is not None
+    got = vnni.product(_kernel(), packed, (a.astype(np.float32) - azp).reshape(1, m, k))
+    assert got is not None and got.dtype == np.int32 and got.shape == (1, m, n)
+    np.testing.assert_array_equal(got[0], want)
+
+
+@needs_vnni
+def test_extreme_values_and_per_column_zero_points() -> None:
+    """Every A' at its ends (0 - 255 and 255 - 0) against columns at theirs, with a zero point per
+    column of B: the largest sums the layout meets."""
+    k = 1024
+    a = np.concatenate([np.full((2, k), 255), np.zeros((2, k)), np.full((1, k), 7)]).astype(np.int64)
+    b = np.stack([np.full(k, 0), np.full(k, 255), np.arange(k) % 256, np.full(k, 128)], 1).astype(np.int64)
+    bzp = np.array([255, 0, 17, 128])
+    for azp in (0, 255):
+        want = (a - azp) @ (b - bzp)
+        got = vnni.product(_kernel(), vnni.pack((b - bzp).astype(np.float64)), (a - azp).astype(np.float32))
+        np.testing.assert_array_equal(got, want)
+
+
+@needs_vnni
+def test_a_beyond_256_values_or_nan_takes_the_float_product() -> None:
+    packed = vnni.pack(np.ones((2, 3), np.float32))
+    assert vnni.product(_kernel(), packed, np.array([[0.0, 256.0]], np.float32)) is None
+    assert vnni.product(_kernel(), packed, np.array([[0.0, np.nan]], np.float32)) is None
+    assert vnni.product(_kernel(), packed, np.array([[np.nan, 0.0]], np.float32)) is None
+    np.testing.assert_array_equal(vnni.product(_kernel(), packed, np.array([[-255.0, 0.0]], np.float32)), [[-255] * 3])
+    with pytest.raises(ValueError, match="A has 3 columns, B 2 rows"):
+        vnni.product(_kernel(), packed, np.zeros((1, 3), np.float32))
+
+
+def test_layout_refuses_what_int8_cannot_hold() -> None:
+    assert vnni.pack(np.array([[0.0], [256.0]])) is None  # a column spanning 257 values
+    assert vnni.pack(np.array([[0.5]])) is None  # not an integer
+    assert vnni.pack(np.array([[np.nan]])) is None
+    assert vnni.pack(np.zeros((vnni.MAX_K + 1, 1))) is None
+    assert vnni.pack(np.zeros((2, 3, 4))) is None  # a batched B keeps the float product
+    assert vnni.pack(np.zeros((0, 4))) is None
+    p = vnni.pack(np.array([[-255.0, 300.0], [0.0, 45.0]]))  # spans of 255 at any offset
+    assert p is not None and p.s.dtype == np.int8 and p.s.shape == (1, 256)
+    np.testing.assert_array_equal(p.cb, [-255 + 128, 45 + 128])
+    np.testing.assert_array_equal(p.bsum, [-255, 345])
+
+
+def test_no_vnni_no_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CPU without VNNI plans no kernel for MatMulInteger (the reference kernel's float product
+    serves it) and DynamicQuantizeLSTM's portable int16 loop."""
+    monkeypatch.setattr(vnni, "available", lambda: False)
+    assert generate.node_sources({"op": "MatMulInteger", "domain": ""}) is None
+    dq = generate.node_sources({"op": "DynamicQuantizeLSTM", "domain": "com.microsoft"})
+    assert dq is not None and dq[0] == int_loops.product_kernel()
+
+
+def _matmul_integer(rng: np.random.Generator, per_column: bool) -> tuple[bytes, dict]:
+    ins = [("a", _ints(rng, np.uint8, (3, 40, 96))), ("b", _ints(rng, np.int8, (96, 70)))]
+    ins += [("azp", np.uint8(131)), ("bzp", _ints(rng, np.int8, (70,)) if per_column else np.int8(-2))]
+    return one_node_model("MatMulInteger", ins, [np.int32], {"b", "azp", "bzp"}, domain="")
+
+
+def _qlinear_matmul(rng: np.random.Generator, per_column: bool) -> tuple[bytes, dict]:
+    ins = [("a", _ints(rng, np.int8, (40, 200))), ("as", np.float32(0.02)), ("azp", np.int8(5))]
+    ins += [("b", _ints(rng, np.uint8, (200, 33)))]
+    ins += [("bs", rng.uniform(0.001, 0.003, 33).astype(np.float32) if per_column else np.float32(0.002))]
+    ins += [("bzp", _ints(rng, np.uint8, (33,)) if per_column else np.uint8(120))]
+    ins += [("ys", np.float32(0.5)), ("yzp", np.int8(-1))]
+    return one_node_model("QLinearMatMul", ins, [np.int8], {"b", "as", "azp", "bs", "bzp", "ys", "yzp"}, domain="")
+
+
+@needs_vnni
+@pytest.mark.parametrize("build", [_matmul_integer, _qlinear_matmul])
+@pytest.mark.parametrize("per_column", [False, True])
+def test_ops_match_the_reference_ep(build: Any, per_column: bool, monkeypatch: pytest.MonkeyPatch) -> None:
+    served: list[int] = []
+    real = vnni.product
+    monkeypatch.setattr(vnni, "product", lambda *a: served.append(1) or real(*a))
+    model, feed = build(np.random.default_rng(int(per_column)), per_column)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = InferenceSession(model, providers=NUMBA)
+        got = sess.run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
+    assert served  # the VNNI product ran
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
