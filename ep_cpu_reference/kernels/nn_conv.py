@@ -8,7 +8,7 @@ strided scatter-add (col2im)."""
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -228,16 +228,24 @@ def _zp_shift(v: np.ndarray, zp: np.ndarray | None) -> np.ndarray:
     return v - zp
 
 
+# another EP's exact integer convolution of constant weights W' (M, C/group, *kernel) (integers in a
+# float array) and the group count: a function of (x, x_zp, bias or None, (kernel, strides,
+# dilations, leading pads, out)) giving the float32 nearest conv(x - x_zp, W') + bias (N, M, *out),
+# or None where it cannot (then the float product serves); the factory returns None for W' it does
+# not take
+IntConvProduct = Callable[[np.ndarray, int], Callable[..., np.ndarray | None] | None]
+
+
 @REGISTRY.register("ConvInteger", since=first_since("ConvInteger"))
-def build_conv_integer(node: NodeView, ctx: KernelContext) -> Any:
+def build_conv_integer(node: NodeView, ctx: KernelContext, int_conv: IntConvProduct | None = None) -> Any:
     """ConvInteger: QLinearConv's exact integer conv (``_IntConv``: float32 BLAS where no partial
-    sum can reach 2^24, else float64), returned as int32."""
-    int_conv = _IntConv(
-        _ConvGeom(node, None), ctx.constant(node.inputs[1]) is not None and _const_or_absent(ctx, node, 3)
-    )
+    sum can reach 2^24, else float64), returned as int32; ``int_conv``: another EP's (used where
+    the sums stay below 2^24, so its float32 holds them exactly)."""
+    const_w = ctx.constant(node.inputs[1]) is not None and _const_or_absent(ctx, node, 3)
+    exact = _IntConv(_ConvGeom(node, None), const_w, int_conv if const_w else None, rounds_to_f32=False)
 
     def compute(x: Any, w: Any, x_zp: Any = None, w_zp: Any = None) -> tuple[np.ndarray]:
-        acc, _ = int_conv(x, x_zp, w, w_zp, None)
+        acc, _ = exact(x, x_zp, w, w_zp, None)
         return (np.rint(acc).astype(np.int32),)
 
     return compute
@@ -260,10 +268,20 @@ class _IntConv:
     max|x - x_zp| * max over channels of sum|w - w_zp| + max|bias|; float64 otherwise (exact
     below 2^53). Constant weights are shifted, summed and laid out (a plan per input shape) once."""
 
-    def __init__(self, geom: _ConvGeom, w_constant: bool) -> None:
+    def __init__(
+        self,
+        geom: _ConvGeom,
+        w_constant: bool,
+        int_conv: IntConvProduct | None = None,
+        rounds_to_f32: bool = True,
+    ) -> None:
+        """``int_conv``: another EP's product of the constant weights; ``rounds_to_f32``: the caller
+        takes float32 of the sums (QLinearConv), so that product serves at any size."""
         self.geom, self.keep = geom, w_constant
         self.weights: tuple[np.ndarray, np.ndarray, float] | None = None
         self.plans: dict[Any, Any] = {}
+        self.int_conv, self.rounds_to_f32 = int_conv, rounds_to_f32
+        self.compiled: Callable[..., np.ndarray | None] | None = None
 
     def _weights(self, w: np.ndarray, wzp: Any) -> tuple[np.ndarray, np.ndarray, float]:
         got = self.weights
@@ -273,6 +291,7 @@ class _IntConv:
             got = (wf, wf.astype(np.float32), wsum)
             if self.keep:
                 self.weights = got
+                self.compiled = None if self.int_conv is None else self.int_conv(wf, self.geom.group)
         return got
 
     def __call__(self, x: np.ndarray, xzp: Any, w: np.ndarray, wzp: Any, b: Any) -> tuple[np.ndarray, list[int]]:
@@ -281,6 +300,10 @@ class _IntConv:
         xmax = max(int(x.max()) - zp, zp - int(x.min())) if x.size else 0
         bmax = float(np.abs(b.astype(np.float64)).max()) if b is not None and b.size else 0.0
         kernel, strides, dil, pb, pe, out = self.geom.resolve(x.shape, w.shape)
+        if self.compiled is not None and x.ndim == 4 and (self.rounds_to_f32 or xmax * wsum + bmax < 1 << 24):
+            got = self.compiled(x, zp, b, (kernel, strides, dil, pb, out))
+            if got is not None:
+                return got, out
         if xmax * wsum + bmax >= 1 << 24 and self.geom.group == 1 and x.shape[1] > 1:
             halves = self._halves(wf64)
             if xmax * max(h[2] for h in halves) < 1 << 24:  # each half exact in float32, summed in float64
@@ -334,16 +357,17 @@ class _IntConv:
 
 
 @REGISTRY.register("QLinearConv", since=first_since("QLinearConv"))
-def build_qlinear_conv(node: NodeView, ctx: KernelContext) -> Any:
+def build_qlinear_conv(node: NodeView, ctx: KernelContext, int_conv: IntConvProduct | None = None) -> Any:
     """QLinearConv: an exact integer conv (float64 holds it), plus the int32 bias, requantized
     as onnxruntime does (MlasRequantizeOutput): float32(acc) * float32(x_scale * w_scale[c] /
     y_scale), rounded half to even, + y_zero_point, saturated. A float64 scale rounds some
-    exact halves (49.5 in float32) the other way."""
+    exact halves (49.5 in float32) the other way. ``int_conv``: another EP's integer conv."""
     geom = _ConvGeom(node, None)
-    int_conv = _IntConv(geom, ctx.constant(node.inputs[3]) is not None and _const_or_absent(ctx, node, 5))
+    const_w = ctx.constant(node.inputs[3]) is not None and _const_or_absent(ctx, node, 5)
+    exact = _IntConv(geom, const_w, int_conv if const_w else None)
 
     def compute(x, xs, xzp, w, ws, wzp, ys, yzp=None, b=None):  # type: ignore[no-untyped-def]
-        acc, out = int_conv(x, xzp, w, wzp, b)
+        acc, out = exact(x, xzp, w, wzp, b)
         f32 = np.float32
         scale = f32(np.asarray(xs, f32).reshape(-1)[0]) * np.asarray(ws, f32).reshape(-1)
         scale = scale / f32(np.asarray(ys, f32).reshape(-1)[0])

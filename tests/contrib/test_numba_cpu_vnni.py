@@ -90,6 +90,7 @@ def test_no_vnni_no_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
     serves it) and DynamicQuantizeLSTM's portable int16 loop."""
     monkeypatch.setattr(vnni, "available", lambda: False)
     assert generate.node_sources({"op": "MatMulInteger", "domain": ""}) is None
+    assert generate.node_sources({"op": "QLinearConv", "domain": "", "in_types": [["uint8", None]]}) is None
     dq = generate.node_sources({"op": "DynamicQuantizeLSTM", "domain": "com.microsoft"})
     assert dq is not None and dq[0] == int_loops.product_kernel()
 
@@ -124,6 +125,107 @@ def test_ops_match_the_reference_ep(build: Any, per_column: bool, monkeypatch: p
         want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
     assert {a["ep"] for a in sess.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
     assert served  # the VNNI product ran
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)
+
+
+def _conv_int64(x: np.ndarray, zp: int, w: np.ndarray, bias: Any, k: Any, st: Any, dl: Any, pb: Any, pe: Any) -> Any:
+    """conv(x - zp, w) + bias in int64 by shifted slices (the test's own arithmetic)."""
+    n, c, h, wd = x.shape
+    xp = np.zeros((n, c, h + pb[0] + pe[0], wd + pb[1] + pe[1]), np.int64)
+    xp[:, :, pb[0] : pb[0] + h, pb[1] : pb[1] + wd] = x.astype(np.int64) - zp
+    oh = (xp.shape[2] - (dl[0] * (k[0] - 1) + 1)) // st[0] + 1
+    ow = (xp.shape[3] - (dl[1] * (k[1] - 1) + 1)) // st[1] + 1
+    out = np.zeros((n, w.shape[0], oh, ow), np.int64)
+    for a in range(k[0]):
+        for b in range(k[1]):
+            rows = slice(a * dl[0], a * dl[0] + st[0] * (oh - 1) + 1, st[0])
+            cols = slice(b * dl[1], b * dl[1] + st[1] * (ow - 1) + 1, st[1])
+            out += np.einsum("nchw,mc->nmhw", xp[:, :, rows, cols], w[:, :, a, b].astype(np.int64))
+    return out + (0 if bias is None else bias.astype(np.int64).reshape(1, -1, 1, 1)), [oh, ow]
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    ("shape", "m", "k", "st", "dl", "pb", "pe", "dt", "zp"),
+    [
+        ((1, 3, 9, 11), 5, (3, 3), (1, 1), (1, 1), (1, 1), (1, 1), np.uint8, 128),
+        ((2, 16, 14, 14), 70, (3, 3), (2, 2), (1, 1), (1, 1), (1, 1), np.int8, -5),
+        ((1, 24, 20, 17), 24, (1, 1), (1, 1), (1, 1), (0, 0), (0, 0), np.uint8, 0),
+        ((1, 7, 10, 10), 130, (5, 3), (1, 2), (2, 1), (2, 0), (1, 3), np.int8, 127),
+        ((1, 1, 3, 3), 1, (3, 3), (1, 1), (1, 1), (4, 4), (4, 4), np.uint8, 255),  # most taps padded
+    ],
+)
+def test_conv_is_int64_arithmetic(
+    shape: Any, m: int, k: Any, st: Any, dl: Any, pb: Any, pe: Any, dt: Any, zp: int
+) -> None:
+    rng = np.random.default_rng(m)
+    x = _ints(rng, dt, shape)
+    w = (rng.integers(-128, 128, (m, shape[1], *k)) - rng.integers(-3, 3, (m, 1, 1, 1))).astype(np.float64)
+    bias = rng.integers(-(2**30), 2**30, m).astype(np.int32)
+    want, out = _conv_int64(x, zp, w.astype(np.int64), bias, k, st, dl, pb, pe)
+    ks = vnni.conv_kernel(np.dtype(dt).name)
+    fn = codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
+    got = vnni.conv(fn, vnni.pack_conv(w, 1), x, zp, bias, (list(k), list(st), list(dl), list(pb), out))
+    assert got is not None and got.dtype == np.float32
+    np.testing.assert_array_equal(got, want.astype(np.float32))  # the float32 nearest each exact sum
+
+
+@needs_vnni
+def test_conv_kernel_needs_a_known_8_bit_x() -> None:
+    step = {"op": "ConvInteger", "domain": "", "in_types": [["uint8", [1, 2, 3, 3]]]}
+    assert generate.node_sources(step) == [vnni.conv_kernel("uint8")]
+    assert generate.node_sources({**step, "in_types": [[None, None]]}) is None
+
+
+def test_conv_layout_refuses_groups_and_other_ranks() -> None:
+    assert vnni.pack_conv(np.zeros((4, 1, 3, 3)), 4) is None
+    assert vnni.pack_conv(np.zeros((4, 2, 3)), 1) is None
+    p = vnni.pack_conv(np.arange(2 * 3 * 2 * 2, dtype=np.float64).reshape(2, 3, 2, 2) - 5, 1)
+    assert p is not None and (p.k, p.n) == (12, 2)
+
+
+def _qlinear_conv(rng: np.random.Generator, per_channel: bool, group: int) -> tuple[bytes, dict]:
+    c, m = 8, 12
+    ins = [("x", _ints(rng, np.uint8, (2, c, 11, 9))), ("xs", np.float32(0.03)), ("xzp", np.uint8(120))]
+    ins += [("w", _ints(rng, np.int8, (m, c // group, 3, 3)))]
+    ins += [("ws", rng.uniform(0.001, 0.01, m).astype(np.float32) if per_channel else np.float32(0.004))]
+    ins += [("wzp", np.zeros(m, np.int8) if per_channel else np.int8(0)), ("ys", np.float32(0.07))]
+    ins += [("yzp", np.uint8(128)), ("b", rng.integers(-5000, 5000, m).astype(np.int32))]
+    consts = {"xs", "xzp", "w", "ws", "wzp", "ys", "yzp", "b"}
+    attrs = {"pads": [1, 0, 2, 1], "strides": [2, 1], "group": group}
+    return one_node_model("QLinearConv", ins, [np.uint8], consts, domain="", **attrs)
+
+
+def _conv_integer(rng: np.random.Generator, per_channel: bool, group: int) -> tuple[bytes, dict]:
+    ins = [("x", _ints(rng, np.int8, (1, 6, 10, 12))), ("w", _ints(rng, np.uint8, (9, 6 // group, 3, 2)))]
+    ins += [("xzp", np.int8(-7)), ("wzp", _ints(rng, np.uint8, (9,)) if per_channel else np.uint8(131))]
+    attrs = {"dilations": [2, 1], "pads": [1, 1, 1, 1], "group": group}
+    return one_node_model("ConvInteger", ins, [np.int32], {"w", "xzp", "wzp"}, domain="", **attrs)
+
+
+@needs_vnni
+@pytest.mark.parametrize("build", [_qlinear_conv, _conv_integer])
+@pytest.mark.parametrize("per_channel", [False, True])
+@pytest.mark.parametrize("group", [1, 3])
+def test_convs_match_the_reference_ep(
+    build: Any, per_channel: bool, group: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Grouped convolutions keep the float product (the layout takes group 1 only)."""
+    if build is _qlinear_conv and group == 3:
+        group = 2
+    served: list[int] = []
+    real = vnni.conv
+    monkeypatch.setattr(vnni, "conv", lambda *a: served.append(1) or real(*a))
+    model, feed = build(np.random.default_rng(group + int(per_channel)), per_channel, group)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = InferenceSession(model, providers=NUMBA)
+        got = sess.run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    assert {a["ep"] for a in sess.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
+    assert bool(served) == (group == 1)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)

@@ -39,17 +39,16 @@ from ep_numba_cpu.recurrent import readonly
 MS = "com.microsoft"
 _N_COEFS = 7  # the longest of MLAS's logistic and tanh polynomials (tanh's numerator)
 OPS = ("DynamicQuantizeLSTM",)
-# ops whose constant B takes the VNNI product (``vnni``) where the CPU has it
-GEMM_OPS = frozenset(
-    {("", "MatMulInteger"), ("ai.onnx", "MatMulInteger"), ("", "QLinearMatMul"), ("ai.onnx", "QLinearMatMul")}
-)
+# ops whose constant B (weights) takes the VNNI product or convolution (``vnni``) where the CPU has it
+GEMM_OPS = frozenset((d, op) for d in ("", "ai.onnx") for op in ("MatMulInteger", "QLinearMatMul"))
+CONV_OPS = frozenset((d, op) for d in ("", "ai.onnx") for op in ("ConvInteger", "QLinearConv"))
 
 
 def serves(domain: str, op: str) -> bool:
     """Whether this module's compiled loops may serve a delegated node of ``op``."""
     from ep_numba_cpu import vnni
 
-    return (domain == MS and op in OPS) or ((domain, op) in GEMM_OPS and vnni.available())
+    return (domain == MS and op in OPS) or ((domain, op) in GEMM_OPS | CONV_OPS and vnni.available())
 
 
 _MAX_K = (2**31 - 1) // (255 * 255)
@@ -161,13 +160,18 @@ def product_kernel() -> KernelSource:
 
 def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     """DynamicQuantizeLSTM: its recurrent product (``vnni``'s where the CPU has it, which also
-    serves the input projection) and cell; MatMulInteger, QLinearMatMul: ``vnni``'s product."""
+    serves the input projection) and cell; MatMulInteger, QLinearMatMul: ``vnni``'s product;
+    ConvInteger, QLinearConv of a known 8-bit x: ``vnni``'s convolution for that dtype."""
     from ep_numba_cpu import vnni
 
     if not serves(step.get("domain", ""), step.get("op", "")):
         return None
     if step["op"] in OPS:
         return [vnni.gemm_kernel() if vnni.available() else product_kernel(), cell_kernel()]
+    if (step["domain"], step["op"]) in CONV_OPS:
+        x_type = step["in_types"][0]
+        x_dtype = x_type[0] if x_type else None
+        return [vnni.conv_kernel(x_dtype)] if x_dtype in ("uint8", "int8") else None
     return [vnni.gemm_kernel()]
 
 
@@ -177,6 +181,9 @@ def make_compute(
     """The reference EP's kernel of the node with the compiled loops of ``kernel_sources``."""
     from ep_numba_cpu import delegate
 
+    if (step["domain"], step["op"]) in CONV_OPS:
+        (conv,) = kernels
+        return delegate.build(step, weights, host, int_conv=lambda wf, group: _int_conv(conv, wf, group))
     if step["op"] not in OPS:
         (gemm,) = kernels
         return delegate.build(step, weights, host, int_product=lambda bf: _int_product(gemm, bf))
@@ -218,6 +225,17 @@ def _int_product(fn: Any, bf: np.ndarray) -> Callable[[np.ndarray], np.ndarray |
     if packed is None:
         return None
     return lambda a: vnni.product(fn, packed, a)
+
+
+def _int_conv(fn: Any, wf: np.ndarray, group: int) -> Callable[..., np.ndarray | None] | None:
+    """``nn_conv.IntConvProduct`` through the VNNI convolution ``fn``: None where W' does not fit
+    it (grouped or not 2-D, or a channel spanning more than 256 values)."""
+    from ep_numba_cpu import vnni
+
+    packed = vnni.pack_conv(wf, group)
+    if packed is None:
+        return None
+    return lambda x, zp, bias, geometry: vnni.conv(fn, packed, x, zp, bias, geometry)
 
 
 def _gemm_recurrent(fn: Any, v: np.ndarray) -> Callable[[np.ndarray, np.ndarray], None] | None:

@@ -690,7 +690,7 @@ def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
 RECURRENT = ("LSTM", "GRU")  # served by compiled loops (recurrent.py)
 ML_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SVMClassifier")
 LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuantizeLSTM")}  # ml_ / int_loops.py
-LOOPS |= {(d, op) for d in ("", "ai.onnx") for op in ("MatMulInteger", "QLinearMatMul")}  # integer products
+LOOPS |= {(d, op) for d in ("", "ai.onnx") for op in ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")}
 
 
 def pays_a_runner(node: Any) -> bool:

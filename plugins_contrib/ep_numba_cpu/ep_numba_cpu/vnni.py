@@ -101,10 +101,50 @@ def _micro(rows: int) -> Any:
     return micro
 
 
-# the generated kernel imports these (compiled into its object code: a rebuild does not call them)
+def _byte_ops() -> tuple[Any, Any]:
+    """``copy_bytes(dst, dst_off, src, src_off, n)`` and ``fill_bytes(dst, dst_off, value, n)``
+    on the flat bytes of C-contiguous uint8 arrays: one ``memcpy``/``memset`` where a byte loop
+    between two arrays is not vectorised (LLVM cannot tell that they do not overlap)."""
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.core.extending import intrinsic
+
+    @intrinsic
+    def copy_bytes(typingctx, dst, dst_off, src, src_off, n):  # type: ignore[no-untyped-def]
+        sig = types.void(dst, dst_off, src, src_off, n)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            def at(i: int, off: int) -> Any:
+                data = context.make_array(signature.args[i])(context, builder, args[i]).data
+                return builder.gep(data, [context.cast(builder, args[off], signature.args[off], types.int64)])
+
+            count = context.cast(builder, args[4], signature.args[4], types.int64)
+            cgutils.raw_memcpy(builder, at(0, 1), at(2, 3), count, 1)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    @intrinsic
+    def fill_bytes(typingctx, dst, dst_off, value, n):  # type: ignore[no-untyped-def]
+        sig = types.void(dst, dst_off, value, n)
+
+        def codegen(context, builder, signature, args):  # type: ignore[no-untyped-def]
+            data = context.make_array(signature.args[0])(context, builder, args[0]).data
+            ptr = builder.gep(data, [context.cast(builder, args[1], signature.args[1], types.int64)])
+            byte = builder.trunc(context.cast(builder, args[2], signature.args[2], types.int64), ir.IntType(8))
+            cgutils.memset(builder, ptr, context.cast(builder, args[3], signature.args[3], types.int64), byte)
+            return context.get_dummy_value()
+
+        return sig, codegen
+
+    return copy_bytes, fill_bytes
+
+
+# the generated kernels import these (compiled into their object code: a rebuild does not call them)
 micro4 = _micro(4)
 micro2 = _micro(2)
 micro1 = _micro(1)
+copy_bytes, fill_bytes = _byte_ops()
 
 _GEMM = """import numpy as np
 from ep_numba_cpu.vnni import micro1, micro2, micro4
@@ -174,6 +214,127 @@ def gemm_kernel() -> KernelSource:
     return KernelSource(_GEMM, sig, False)
 
 
+_CONV = """import numpy as np
+from ep_numba_cpu.vnni import copy_bytes, fill_bytes, micro1, micro2, micro4
+
+
+def kernel(x, zp, s, cb, bsum, bias, geo, out, t, tsum, u, acc, rowsum):
+    n_n, n_c, n_h, n_w = x.shape
+    n_m = out.shape[1]
+    kh = geo[0]
+    kw = geo[1]
+    sh = geo[2]
+    sw = geo[3]
+    dh = geo[4]
+    dw = geo[5]
+    pt = geo[6]
+    pl = geo[7]
+    oh = geo[8]
+    ow = geo[9]
+    n_p = oh * ow
+    k4 = s.shape[1] // 256
+    kp = 4 * k4
+    mp = 64 * s.shape[0]
+    n_k = kh * kw * n_c
+    rows = u.shape[0]
+    if out.shape[0] != n_n or out.shape[2] != n_p or n_k > kp or u.shape[1] != kp or rows % 4 != 0 or rows == 0:
+        return 2
+    if acc.shape[0] != rows or acc.shape[1] != mp or rowsum.shape[0] < rows or n_m > mp:
+        return 2
+    if t.shape[0] != n_h or t.shape[1] != n_w or t.shape[2] != n_c or cb.shape[0] < n_m or bsum.shape[0] < n_m:
+        return 2
+    if tsum.shape[0] != n_h or tsum.shape[1] != n_w:
+        return 2
+    if bias.shape[0] < n_m:
+        return 2
+    z = np.int64(zp[0])
+    lo = np.int64(0)
+    hi = np.int64(0)
+    for n in range(n_n):
+        for c in range(n_c):
+            for y in range(n_h):
+                for q in range(n_w):
+                    v = np.int64(x[n, c, y, q]) - z
+                    if v < lo:
+                        lo = v
+                    if v > hi:
+                        hi = v
+    if hi - lo > 255:
+        return 1
+    ca = -lo
+    pad = np.uint8(ca)
+    shift = np.uint8((ca - z) & 255)
+    for n in range(n_n):
+        for y in range(n_h):
+            for q in range(n_w):
+                total = np.int64(0)
+                for c in range(n_c):
+                    v = np.uint8(np.uint8(x[n, c, y, q]) + shift)
+                    t[y, q, c] = v
+                    total += np.int64(v)
+                tsum[y, q] = total
+        for p0 in range(0, n_p, rows):
+            r = min(rows, n_p - p0)
+            for i in range(r):
+                p = p0 + i
+                oy = p // ow
+                ox = p - oy * ow
+                kk = i * kp
+                total = np.int64(0)
+                for a in range(kh):
+                    iy = oy * sh - pt + a * dh
+                    for b in range(kw):
+                        ix = ox * sw - pl + b * dw
+                        if iy >= 0 and iy < n_h and ix >= 0 and ix < n_w:
+                            copy_bytes(u, kk, t, (iy * n_w + ix) * n_c, n_c)
+                            total += tsum[iy, ix]
+                        else:
+                            fill_bytes(u, kk, pad, n_c)
+                            total += np.int64(n_c) * ca
+                        kk += n_c
+                fill_bytes(u, kk, 0, kp - n_k)
+                rowsum[i] = total
+            for blk in range(s.shape[0]):
+                s_off = blk * k4 * 256
+                col = blk * 64
+                i = 0
+                while i + 4 <= r:
+                    micro4(u, i * kp, kp, s, s_off, k4, acc, i * mp + col, mp)
+                    i += 4
+                if i + 2 <= r:
+                    micro2(u, i * kp, kp, s, s_off, k4, acc, i * mp + col, mp)
+                    i += 2
+                if i < r:
+                    micro1(u, i * kp, kp, s, s_off, k4, acc, i * mp + col, mp)
+            for m in range(n_m):
+                base = np.int64(bias[m]) - ca * np.int64(bsum[m])
+                scale = np.int64(cb[m])
+                for i in range(r):
+                    out[n, m, p0 + i] = np.float32(np.int64(acc[i, m]) + scale * rowsum[i] + base)
+    return 0
+"""
+# (x is moved to (H, W, C) once per image, as U = x - zp + ca (in uint8 arithmetic modulo 256: the
+# true value is in [0, 255]), so that each tap of an output position copies C contiguous bytes
+# into its row of U; K runs over (kh, kw, C), as ``pack_conv`` lays W out, and a row's sum is its
+# taps' sums over C. A padded tap is x' = 0 (QLinearConv and ConvInteger pad with the zero point).
+# Rows of U are made ``rows`` output positions at a time, a block that stays in L2.)
+
+_ROW_BYTES = 1 << 18  # U's and the sums' bytes per block of output positions
+
+
+def conv_kernel(x_dtype: str) -> KernelSource:
+    """x (N, C, H, W) uint8 or int8, zp (1,) int32, s/cb/bsum as ``gemm_kernel``'s (``pack_conv``),
+    bias (M,) int32, geo (10,) int64 (kernel, strides, dilations, leading pads, output size, each
+    (h, w)), out (N, M, P) float32: the float32 nearest conv(x - zp, W') + bias; scratch t
+    (H, W, C) uint8 and its sums over C tsum (H, W) int64, u (rows, 4*K4) uint8, acc
+    (rows, 64*blocks) int32, rowsum (rows,) int64."""
+    sig = (
+        f"{x_dtype}:4:C:r,int32:1:C:r,int8:2:C:r,int32:1:C:r,int32:1:C:r,int32:1:C:r,int64:1:C:r,"
+        "float32:3:C:w,uint8:3:C:w,int64:2:C:w,uint8:2:C:w,int32:2:C:w,int64:1:C:w"
+    )
+    return KernelSource(_CONV, sig, False)
+
+
 @dataclass(frozen=True)
 class PackedB:
     """B' laid out for ``gemm_kernel``: S in blocks of 64 columns, 4 values of K per column
@@ -230,3 +391,55 @@ def _readonly(a: np.ndarray) -> np.ndarray:
     a = a.view()
     a.flags.writeable = False
     return a
+
+
+def pack_conv(wf: np.ndarray, group: int) -> PackedB | None:
+    """W' (M, C, kh, kw) (exact integers) laid out for ``conv_kernel``: B' (kh*kw*C, M) packed;
+    None for grouped or non-2-D convolutions, or a W' ``pack`` refuses."""
+    if group != 1 or wf.ndim != 4:
+        return None
+    m = wf.shape[0]
+    return pack(np.ascontiguousarray(np.asarray(wf).transpose(2, 3, 1, 0)).reshape(-1, m))
+
+
+def conv(
+    fn: Any,
+    packed: PackedB,
+    x: np.ndarray,
+    zp: int,
+    bias: np.ndarray | None,
+    geometry: tuple[Any, ...],
+) -> np.ndarray | None:
+    """conv(x - zp, W') + bias as float32 (N, M, *out) through the compiled ``conv_kernel``
+    ``fn`` (the float32 nearest each exact sum); None when x - zp spans more than 256 values.
+    ``geometry``: (kernel, strides, dilations, leading pads, out), each per spatial axis."""
+    kernel, strides, dil, pb, out = geometry
+    n, c, h, w = x.shape
+    if c * kernel[0] * kernel[1] != packed.k:
+        raise ValueError(f"x has {c} channels for a {list(kernel)} kernel, W' {packed.k} values per channel")
+    m = packed.n
+    kp = 4 * (packed.s.shape[1] // 256)
+    mp = packed.s.shape[0] * COLS
+    rows = max(4, min(_ROW_BYTES // (kp + 4 * mp), -(-out[0] * out[1] // 4) * 4) // 4 * 4)
+    geo = np.array([*kernel, *strides, *dil, *pb, *out], np.int64)
+    b = np.zeros(m, np.int32) if bias is None else np.ascontiguousarray(np.asarray(bias).reshape(-1), np.int32)
+    y = np.empty((n, m, out[0] * out[1]), np.float32)
+    planes = (np.empty((h, w, c), np.uint8), np.empty((h, w), np.int64))
+    blocks = (np.empty((rows, kp), np.uint8), np.empty((rows, mp), np.int32), np.empty(rows, np.int64))
+    status = fn(
+        _readonly(np.ascontiguousarray(x)),
+        _readonly(np.array([zp], np.int32)),
+        packed.s,
+        packed.cb,
+        packed.bsum,
+        _readonly(b),
+        _readonly(geo),
+        y,
+        *planes,
+        *blocks,
+    )
+    if status == 1:
+        return None
+    if status != 0:
+        raise RuntimeError(f"the VNNI convolution's buffers do not match its layout (status {status})")
+    return y.reshape(n, m, *out)
