@@ -463,7 +463,12 @@ def _int8_blocks(a: np.ndarray, w: np.ndarray, blk: int) -> np.ndarray:
 # ----------------------------------------------------------------------- DynamicQuantizeLSTM
 @REGISTRY.register("DynamicQuantizeLSTM", domain=MS)
 def build_dynamic_quantize_lstm(
-    node: NodeView, ctx: KernelContext, recurrent_product: Any = None, lstm_cell: Any = None, int_product: Any = None
+    node: NodeView,
+    ctx: KernelContext,
+    recurrent_product: Any = None,
+    lstm_cell: Any = None,
+    int_product: Any = None,
+    time_loop: Any = None,
 ) -> Any:
     """LSTM with int8/uint8 W (D, I, 4H) and R (D, H, 4H), per-tensor or per-column scales.
     As onnxruntime: X (all steps) is quantized once to uint8 per direction and the state
@@ -474,6 +479,9 @@ def build_dynamic_quantize_lstm(
     (exact integers in a float dtype), ``product(q, g)`` writing ``q @ rq[j]`` to ``g[j]`` as the
     float32 BLAS's exact product rounds to (``_rnn_fast.dq_lstm_loop``'s ``product``), or None for
     BLAS's. ``int_product``: as MatMulInteger's (``nn_matmul.IntProduct``), for the input projection.
+    ``time_loop(rq)``: another EP's whole ``_rnn_fast.dq_lstm_loop`` for R' (D, 4, H, H), a function
+    of (xw, rs, bias, h, c) giving (ys, c) as it does, bit for bit, or None where it does not serve
+    those inputs (then the loop above runs); or None.
     ``lstm_cell(g, c, h)``: another EP's compiled ``_rnn_fast.mlas_lstm_cell`` (bit for bit), or None."""
     spec = _RnnSpec(node, 4, ["Sigmoid", "Tanh", "Tanh"])
     if int(node.attr("layout", 0)) != 0:
@@ -500,7 +508,7 @@ def build_dynamic_quantize_lstm(
 
     def prepare(w, r, b, w_s, w_zp, r_s, r_zp):  # type: ignore[no-untyped-def]
         """Weights minus zero points, i/o/f columns negated (see _rnn_fast): W per direction laid
-        out for one exact product of all gates (``exact_slices``) with its scales as (D, 4H); R
+        out for one exact product of all gates (``nn_matmul.IntB``) with its scales as (D, 4H); R
         per gate (D, 4, H, H) in an exact BLAS dtype with its scales as (4, D, 1, H); the bias
         Wb + Rb as (4, D, 1, H)."""
         n_dir, hs = w.shape[0], w.shape[2] // 4
@@ -535,10 +543,11 @@ def build_dynamic_quantize_lstm(
         products = [None if recurrent_product is None else recurrent_product(rq[d]) for d in range(n_dir)]
         wv = signed(w, w_zp)
         wq = [IntB(wv[d], int_product) for d in range(n_dir)]
-        return wq, column_scale(w_s), rq, scale(r_s), bias, products
+        loop = None if time_loop is None else time_loop(rq)
+        return wq, column_scale(w_s), rq, scale(r_s), bias, products, loop
 
     def run_fast(x, h0, c0, prep):  # type: ignore[no-untyped-def]
-        wq, ws, rq, rs, bias, products = prep
+        wq, ws, rq, rs, bias, products, loop = prep
         seq, batch, _ = x.shape
         hs = rq.shape[-1]
         rev = fast.reversed_dirs(spec.direction)
@@ -552,7 +561,8 @@ def build_dynamic_quantize_lstm(
             xw[:, :, d] = p[::-1] if back else p
         h = np.zeros((len(rev), batch, hs), F32) if h0 is None else np.array(h0, F32)
         c = np.zeros((len(rev), batch, hs), F32) if c0 is None else np.array(c0, F32)
-        ys, y_c = fast.dq_lstm_loop(xw, rq, rs, bias, h, c, products, cell)
+        got = None if loop is None else loop(xw, rs, bias, h, c)
+        ys, y_c = got if got is not None else fast.dq_lstm_loop(xw, rq, rs, bias, h, c, products, cell)
         y = np.empty((seq, len(rev), batch, hs), F32)
         for d, back in enumerate(rev):
             y[:, d] = ys[::-1, d] if back else ys[:, d]

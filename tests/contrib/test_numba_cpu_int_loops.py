@@ -140,3 +140,61 @@ def test_compiled_cell_is_mlas_lstm_cell_bit_for_bit() -> None:
             np.testing.assert_array_equal(
                 np.where(np.isnan(w), 0, w).view(np.uint32), np.where(np.isnan(o), 0, o).view(np.uint32)
             )
+
+
+def _loop_case(rng: np.random.Generator, n_dir: int, batch: int, hs: int, bias: bool) -> tuple[Any, ...]:
+    n_t = 4
+    rq = rng.integers(-127, 129, (n_dir, 4, hs, hs)).astype(np.float64)
+    rs = rng.uniform(0.001, 0.01, (4, n_dir, 1, hs)).astype(np.float32)
+    xw = (rng.standard_normal((n_t, 4, n_dir, batch, hs)) * 2).astype(np.float32)
+    b = (rng.standard_normal((4, n_dir, 1, hs)) * 0.1).astype(np.float32) if bias else None
+    h = (rng.standard_normal((n_dir, batch, hs)) * 0.5).astype(np.float32)
+    c = (rng.standard_normal((n_dir, batch, hs)) * 0.5).astype(np.float32)
+    return xw, rq, rs, b, h, c
+
+
+@pytest.mark.skipif(not vnni.available(), reason="this CPU has no AVX-512 VNNI")
+@pytest.mark.parametrize(("n_dir", "batch", "hs"), [(1, 1, 3), (2, 2, 16), (2, 3, 70), (1, 5, 64), (2, 6, 129)])
+@pytest.mark.parametrize("bias", [False, True])
+def test_compiled_time_loop_is_dq_lstm_loop_bit_for_bit(n_dir: int, batch: int, hs: int, bias: bool) -> None:
+    """DynamicQuantizeLSTM's whole compiled loop (VNNI) against the reference's ``dq_lstm_loop``:
+    every state and cell bit for bit, batches past a block of four rows, H off the layout's
+    multiples; a non-finite input is left to the reference's loop (None)."""
+    from ep_cpu_reference.kernels import _rnn_fast
+    from ep_numba_cpu import codegen
+
+    rng = np.random.default_rng(n_dir * 100 + batch * 10 + hs)
+    xw, rq, rs, b, h, c = _loop_case(rng, n_dir, batch, hs, bias)
+    src = int_loops.loop_kernel()
+    fn = codegen.compile_kernel(src.source, src.signature, src.parallel).dispatcher
+    run = int_loops._time_loop(fn, rq, int_loops._cell_constants())
+    assert run is not None
+    want_ys, want_c = _rnn_fast.dq_lstm_loop(xw, rq, rs, b, h.copy(), c.copy(), [None] * n_dir)
+    got_ys, got_c = run(xw, rs, b, h.copy(), c.copy())
+    np.testing.assert_array_equal(got_ys.view(np.uint32), want_ys.view(np.uint32))
+    np.testing.assert_array_equal(got_c.view(np.uint32), want_c.view(np.uint32))
+    xw[1, 2, 0, 0, 0] = np.nan
+    assert run(xw, rs, b, h.copy(), c.copy()) is None
+
+
+@pytest.mark.skipif(not vnni.available(), reason="this CPU has no AVX-512 VNNI")
+def test_session_takes_the_compiled_loop_and_leaves_nan_to_the_reference_loop(monkeypatch: pytest.MonkeyPatch) -> None:
+    calls: list[bool] = []
+    real = int_loops._time_loop
+
+    def spy(*args: Any) -> Any:
+        run = real(*args)
+        return None if run is None else (lambda *a: calls.append((got := run(*a)) is not None) or got)
+
+    monkeypatch.setattr(int_loops, "_time_loop", spy)
+    model, feed = _model("bidirectional", np.uint8, True, 40, True, seed=9)
+    h0 = feed["h0"].copy()
+    h0[1, 0, 3] = np.nan  # (a NaN in X is quantized away: X's range leaves it out, as onnxruntime's)
+    for feeds in (feed, {**feed, "h0": h0}):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            got = InferenceSession(model, providers=NUMBA).run(None, feeds)
+            want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feeds)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_array_equal(g, w)
+    assert calls == [True, False]  # finite: the compiled loop; a NaN state: the reference's loop

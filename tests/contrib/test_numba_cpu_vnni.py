@@ -65,6 +65,7 @@ def test_extreme_values_and_per_column_zero_points() -> None:
 def test_a_beyond_256_values_or_nan_takes_the_float_product() -> None:
     packed = vnni.pack(np.ones((2, 3), np.float32))
     assert vnni.product(_kernel(), packed, np.array([[0.0, 256.0]], np.float32)) is None
+    assert vnni.product(_kernel(), packed, np.array([[1000.0, 1001.0]], np.float32)) is None  # past int32's bound
     assert vnni.product(_kernel(), packed, np.array([[0.0, np.nan]], np.float32)) is None
     assert vnni.product(_kernel(), packed, np.array([[np.nan, 0.0]], np.float32)) is None
     np.testing.assert_array_equal(vnni.product(_kernel(), packed, np.array([[-255.0, 0.0]], np.float32)), [[-255] * 3])
@@ -76,13 +77,14 @@ def test_layout_refuses_what_int8_cannot_hold() -> None:
     assert vnni.pack(np.array([[0.0], [256.0]])) is None  # a column spanning 257 values
     assert vnni.pack(np.array([[0.5]])) is None  # not an integer
     assert vnni.pack(np.array([[np.nan]])) is None
+    assert vnni.pack(np.array([[1000.0], [1001.0]])) is None  # not 8-bit data minus a zero point
     assert vnni.pack(np.zeros((vnni.MAX_K + 1, 1))) is None
     assert vnni.pack(np.zeros((2, 3, 4))) is None  # a batched B keeps the float product
     assert vnni.pack(np.zeros((0, 4))) is None
-    p = vnni.pack(np.array([[-255.0, 300.0], [0.0, 45.0]]))  # spans of 255 at any offset
+    p = vnni.pack(np.array([[-255.0, 255.0], [0.0, 45.0]]))  # spans of up to 255 at any offset
     assert p is not None and p.s.dtype == np.int8 and p.s.shape == (1, 256)
     np.testing.assert_array_equal(p.cb, [-255 + 128, 45 + 128])
-    np.testing.assert_array_equal(p.bsum, [-255, 345])
+    np.testing.assert_array_equal(p.bsum, [-255, 300])
 
 
 def test_no_vnni_no_kernel(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -173,10 +175,29 @@ def test_conv_is_int64_arithmetic(
 
 
 @needs_vnni
-def test_conv_kernel_needs_a_known_8_bit_x() -> None:
-    step = {"op": "ConvInteger", "domain": "", "in_types": [["uint8", [1, 2, 3, 3]]]}
-    assert generate.node_sources(step) == [vnni.conv_kernel("uint8")]
-    assert generate.node_sources({**step, "in_types": [[None, None]]}) is None
+def test_plan_takes_vnni_for_constant_weights_of_its_layout() -> None:
+    """``int_loops.takes_vnni`` at planning: a constant 2-D B, a constant group-1 2-D filter over a
+    known 8-bit x; the kernels then follow the plan's record (``"int8": "vnni"``), not the CPU."""
+    w2, w4 = np.zeros((4, 3), np.int8), np.zeros((2, 3, 3, 3), np.int8)
+    mmi = {"op": "MatMulInteger", "domain": "", "inputs": ["a", "b"], "attrs": {}, "in_types": [["uint8", None]] * 2}
+    conv = {**mmi, "op": "ConvInteger", "inputs": ["x", "w"], "attrs": {"group": ["int", 1]}}
+    assert int_loops.takes_vnni(mmi, {"b": w2})
+    assert not int_loops.takes_vnni(mmi, {})  # B computed at run time
+    assert not int_loops.takes_vnni(mmi, {"b": w4})
+    assert int_loops.takes_vnni(conv, {"w": w4})
+    assert not int_loops.takes_vnni({**conv, "attrs": {"group": ["int", 3]}}, {"w": w4})
+    assert not int_loops.takes_vnni({**conv, "in_types": [[None, None]] * 2}, {"w": w4})
+    assert generate.node_sources(conv) is None  # no record: the float product
+    assert generate.node_sources({**conv, "int8": "vnni"}) == [vnni.conv_kernel("uint8")]
+
+
+def test_a_vnni_plan_on_a_cpu_without_it_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from ep_numba_cpu.spec import SpecError
+
+    monkeypatch.setattr(vnni, "available", lambda: False)
+    step = {"op": "MatMulInteger", "domain": "", "int8": "vnni"}
+    with pytest.raises(SpecError, match="AVX-512 VNNI, which this CPU"):
+        generate.node_sources(step)
 
 
 def test_conv_layout_refuses_groups_and_other_ranks() -> None:
@@ -229,3 +250,50 @@ def test_convs_match_the_reference_ep(
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+_CTX_CHILD = """
+import json, sys, warnings
+import numpy as np
+from ep_numba_cpu import codegen, vnni
+if sys.argv[1] == "no-vnni":
+    vnni.available = lambda: False
+import ep_core
+so = ep_core.SessionOptions()
+if sys.argv[2] == "compile":
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_file_path", sys.argv[4])
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    sess = ep_core.InferenceSession(sys.argv[3], so, providers=["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"])
+    y = sess.run(None, {"a": np.load(sys.argv[5])})[0]
+print(json.dumps({"y": y.ravel().tolist(), "stats": codegen.STATS, "warnings": [str(w.message) for w in caught]}))
+"""
+
+
+@needs_vnni
+def test_context_compiled_without_vnni_loads_as_signed_on_a_cpu_with_it(tmp_path: Any) -> None:
+    """The plan records the choice (``"int8": "vnni"`` or not), so a context made where VNNI was
+    absent keeps its float products on a CPU that has it: its kernels rebuild from the context
+    (none compiled), and its signature still matches its plan."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    model, feed = _matmul_integer(np.random.default_rng(4), False)
+    src, ctx = tmp_path / "m.onnx", tmp_path / "m_ctx.onnx"
+    src.write_bytes(model)
+    np.save(tmp_path / "a.npy", feed["a"])
+    env = dict(os.environ, EP_NUMBA_CPU_KERNEL_CACHE_DIR=str(tmp_path / "cache"))
+
+    def child(*args: str) -> dict[str, Any]:
+        run = subprocess.run([sys.executable, "-c", _CTX_CHILD, *args], capture_output=True, text=True, env=env)
+        assert run.returncode == 0, run.stderr[-2000:]
+        return json.loads(run.stdout.splitlines()[-1])
+
+    made = child("no-vnni", "compile", str(src), str(ctx), str(tmp_path / "a.npy"))
+    loaded = child("host", "load", str(ctx), "-", str(tmp_path / "a.npy"))
+    assert loaded["stats"]["compiled"] == 0, loaded  # (the VNNI kernel was compiled here before)
+    assert not any("modified after signing" in w for w in loaded["warnings"]), loaded["warnings"]
+    assert loaded["y"] == made["y"]

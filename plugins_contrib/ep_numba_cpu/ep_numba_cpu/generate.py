@@ -116,7 +116,7 @@ def _loops_for(step: Mapping[str, Any]) -> Any:
 
     if step["op"] in ml_loops.OPS and step["domain"] == ml_loops.ML:
         return ml_loops
-    return int_loops if int_loops.serves(step["domain"], step["op"]) else None
+    return int_loops if int_loops.serves(step) else None
 
 
 def broadcast_groups(full: Sequence[Sequence[bool]], rank: int) -> dict[str, Any]:

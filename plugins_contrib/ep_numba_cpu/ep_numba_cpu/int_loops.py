@@ -44,11 +44,34 @@ GEMM_OPS = frozenset((d, op) for d in ("", "ai.onnx") for op in ("MatMulInteger"
 CONV_OPS = frozenset((d, op) for d in ("", "ai.onnx") for op in ("ConvInteger", "QLinearConv"))
 
 
-def serves(domain: str, op: str) -> bool:
-    """Whether this module's compiled loops may serve a delegated node of ``op``."""
+def serves(step: Mapping[str, Any]) -> bool:
+    """Whether this module's compiled loops serve a delegated node's step: DynamicQuantizeLSTM
+    always; the others where the plan chose VNNI (``takes_vnni``, recorded as ``"int8": "vnni"``:
+    a context compiled where VNNI was absent keeps its float products on a CPU that has it, and
+    the kernels its signature covers)."""
+    key = (step.get("domain", ""), step.get("op", ""))
+    return (key[0] == MS and key[1] in OPS) or (key in GEMM_OPS | CONV_OPS and step.get("int8") == "vnni")
+
+
+def takes_vnni(step: Mapping[str, Any], consts: Mapping[str, np.ndarray]) -> bool:
+    """At planning: whether this CPU runs the step's 8-bit products on VNNI. For MatMulInteger,
+    QLinearMatMul, ConvInteger and QLinearConv only with constant weights of the layout's rank (2-D
+    B; a group-1 2-D filter and a known 8-bit x), the products it serves."""
     from ep_numba_cpu import vnni
 
-    return (domain == MS and op in OPS) or ((domain, op) in GEMM_OPS | CONV_OPS and vnni.available())
+    key = (step["domain"], step["op"])
+    if not vnni.available() or key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS):
+        return False
+    if key[1] in OPS:
+        return True
+    ins = step["inputs"]
+    w_at = 1 if key[1] in ("MatMulInteger", "ConvInteger") else 3
+    w = consts.get(ins[w_at]) if len(ins) > w_at else None
+    if key in GEMM_OPS:
+        return w is not None and np.ndim(w) == 2
+    group = step["attrs"].get("group", ["int", 1])[1]
+    x_type = step["in_types"][0]
+    return w is not None and np.ndim(w) == 4 and group == 1 and bool(x_type) and x_type[0] in ("uint8", "int8")
 
 
 _MAX_K = (2**31 - 1) // (255 * 255)
@@ -92,12 +115,7 @@ _RATIONAL = f"""
                     q = np.float32(np.float64(q) * v2 + qc[m])
                 r = p * x / q"""
 
-_CELL = f"""import numpy as np
-
-
-def kernel(g, c, h, p_coefs, q_coefs, bounds):
-    n_b, n_h = c.shape
-    for b in range(n_b):
+_CELL_BODY = f"""    for b in range(n_b):
         for k in range(3):
             pc = p_coefs[k]
             qc = q_coefs[k]
@@ -124,6 +142,12 @@ def kernel(g, c, h, p_coefs, q_coefs, bounds):
                 else:
                     h[b, j] = r * g[1, b, j]
 """
+_CELL = f"""import numpy as np
+
+
+def kernel(g, c, h, p_coefs, q_coefs, bounds):
+    n_b, n_h = c.shape
+{_CELL_BODY}"""
 # (k = 0..2: MLAS's logistic of the gates i, o, f from their negated sums, + 0.5, clamped below at
 # 0; 3: its tanh of the candidate; 4: the new cell c = f*c + cand*i, then h = o * tanh(c). Each k
 # is a loop along H with k fixed, which LLVM vectorises.)
@@ -152,6 +176,120 @@ def _cell_constants() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     return rows(special.LOGISTIC_P, special.TANH_P), rows(special.LOGISTIC_Q, special.TANH_Q), bounds
 
 
+_LOOP = f"""import numpy as np
+from ep_numba_cpu.vnni import micro1, micro2, micro4
+
+
+def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, acc):
+    n_t, _, n_dir, batch, hs = xw.shape
+    rows = n_dir * batch
+    n_blocks = s.shape[1]
+    k4 = s.shape[2] // 256
+    kp = 4 * k4
+    np_ = 64 * n_blocks
+    if s.shape[0] != n_dir or kp < hs or np_ < 4 * hs or u.shape[0] != batch or u.shape[1] != kp:
+        return 2
+    if acc.shape[0] != batch or acc.shape[1] != np_ or h.shape[0] != rows or h.shape[1] != hs:
+        return 2
+    if c.shape[0] != rows or c.shape[1] != hs or ys.shape[0] != n_t or ys.shape[1] != rows or ys.shape[2] != hs:
+        return 2
+    if g.shape[0] != 4 or g.shape[1] != rows or g.shape[2] != hs or rs.shape[0] != 4 or rs.shape[1] != n_dir:
+        return 2
+    if cb.shape[0] != n_dir or cb.shape[1] < 4 * hs or bsum.shape[0] != n_dir or bsum.shape[1] < 4 * hs:
+        return 2
+    if bias.shape[0] != 0 and (bias.shape[0] != 4 or bias.shape[1] != n_dir or bias.shape[3] != hs):
+        return 2
+    for t in range(n_t):
+        for d in range(n_dir):
+            mn = np.float32(0.0)
+            mx = np.float32(0.0)
+            for b in range(batch):
+                for j in range(hs):
+                    v = h[d * batch + b, j]
+                    if v < mn:
+                        mn = v
+                    if v > mx:
+                        mx = v
+            sc = np.float32(1.0)
+            if mx != mn:
+                sc = np.float32(mx - mn) / np.float32(255.0)
+            zf = np.float32(np.float32(0.0) - mn / sc)
+            zf = min(max(zf, np.float32(0.0)), np.float32(255.0))
+            zp = np.int64(np.rint(zf))
+            lo = np.float32(-zp)
+            hi = np.float32(255 - zp)
+            for b in range(batch):
+                for j in range(hs):
+                    q = np.rint(np.float32(h[d * batch + b, j] / sc))
+                    if q < lo:
+                        q = lo
+                    if q > hi:
+                        q = hi
+                    u[b, j] = np.uint8(np.int64(q) + zp)
+                for j in range(hs, kp):
+                    u[b, j] = np.uint8(0)
+            s_d = d * n_blocks * k4 * 256
+            for blk in range(n_blocks):
+                s_off = s_d + blk * k4 * 256
+                col = blk * 64
+                i = 0
+                while i + 4 <= batch:
+                    micro4(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+                    i += 4
+                if i + 2 <= batch:
+                    micro2(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+                    i += 2
+                if i < batch:
+                    micro1(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+            for b in range(batch):
+                rowsum = np.int64(0)
+                for j in range(hs):
+                    rowsum += np.int64(u[b, j])
+                for gate in range(4):
+                    for j in range(hs):
+                        n = gate * hs + j
+                        total = np.int64(acc[b, n]) + np.int64(cb[d, n]) * rowsum - zp * np.int64(bsum[d, n])
+                        scale = np.float32(rs[gate, d, 0, j] * sc)
+                        g[gate, d * batch + b, j] = np.float32(np.float32(total) * scale)
+        for gate in range(4):
+            for d in range(n_dir):
+                for b in range(batch):
+                    for j in range(hs):
+                        v = np.float32(g[gate, d * batch + b, j] + xw[t, gate, d, b, j])
+                        if bias.shape[0] != 0:
+                            v = np.float32(v + bias[gate, d, 0, j])
+                        g[gate, d * batch + b, j] = v
+        n_b = rows
+        n_h = hs
+{_CELL_BODY.replace(chr(10) + "    ", chr(10) + "        ").replace("    for b in range(n_b):", "        for b in range(n_b):", 1)}
+        for row in range(rows):
+            for j in range(hs):
+                ys[t, row, j] = h[row, j]
+    return 0
+"""
+# (DynamicQuantizeLSTM's whole time loop in one call, the float32 operations of the reference's
+# ``_rnn_fast.dq_lstm_loop`` in its order: each direction's state quantized as
+# ``_dynamic_params`` does (range with 0, scale (max - min) / 255, zero point rounded half to
+# even), its exact product with R' on VNNI, float32(sum) * (R_scale * h_scale), + xw[t], + bias,
+# then the cell of ``_CELL``. Only for finite inputs (``_compiled_loop`` checks): a NaN state takes
+# the reference's NaN-aware range, which this loop does not repeat. Rows of the cell are
+# direction-major, (d, b), as the reference's reshape of (D, B, H).)
+
+
+def loop_kernel() -> KernelSource:
+    """xw (T, 4, D, B, H), rs (4, D, 1, H), bias (4, D, 1, H) or (0, 0, 0, 0) float32; h (D*B, H)
+    (the initial state, then each step's), c (D*B, H) float32 in place; s (D, blocks, K4*256)
+    int8, cb and bsum (D, N) int32 (``vnni.pack`` per direction of R' (H, 4H)); the cell's
+    constants; ys (T, D*B, H) out; scratch g (4, D*B, H) float32, u (B, 4*K4) uint8, acc
+    (B, 64*blocks) int32."""
+    sig = (
+        "float32:5:C:r,float32:4:C:r,float32:4:C:r,float32:2:C:w,float32:2:C:w,int8:3:C:r,int32:2:C:r,"
+        "int32:2:C:r,float64:2:C:r,float64:2:C:r,float32:1:C:r,float32:3:C:w,float32:3:C:w,uint8:2:C:w,"
+        "int32:2:C:w"
+    )
+    return KernelSource(_LOOP, sig, False)
+
+
 def product_kernel() -> KernelSource:
     """a (B, K) int16, w (G*H, K) int16 (a gate's columns as rows), out (G, B, H) float32, and
     the int32 sums (B, G*H) it fills first."""
@@ -164,14 +302,21 @@ def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     ConvInteger, QLinearConv of a known 8-bit x: ``vnni``'s convolution for that dtype."""
     from ep_numba_cpu import vnni
 
-    if not serves(step.get("domain", ""), step.get("op", "")):
+    if not serves(step):
         return None
+    if step.get("int8") == "vnni" and not vnni.available():
+        from ep_numba_cpu.spec import SpecError
+
+        raise SpecError(
+            f"{step['op']}: the plan runs its 8-bit products on AVX-512 VNNI, which this CPU (as Numba "
+            "targets it) lacks; compile the model again on this machine"
+        )
     if step["op"] in OPS:
-        return [vnni.gemm_kernel() if vnni.available() else product_kernel(), cell_kernel()]
+        if step.get("int8") == "vnni":  # make_compute tells the two apart by the count
+            return [vnni.gemm_kernel(), cell_kernel(), loop_kernel()]
+        return [product_kernel(), cell_kernel()]
     if (step["domain"], step["op"]) in CONV_OPS:
-        x_type = step["in_types"][0]
-        x_dtype = x_type[0] if x_type else None
-        return [vnni.conv_kernel(x_dtype)] if x_dtype in ("uint8", "int8") else None
+        return [vnni.conv_kernel(step["in_types"][0][0])]
     return [vnni.gemm_kernel()]
 
 
@@ -187,13 +332,13 @@ def make_compute(
     if step["op"] not in OPS:
         (gemm,) = kernels
         return delegate.build(step, weights, host, int_product=lambda bf: _int_product(gemm, bf))
-    fn, cell_fn = kernels
+    fn, cell_fn, *vnni_loop = kernels
     p_coefs, q_coefs, bounds = _cell_constants()
 
     def lstm_cell(g: np.ndarray, c: np.ndarray, h: np.ndarray) -> None:
         cell_fn(g, c, h, p_coefs, q_coefs, bounds)
 
-    if _is_gemm(fn):
+    if vnni_loop:  # VNNI's product (fn), the cell and the whole time loop
         return delegate.build(
             step,
             weights,
@@ -201,20 +346,47 @@ def make_compute(
             recurrent_product=lambda v: _gemm_recurrent(fn, v),
             lstm_cell=lstm_cell,
             int_product=lambda bf: _int_product(fn, bf),
+            time_loop=lambda rq: _time_loop(vnni_loop[0], rq, (p_coefs, q_coefs, bounds)),
         )
     return delegate.build(step, weights, host, recurrent_product=lambda v: _product(fn, v), lstm_cell=lstm_cell)
 
 
-def _is_gemm(fn: Any) -> bool:
-    """Whether a compiled kernel is ``vnni.gemm_kernel`` (seven arguments) rather than
-    ``product_kernel`` (four): a context records which one its plan compiled."""
-    return len(fn.signatures[0]) == len(vnni_signature().split(","))
-
-
-def vnni_signature() -> str:
+def _time_loop(fn: Any, rq: np.ndarray, cell: tuple[np.ndarray, ...]) -> Callable[..., Any] | None:
+    """The reference's ``time_loop`` through ``loop_kernel`` ``fn``: R' (D, 4, H, H) packed per
+    direction as one (H, 4H) B'; None where it does not fit. The loop serves finite inputs only
+    (its range of the state does not leave NaN out as the reference's does); the loop of
+    ``dq_lstm_loop`` with this EP's product and cell serves the rest."""
     from ep_numba_cpu import vnni
 
-    return vnni.gemm_kernel().signature
+    n_dir, n_gates, n_k, n_h = rq.shape
+    packs = [vnni.pack(rq[d].transpose(1, 0, 2).reshape(n_k, n_gates * n_h)) for d in range(n_dir)]
+    if any(p is None for p in packs):
+        return None
+    s = readonly(np.stack([p.s for p in packs if p is not None]))
+    cb = readonly(np.stack([p.cb for p in packs if p is not None]))
+    bsum = readonly(np.stack([p.bsum for p in packs if p is not None]))
+    no_bias = readonly(np.zeros((0, 0, 0, 0), np.float32))
+
+    def run(xw: np.ndarray, rs: np.ndarray, bias: np.ndarray | None, h: np.ndarray, c: np.ndarray) -> Any:
+        parts = (xw, rs, h, c) if bias is None else (xw, rs, bias, h, c)
+        if not all(np.isfinite(v).all() for v in parts):
+            return None
+        n_t, _, _, batch, hs = xw.shape
+        rows = n_dir * batch
+        ys = np.empty((n_t, n_dir, batch, hs), np.float32)
+        state = np.array(h, np.float32).reshape(rows, hs)
+        cell2 = c.reshape(rows, hs)
+        scratch = (np.empty((4, rows, hs), np.float32), np.empty((batch, 4 * (s.shape[2] // 256)), np.uint8))
+        acc = np.empty((batch, 64 * s.shape[1]), np.int32)
+        b = no_bias if bias is None else readonly(np.ascontiguousarray(bias, np.float32))
+        status = fn(
+            readonly(xw), readonly(rs), b, state, cell2, s, cb, bsum, *cell, ys.reshape(n_t, rows, hs), *scratch, acc
+        )
+        if status != 0:
+            raise RuntimeError(f"DynamicQuantizeLSTM's compiled loop: its buffers do not match (status {status})")
+        return ys, c
+
+    return run
 
 
 def _int_product(fn: Any, bf: np.ndarray) -> Callable[[np.ndarray], np.ndarray | None] | None:

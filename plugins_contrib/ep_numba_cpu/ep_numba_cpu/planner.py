@@ -457,8 +457,10 @@ def _type(graph: Any, name: str) -> list[Any]:
 def _node_step(graph: Any, node: Any, consts: dict[str, np.ndarray]) -> dict[str, Any]:
     """A delegated node's declarative step (``spec``): op, domain, opset, typed attributes (TENSOR
     ones become weights in ``consts``), value names and types."""
+    from ep_numba_cpu import int_loops  # (imports generate, which this module imports)
+
     anchor = next(o for o in node.outputs if o)
-    return {
+    step = {
         "kind": "node",
         "op": node.op_type,
         "domain": node.domain,
@@ -469,6 +471,9 @@ def _node_step(graph: Any, node: Any, consts: dict[str, np.ndarray]) -> dict[str
         "in_types": [_type(graph, n) if n not in consts else _weight_type(consts[n]) for n in node.inputs],
         "out_types": [_type(graph, n) for n in node.outputs],
     }
+    if int_loops.takes_vnni(step, consts):
+        step["int8"] = "vnni"
+    return step
 
 
 def _weight_type(value: np.ndarray) -> list[Any]:
@@ -690,13 +695,12 @@ def _static_shape(graph: Any, name: str) -> tuple[Any, ...] | None:
 RECURRENT = ("LSTM", "GRU")  # served by compiled loops (recurrent.py)
 ML_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SVMClassifier")
 LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuantizeLSTM")}  # ml_ / int_loops.py
-LOOPS |= {(d, op) for d in ("", "ai.onnx") for op in ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")}
 
 
 def pays_a_runner(node: Any) -> bool:
     """Whether ``node`` makes a group worth its runner's call when the group is not the whole
     graph (inside a control-flow body the call is paid on every branch taken): a recurrent loop,
-    a tree walk, SVM coupling or integer product, or a compiled node computing floats.
+    a tree walk, SVM coupling or integer recurrent product, or a compiled node computing floats.
     Copies (Identity) and shape logic on integers and bools run as fast on the next EP without
     the call (silero's nested Ifs: a dozen such groups made it 2x slower than the reference EP)."""
     if node.op_type in RECURRENT or (node.domain, node.op_type) in LOOPS:

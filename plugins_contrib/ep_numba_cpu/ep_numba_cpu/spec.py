@@ -17,7 +17,8 @@ not yet defined) is a ``SpecError`` naming the field, which the EP reports as IN
               "depthwise": null | {"dtype": dtype, "parallel": bool}}
            | {"kind": "matmul", "inputs": [a, b], "outputs": [name]}
            | {"kind": "node", "op": op, "domain": domain, "opset": int, "attrs": {name: attr},
-              "inputs": [name | ""], "outputs": [name | ""], "in_types": [type], "out_types": [type]}
+              "inputs": [name | ""], "outputs": [name | ""], "in_types": [type], "out_types": [type],
+              optionally "int8": "vnni" (its 8-bit products on the VNNI kernels, ``int_loops``)}
     item   = {"op": name, "args": [ref | null], "dtype": dtype, "params": {...}}
     ref    = ["a", array index] | ["v", earlier item index] | ["c", dtype, number]
     attr   = ["int", int] | ["float", float] | ["string", str] | ["ints", [int]] | ["floats", [float]]
@@ -215,7 +216,10 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
     kind = step.get("kind") if isinstance(step, dict) else None
     if not isinstance(kind, str) or kind not in _STEP_KEYS:
         raise _fail(f"{path}.kind", f"{kind!r:.40} is not one of {sorted(_STEP_KEYS)}")
-    _obj(step, path, _STEP_KEYS[kind])
+    keys = _STEP_KEYS[kind] | ({"int8"} if kind == "node" and isinstance(step, dict) and "int8" in step else set())
+    _obj(step, path, keys)
+    if "int8" in keys and step["int8"] != "vnni":
+        raise _fail(f"{path}.int8", f"{step['int8']!r:.40} is not 'vnni'")
     if kind == "kernel":
         _check_cluster(step, path, defined)
         return

@@ -175,7 +175,7 @@ def kernel(a, s, cb, bsum, out, u, acc):
                 lo = v
             if v > hi:
                 hi = v
-    if not (hi - lo <= np.float32(255.0)):
+    if not (hi - lo <= np.float32(255.0)) or lo < np.float32(-255.0) or hi > np.float32(255.0):
         return 1
     ca = np.int64(-lo)
     for i in range(n_m):
@@ -203,8 +203,9 @@ def kernel(a, s, cb, bsum, out, u, acc):
             out[i, j] = np.int32(np.int64(acc[i, j]) + np.int64(cb[j]) * rowsum - ca * np.int64(bsum[j]))
     return 0
 """
-# (returns 1 when A' spans more than 256 values, or holds a NaN: the caller takes the float
-# product; 2 when the buffers do not match the layout, which the caller raises as a Fail)
+# (returns 1 when A' spans more than 256 values, leaves [-255, 255] (which keeps every sum in
+# int32 for K <= MAX_K) or holds a NaN: the caller takes the float product; 2 when the buffers do
+# not match the layout, which the caller raises)
 
 
 def gemm_kernel() -> KernelSource:
@@ -259,7 +260,7 @@ def kernel(x, zp, s, cb, bsum, bias, geo, out, t, tsum, u, acc, rowsum):
                         lo = v
                     if v > hi:
                         hi = v
-    if hi - lo > 255:
+    if hi - lo > 255 or lo < -255 or hi > 255:
         return 1
     ca = -lo
     pad = np.uint8(ca)
@@ -349,14 +350,15 @@ class PackedB:
 
 def pack(bf: np.ndarray) -> PackedB | None:
     """``bf`` (K, N): B' as exact integers in any dtype; None where the layout cannot hold it
-    (a column spanning more than 256 values, K beyond ``MAX_K``, or no values)."""
+    (a column spanning more than 256 values, a value outside [-255, 255], K beyond ``MAX_K``,
+    or no values)."""
     if bf.ndim != 2 or bf.size == 0 or bf.shape[0] > MAX_K:
         return None
     b = np.asarray(bf, np.float64)
     if not np.isfinite(b).all() or not np.array_equal(b, np.rint(b)):
         return None
     lo, hi = b.min(axis=0), b.max(axis=0)
-    if float((hi - lo).max()) > 255.0 or float(np.abs(b).max()) > 2.0**15:
+    if float((hi - lo).max()) > 255.0 or float(np.abs(b).max()) > 255.0:  # 8-bit data minus a zero point
         return None
     k, n = b.shape
     cb = (lo + 128.0).astype(np.int64)
