@@ -93,13 +93,19 @@ def int_matmul(a: Any, a_zp: Any, b: Any, b_zp: Any) -> np.ndarray:
 
 
 @REGISTRY.register("MatMulInteger", since=first_since("MatMulInteger"))
-def build_matmul_integer(node: NodeView, ctx: KernelContext, int_product: "IntProduct | None" = None) -> Any:
+def build_matmul_integer(
+    node: NodeView,
+    ctx: KernelContext,
+    int_product: "IntProduct | None" = None,
+    run_time_product: "RunTimeProduct | None" = None,
+) -> Any:
     """Exact integer products through float BLAS. A constant B (and zero point) is laid out once:
     as float32 when every partial sum of an 8-bit A (|a - a_zp| <= 255) times its columns stays
     below 2^24 (float32 BLAS is then exact, and twice as fast as float64); otherwise cut along K
     into float32 slices that each stay below it, whose exact products add up in float64 (a
     1024 x 8210 uint8 classifier: about half float64's time); float64 when one row of B alone
-    reaches it. ``int_product``: another EP's exact integer product of a constant B (``IntB``)."""
+    reaches it. ``int_product``: another EP's exact integer product of a constant B (``IntB``);
+    ``run_time_product``: another EP's of a B computed at run time (``RunTimeProduct``)."""
     ins = list(node.inputs) + [""] * (4 - len(node.inputs))
     b_fixed: IntB | None = None
     if ctx.constant(ins[1]) is not None and (not ins[3] or ctx.constant(ins[3]) is not None):
@@ -107,7 +113,10 @@ def build_matmul_integer(node: NodeView, ctx: KernelContext, int_product: "IntPr
         b_fixed = IntB(bf, int_product)
 
     def compute(a: Any, b: Any, a_zp: Any = None, b_zp: Any = None) -> tuple[np.ndarray]:
-        acc = int_matmul(a, a_zp, b, b_zp) if b_fixed is None else b_fixed.times(shifted(a, a_zp, 2))
+        if b_fixed is None:
+            acc = _run_time(run_time_product, a, a_zp, b, b_zp)
+        else:
+            acc = b_fixed.times(shifted(a, a_zp, 2))
         return (acc if acc.dtype == np.int32 else np.rint(acc).astype(np.int32),)
 
     return compute
@@ -117,6 +126,16 @@ def build_matmul_integer(node: NodeView, ctx: KernelContext, int_product: "IntPr
 # (..., K) (integers in a float array) giving int32 (..., N), or None where it cannot (then the
 # float product serves); the factory itself returns None for a B' it does not take
 IntProduct = Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray | None] | None]
+
+
+# another EP's exact product of two 8-bit operands given at run time: (a, a_zp, b, b_zp) -> int32
+# (a - a_zp) @ (b - b_zp), or None where it does not serve them (then ``int_matmul``)
+RunTimeProduct = Callable[[np.ndarray, Any, np.ndarray, Any], np.ndarray | None]
+
+
+def _run_time(product: RunTimeProduct | None, a: Any, a_zp: Any, b: Any, b_zp: Any) -> np.ndarray:
+    got = None if product is None else product(a, a_zp, b, b_zp)
+    return int_matmul(a, a_zp, b, b_zp) if got is None else got
 
 
 class IntB:
@@ -177,13 +196,18 @@ def exact_matmul(a: np.ndarray, slices: list[tuple[slice, np.ndarray]]) -> np.nd
 
 
 @REGISTRY.register("QLinearMatMul", since=first_since("QLinearMatMul"))
-def build_qlinear_matmul(node: NodeView, ctx: KernelContext, int_product: IntProduct | None = None) -> Any:
+def build_qlinear_matmul(
+    node: NodeView,
+    ctx: KernelContext,
+    int_product: IntProduct | None = None,
+    run_time_product: RunTimeProduct | None = None,
+) -> Any:
     """QLinearMatMul: exact integer product, requantized as onnxruntime does
     (MlasRequantizeOutput): float32(acc) * float32(a_scale * b_scale[n] / y_scale), rounded
     half to even, + y_zero_point, saturated. A float64 scale rounds some exact float32 halves
     the other way. A constant B (and zero point) is laid out once for ``exact_matmul``, as
     MatMulInteger's is: float32 BLAS where its sums stay exact, not a float64 product per run
-    (or ``int_product``'s, as MatMulInteger's)."""
+    (or ``int_product``'s, and ``run_time_product``'s for a computed B, as MatMulInteger's)."""
     f32 = np.float32
     b_fixed: IntB | None = None
     if ctx.constant(node.inputs[3]) is not None and ctx.constant(node.inputs[5]) is not None:
@@ -192,7 +216,7 @@ def build_qlinear_matmul(node: NodeView, ctx: KernelContext, int_product: IntPro
 
     def compute(a, a_s, a_zp, b, b_s, b_zp, y_s, y_zp):  # type: ignore[no-untyped-def]
         if b_fixed is None:
-            acc = int_matmul(a, a_zp, b, b_zp)
+            acc = _run_time(run_time_product, a, a_zp, b, b_zp)
         else:
             acc = b_fixed.times(shifted(a, a_zp, 2))
         a_scale = np.asarray(a_s, dtype=f32)

@@ -176,17 +176,19 @@ def test_conv_is_int64_arithmetic(
 
 @needs_vnni
 def test_plan_takes_vnni_for_constant_weights_of_its_layout() -> None:
-    """``int_loops.takes_vnni`` at planning: a constant 2-D B, a constant group-1 2-D filter over a
-    known 8-bit x; the kernels then follow the plan's record (``"int8": "vnni"``), not the CPU."""
+    """``int_loops.takes_vnni`` at planning: a constant 2-D B, or a computed B of a known 8-bit
+    dtype; a constant group-1 2-D filter over a known 8-bit x; the kernels then follow the plan's
+    record (``"int8"``), not the CPU."""
     w2, w4 = np.zeros((4, 3), np.int8), np.zeros((2, 3, 3, 3), np.int8)
     mmi = {"op": "MatMulInteger", "domain": "", "inputs": ["a", "b"], "attrs": {}, "in_types": [["uint8", None]] * 2}
     conv = {**mmi, "op": "ConvInteger", "inputs": ["x", "w"], "attrs": {"group": ["int", 1]}}
-    assert int_loops.takes_vnni(mmi, {"b": w2})
-    assert not int_loops.takes_vnni(mmi, {})  # B computed at run time
-    assert not int_loops.takes_vnni(mmi, {"b": w4})
-    assert int_loops.takes_vnni(conv, {"w": w4})
-    assert not int_loops.takes_vnni({**conv, "attrs": {"group": ["int", 3]}}, {"w": w4})
-    assert not int_loops.takes_vnni({**conv, "in_types": [[None, None]] * 2}, {"w": w4})
+    assert int_loops.takes_vnni(mmi, {"b": w2}) == "vnni"
+    assert int_loops.takes_vnni(mmi, {}) == "vnni-runtime"  # B computed at run time
+    assert int_loops.takes_vnni({**mmi, "in_types": [["uint8", None], [None, None]]}, {}) is None
+    assert int_loops.takes_vnni(mmi, {"b": w4}) is None
+    assert int_loops.takes_vnni(conv, {"w": w4}) == "vnni"
+    assert int_loops.takes_vnni({**conv, "attrs": {"group": ["int", 3]}}, {"w": w4}) is None
+    assert int_loops.takes_vnni({**conv, "in_types": [[None, None]] * 2}, {"w": w4}) is None
     assert generate.node_sources(conv) is None  # no record: the float product
     assert generate.node_sources({**conv, "int8": "vnni"}) == [vnni.conv_kernel("uint8")]
 
@@ -297,3 +299,57 @@ def test_context_compiled_without_vnni_loads_as_signed_on_a_cpu_with_it(tmp_path
     assert loaded["stats"]["compiled"] == 0, loaded  # (the VNNI kernel was compiled here before)
     assert not any("modified after signing" in w for w in loaded["warnings"]), loaded["warnings"]
     assert loaded["y"] == made["y"]
+
+
+@needs_vnni
+@pytest.mark.parametrize(
+    ("adt", "bdt", "a_shape", "b_shape"),
+    [
+        (np.uint8, np.uint8, (1, 3, 40, 16), (1, 3, 16, 70)),
+        (np.int8, np.uint8, (3, 5, 7), (3, 7, 70)),
+        (np.uint8, np.int8, (2, 9, 130), (130, 65)),
+        (np.int8, np.int8, (1, 1), (1, 1)),
+    ],
+)
+def test_run_time_product_is_int64_arithmetic(adt: Any, bdt: Any, a_shape: Any, b_shape: Any) -> None:
+    rng = np.random.default_rng(len(a_shape) * 10 + len(b_shape))
+    a, b = _ints(rng, adt, a_shape), _ints(rng, bdt, b_shape)
+    ks = vnni.bmm_kernel(np.dtype(adt).name, np.dtype(bdt).name)
+    fn = codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
+    ia, ib = np.iinfo(adt), np.iinfo(bdt)
+    for za, zb in ((ia.min, ib.max), (ia.max, ib.min), (0, 0)):
+        want = (a.astype(np.int64) - za) @ (b.astype(np.int64) - zb)
+        got = vnni.run_time_product(fn, a, np.array(za, adt), b, np.array(zb, bdt))
+        assert got is not None and got.dtype == np.int32
+        np.testing.assert_array_equal(got, want)
+    per_column = _ints(rng, bdt, (b_shape[-1],))
+    assert b_shape[-1] == 1 or vnni.run_time_product(fn, a, None, b, per_column) is None  # the float product
+    assert vnni.run_time_product(fn, a[None], None, b[None, None], None) is None  # batch dims differ
+
+
+def _run_time_b(rng: np.random.Generator, op: str) -> tuple[bytes, dict]:
+    a, b = _ints(rng, np.uint8, (2, 30, 40)), _ints(rng, np.int8, (2, 40, 50))
+    if op == "MatMulInteger":
+        ins = [("a", a), ("b", b), ("azp", np.uint8(3)), ("bzp", np.int8(-2))]
+        return one_node_model(op, ins, [np.int32], {"azp", "bzp"}, domain="")
+    ins = [("a", a), ("as", np.float32(0.02)), ("azp", np.uint8(3)), ("b", b), ("bs", np.float32(0.01))]
+    ins += [("bzp", np.int8(-2)), ("ys", np.float32(0.3)), ("yzp", np.uint8(128))]
+    return one_node_model(op, ins, [np.uint8], {"as", "azp", "bs", "bzp", "ys", "yzp"}, domain="")
+
+
+@needs_vnni
+@pytest.mark.parametrize("op", ["MatMulInteger", "QLinearMatMul"])
+def test_computed_b_matches_the_reference_ep(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """B as a graph input (an attention product of a QDQ transformer): both operands on VNNI."""
+    served: list[int] = []
+    real = vnni.run_time_product
+    monkeypatch.setattr(vnni, "run_time_product", lambda *a: served.append(1) or real(*a))
+    model, feed = _run_time_b(np.random.default_rng(11), op)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = InferenceSession(model, providers=NUMBA).run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    assert served
+    for g, w in zip(got, want, strict=True):
+        assert g.dtype == w.dtype
+        np.testing.assert_array_equal(g, w)

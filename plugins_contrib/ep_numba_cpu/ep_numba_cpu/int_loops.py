@@ -50,28 +50,36 @@ def serves(step: Mapping[str, Any]) -> bool:
     a context compiled where VNNI was absent keeps its float products on a CPU that has it, and
     the kernels its signature covers)."""
     key = (step.get("domain", ""), step.get("op", ""))
-    return (key[0] == MS and key[1] in OPS) or (key in GEMM_OPS | CONV_OPS and step.get("int8") == "vnni")
+    return (key[0] == MS and key[1] in OPS) or (key in GEMM_OPS | CONV_OPS and step.get("int8") in INT8_KINDS)
 
 
-def takes_vnni(step: Mapping[str, Any], consts: Mapping[str, np.ndarray]) -> bool:
-    """At planning: whether this CPU runs the step's 8-bit products on VNNI. For MatMulInteger,
-    QLinearMatMul, ConvInteger and QLinearConv only with constant weights of the layout's rank (2-D
-    B; a group-1 2-D filter and a known 8-bit x), the products it serves."""
+# the record's "int8" of a step: its 8-bit products on VNNI, with weights packed once ("vnni") or
+# both operands at run time ("vnni-runtime": MatMulInteger/QLinearMatMul with a computed B)
+INT8_KINDS = ("vnni", "vnni-runtime")
+
+
+def takes_vnni(step: Mapping[str, Any], consts: Mapping[str, np.ndarray]) -> str | None:
+    """At planning: the ``INT8_KINDS`` this CPU runs the step's 8-bit products as, or None. For
+    MatMulInteger and QLinearMatMul: a constant 2-D B ("vnni"), or a computed B of a known 8-bit
+    dtype ("vnni-runtime"); ConvInteger and QLinearConv: a constant group-1 2-D filter over a known
+    8-bit x ("vnni"): the products the kernels serve."""
     from ep_numba_cpu import vnni
 
     key = (step["domain"], step["op"])
     if not vnni.available() or key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS):
-        return False
+        return None
     if key[1] in OPS:
-        return True
-    ins = step["inputs"]
+        return "vnni"
+    ins, types = step["inputs"], step["in_types"]
     w_at = 1 if key[1] in ("MatMulInteger", "ConvInteger") else 3
     w = consts.get(ins[w_at]) if len(ins) > w_at else None
+    eight = [bool(types[i]) and types[i][0] in ("uint8", "int8") for i in (0, w_at)]
     if key in GEMM_OPS:
-        return w is not None and np.ndim(w) == 2
+        if w is not None:
+            return "vnni" if np.ndim(w) == 2 else None
+        return "vnni-runtime" if all(eight) else None
     group = step["attrs"].get("group", ["int", 1])[1]
-    x_type = step["in_types"][0]
-    return w is not None and np.ndim(w) == 4 and group == 1 and bool(x_type) and x_type[0] in ("uint8", "int8")
+    return "vnni" if w is not None and np.ndim(w) == 4 and group == 1 and eight[0] else None
 
 
 _MAX_K = (2**31 - 1) // (255 * 255)
@@ -304,7 +312,7 @@ def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
 
     if not serves(step):
         return None
-    if step.get("int8") == "vnni" and not vnni.available():
+    if step.get("int8") in INT8_KINDS and not vnni.available():
         from ep_numba_cpu.spec import SpecError
 
         raise SpecError(
@@ -317,6 +325,9 @@ def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
         return [product_kernel(), cell_kernel()]
     if (step["domain"], step["op"]) in CONV_OPS:
         return [vnni.conv_kernel(step["in_types"][0][0])]
+    if step["int8"] == "vnni-runtime":
+        types = step["in_types"]
+        return [vnni.bmm_kernel(types[0][0], types[1 if step["op"] == "MatMulInteger" else 3][0])]
     return [vnni.gemm_kernel()]
 
 
@@ -329,6 +340,13 @@ def make_compute(
     if (step["domain"], step["op"]) in CONV_OPS:
         (conv,) = kernels
         return delegate.build(step, weights, host, int_conv=lambda wf, group: _int_conv(conv, wf, group))
+    if step["op"] not in OPS and step["int8"] == "vnni-runtime":
+        from ep_numba_cpu import vnni
+
+        (bmm,) = kernels
+        return delegate.build(
+            step, weights, host, run_time_product=lambda a, az, b, bz: vnni.run_time_product(bmm, a, az, b, bz)
+        )
     if step["op"] not in OPS:
         (gemm,) = kernels
         return delegate.build(step, weights, host, int_product=lambda bf: _int_product(gemm, bf))

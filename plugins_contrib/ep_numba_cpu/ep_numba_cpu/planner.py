@@ -471,8 +471,9 @@ def _node_step(graph: Any, node: Any, consts: dict[str, np.ndarray]) -> dict[str
         "in_types": [_type(graph, n) if n not in consts else _weight_type(consts[n]) for n in node.inputs],
         "out_types": [_type(graph, n) for n in node.outputs],
     }
-    if int_loops.takes_vnni(step, consts):
-        step["int8"] = "vnni"
+    kind = int_loops.takes_vnni(step, consts)
+    if kind is not None:
+        step["int8"] = kind
     return step
 
 

@@ -18,7 +18,8 @@ not yet defined) is a ``SpecError`` naming the field, which the EP reports as IN
            | {"kind": "matmul", "inputs": [a, b], "outputs": [name]}
            | {"kind": "node", "op": op, "domain": domain, "opset": int, "attrs": {name: attr},
               "inputs": [name | ""], "outputs": [name | ""], "in_types": [type], "out_types": [type],
-              optionally "int8": "vnni" (its 8-bit products on the VNNI kernels, ``int_loops``)}
+              optionally "int8": "vnni" | "vnni-runtime" (its 8-bit products on the VNNI kernels,
+              weights packed once or both operands at run time: ``int_loops``)}
     item   = {"op": name, "args": [ref | null], "dtype": dtype, "params": {...}}
     ref    = ["a", array index] | ["v", earlier item index] | ["c", dtype, number]
     attr   = ["int", int] | ["float", float] | ["string", str] | ["ints", [int]] | ["floats", [float]]
@@ -218,8 +219,8 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
         raise _fail(f"{path}.kind", f"{kind!r:.40} is not one of {sorted(_STEP_KEYS)}")
     keys = _STEP_KEYS[kind] | ({"int8"} if kind == "node" and isinstance(step, dict) and "int8" in step else set())
     _obj(step, path, keys)
-    if "int8" in keys and step["int8"] != "vnni":
-        raise _fail(f"{path}.int8", f"{step['int8']!r:.40} is not 'vnni'")
+    if "int8" in keys and step["int8"] not in ("vnni", "vnni-runtime"):
+        raise _fail(f"{path}.int8", f"{step['int8']!r:.40} is not 'vnni' or 'vnni-runtime'")
     if kind == "kernel":
         _check_cluster(step, path, defined)
         return

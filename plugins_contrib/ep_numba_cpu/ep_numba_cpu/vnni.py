@@ -336,6 +336,87 @@ def conv_kernel(x_dtype: str) -> KernelSource:
     return KernelSource(_CONV, sig, False)
 
 
+_BMM = """import numpy as np
+from ep_numba_cpu.vnni import micro1, micro2, micro4
+
+
+def kernel(a, b, zp, out, u, s, acc, colsum):
+    n_g, n_m, n_k = a.shape
+    n_n = b.shape[2]
+    n_blocks = s.shape[0]
+    k4 = s.shape[1] // 256
+    kp = 4 * k4
+    np_ = 64 * n_blocks
+    if b.shape[0] != n_g or b.shape[1] != n_k or out.shape[0] != n_g or out.shape[1] != n_m or out.shape[2] != n_n:
+        return 2
+    if u.shape[0] < n_m or u.shape[1] != kp or acc.shape[0] < n_m or acc.shape[1] != np_ or colsum.shape[0] < np_:
+        return 2
+    if kp < n_k or np_ < n_n:
+        return 2
+    off_a = zp[2]
+    off_b = zp[3]
+    ca = zp[0] + off_a
+    cb = off_b - zp[1]
+    if ca < 0 or ca > 255 or cb < -255 or cb > 255:
+        return 1
+    shift_a = np.uint8(off_a)
+    shift_b = np.uint8(off_b)
+    for g in range(n_g):
+        for m in range(n_m):
+            for k in range(n_k):
+                u[m, k] = np.uint8(np.uint8(a[g, m, k]) + shift_a)
+            for k in range(n_k, kp):
+                u[m, k] = np.uint8(0)
+        for blk in range(n_blocks):
+            for i in range(k4 * 256):
+                s[blk, i] = np.int8(0)
+        for n in range(np_):
+            colsum[n] = 0
+        for k in range(n_k):
+            q = k >> 2
+            kk = k & 3
+            for n in range(n_n):
+                v = np.int8(np.uint8(b[g, k, n]) - shift_b)
+                s[n >> 6, q * 256 + (n & 63) * 4 + kk] = v
+                colsum[n] += np.int64(v)
+        for blk in range(n_blocks):
+            col = blk * 64
+            s_off = blk * k4 * 256
+            i = 0
+            while i + 4 <= n_m:
+                micro4(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+                i += 4
+            if i + 2 <= n_m:
+                micro2(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+                i += 2
+            if i < n_m:
+                micro1(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+        for n in range(n_n):
+            colsum[n] = ca * (colsum[n] + np.int64(n_k) * cb)
+        for m in range(n_m):
+            rowsum = np.int64(0)
+            for k in range(n_k):
+                rowsum += np.int64(u[m, k])
+            row = cb * rowsum
+            for n in range(n_n):
+                out[g, m, n] = np.int32(np.int64(acc[m, n]) + row - colsum[n])
+    return 0
+"""
+# (both operands at run time, as QLinearMatMul's and MatMulInteger's attention products of QDQ
+# transformers have them: U = a (uint8) or a + 128 (int8) and S = b - 128 (uint8) or b (int8), in
+# byte arithmetic, so A' = U - ca and B' = S + cb with ca = a_zp (+ 128) and cb = (128 -) b_zp,
+# scalars (``zp``: a_zp, b_zp, then the two moves, 0 or 128); B is laid out per batch entry into
+# ``s``. Returns 1 for a zero point outside its type's range, which ONNX's checker refuses.)
+
+
+def bmm_kernel(a_dtype: str, b_dtype: str) -> KernelSource:
+    """a (G, M, K) and b (G, K, N) 8-bit, zp (4,) int64 (a_zp, b_zp, and the moves of ``_BMM``),
+    out (G, M, N) int32; scratch u (M, 4*K4) uint8, s (blocks, K4*256) int8, acc (M, 64*blocks)
+    int32, colsum (64*blocks,) int64."""
+    sig = f"{a_dtype}:3:C:r,{b_dtype}:3:C:r,int64:1:C:r,int32:3:C:w,uint8:2:C:w,int8:2:C:w,int32:2:C:w,int64:1:C:w"
+    return KernelSource(_BMM, sig, False)
+
+
 @dataclass(frozen=True)
 class PackedB:
     """B' laid out for ``gemm_kernel``: S in blocks of 64 columns, 4 values of K per column
@@ -445,3 +526,39 @@ def conv(
     if status != 0:
         raise RuntimeError(f"the VNNI convolution's buffers do not match its layout (status {status})")
     return y.reshape(n, m, *out)
+
+
+def run_time_product(fn: Any, a: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: Any) -> np.ndarray | None:
+    """(a - a_zp) @ (b - b_zp) as int32 for 8-bit ``a`` (..., M, K) and ``b`` (..., K, N) of the
+    dtypes ``fn`` (``bmm_kernel``) was compiled for, with scalar zero points and equal batch dims
+    (or a 2-D ``b``); None otherwise (the caller's exact float product serves)."""
+    a, b = np.asarray(a), np.asarray(b)
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2] or b.shape[-2] > MAX_K:
+        return None
+    zeros = [np.zeros(1, np.int32) if z is None else np.asarray(z) for z in (a_zp, b_zp)]
+    if any(z.size != 1 for z in zeros):
+        return None
+    if b.ndim == 2:
+        lead, a3, b3 = a.shape[:-1], a.reshape(1, -1, a.shape[-1]), b[None]
+    elif a.shape[:-2] == b.shape[:-2]:
+        lead = a.shape[:-1]
+        a3, b3 = a.reshape(-1, *a.shape[-2:]), b.reshape(-1, *b.shape[-2:])
+    else:
+        return None
+    g, m, k = a3.shape
+    n = b3.shape[2]
+    if a3.size == 0 or b3.size == 0:
+        return None
+    k4, blocks = -(-k // 4), -(-n // COLS)
+    out = np.empty((g, m, n), np.int32)
+    moves = (0 if a.dtype == np.uint8 else 128, 128 if b.dtype == np.uint8 else 0)
+    zp = _readonly(np.array([int(zeros[0].reshape(-1)[0]), int(zeros[1].reshape(-1)[0]), *moves], np.int64))
+    buffers = (np.empty((m, 4 * k4), np.uint8), np.empty((blocks, k4 * 256), np.int8))
+    sums = (np.empty((m, blocks * COLS), np.int32), np.empty(blocks * COLS, np.int64))
+    a_in, b_in = _readonly(np.ascontiguousarray(a3)), _readonly(np.ascontiguousarray(b3))
+    status = fn(a_in, b_in, zp, out, *buffers, *sums)
+    if status == 1:
+        return None
+    if status != 0:
+        raise RuntimeError(f"the VNNI product's buffers do not match its layout (status {status})")
+    return out.reshape(*lead, n)
