@@ -249,8 +249,8 @@ def dq_lstm_loop(
             sc, zp = _dynamic_params(hd.reshape(-1))
             np.divide(hd, sc, out=q)  # as MlasQuantizeLinear: float32 division, rounded half to even
             np.rint(q, out=q)
-            np.maximum(q, -zp, out=q)  # q - zp, saturated to uint8's range
-            np.minimum(q, 255 - zp, out=q)
+            np.fmax(q, -zp, out=q)  # q - zp, saturated to uint8's range; NaN (0/0 of a zero scale) to
+            np.fmin(q, 255 - zp, out=q)  # the lower bound, as MLAS's max/min of (value, bound) give
             product = products[d]
             if product is not None:
                 product(q, part)

@@ -7,7 +7,7 @@ Gemm transposes and casts a constant B once at build time."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -140,20 +140,25 @@ def _run_time(product: RunTimeProduct | None, a: Any, a_zp: Any, b: Any, b_zp: A
 
 class IntB:
     """A constant B' laid out once for exact products by 8-bit A': ``exact_slices`` for float
-    BLAS, and another EP's compiled product (``IntProduct``) where one is given and takes it.
-    ``times`` gives the same integers either way (int32 from the compiled one, floats from BLAS)."""
+    BLAS, or another EP's compiled product (``IntProduct``) where one is given and takes it; then
+    the float layout (4-8 bytes a weight) is made only if an A' the compiled one declines ever
+    comes, from an int16 copy (B' is within [-255, 255] there). ``times`` gives the same integers
+    either way (int32 from the compiled one, floats from BLAS)."""
 
-    __slots__ = ("slices", "compiled")
+    __slots__ = ("slices", "compiled", "compact")
 
     def __init__(self, bf: np.ndarray, int_product: IntProduct | None = None) -> None:
-        self.slices = exact_slices(bf)
         self.compiled = None if int_product is None else int_product(bf)
+        self.compact = None if self.compiled is None else bf.astype(np.int16)
+        self.slices = exact_slices(bf) if self.compiled is None else None
 
     def times(self, a: np.ndarray) -> np.ndarray:
         if self.compiled is not None:
             got = self.compiled(a)
             if got is not None:
                 return got
+        if self.slices is None:  # (compact is set whenever slices are not)
+            self.slices = exact_slices(cast(np.ndarray, self.compact))
         return exact_matmul(a, self.slices)
 
 

@@ -51,10 +51,13 @@ def _range(dt: np.dtype) -> tuple[int, int]:
 
 
 def quantize_div(v: np.ndarray, scale: Any, zp: int, dt: np.dtype) -> np.ndarray:
-    """MlasQuantizeLinear: round-half-even(v / scale) + zp, saturated (float32 division)."""
+    """MlasQuantizeLinear: round-half-even(v / scale) + zp, saturated (float32 division). A NaN
+    quotient (0 / 0: a state whose range underflowed to a zero scale) saturates to the low end, as
+    MLAS's max(value, low) then min(value, high) give it (x86 max/min return the bound)."""
     lo, hi = _range(dt)
-    q = np.rint(np.asarray(v, F32) / F32(scale))
-    return (np.clip(q, lo - zp, hi - zp) + zp).astype(dt)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        q = np.rint(np.asarray(v, F32) / F32(scale))
+    return (np.fmin(np.fmax(q, lo - zp), hi - zp) + zp).astype(dt)
 
 
 def requantize_mul(acc: np.ndarray, scale: Any, zp: int, dt: np.dtype) -> np.ndarray:

@@ -173,6 +173,12 @@ def test_compiled_time_loop_is_dq_lstm_loop_bit_for_bit(n_dir: int, batch: int, 
     got_ys, got_c = run(xw, rs, b, h.copy(), c.copy())
     np.testing.assert_array_equal(got_ys.view(np.uint32), want_ys.view(np.uint32))
     np.testing.assert_array_equal(got_c.view(np.uint32), want_c.view(np.uint32))
+    tiny = np.zeros_like(h)
+    tiny[0, 0, 0] = np.float32(1e-44)  # a zero scale at the first step: 0 / 0 saturates low
+    want_ys, want_c = _rnn_fast.dq_lstm_loop(xw, rq, rs, b, tiny.copy(), c.copy(), [None] * n_dir)
+    got_ys, got_c = run(xw, rs, b, tiny.copy(), c.copy())
+    np.testing.assert_array_equal(got_ys.view(np.uint32), want_ys.view(np.uint32))
+    np.testing.assert_array_equal(got_c.view(np.uint32), want_c.view(np.uint32))
     xw[1, 2, 0, 0, 0] = np.nan
     assert run(xw, rs, b, h.copy(), c.copy()) is None
 

@@ -353,3 +353,71 @@ def test_computed_b_matches_the_reference_ep(op: str, monkeypatch: pytest.Monkey
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
+
+
+@needs_vnni
+def test_a_zero_point_per_row_of_a_stays_on_vnni() -> None:
+    """Each row of A' moves by its own offset: rows spanning 256 values each, 510 together."""
+    rng = np.random.default_rng(12)
+    a = _ints(rng, np.uint8, (5, 40)).astype(np.int64)
+    b = _ints(rng, np.int8, (40, 70)).astype(np.int64)
+    zp = np.array([0, 255, 17, 128, 3]).reshape(-1, 1)
+    got = vnni.product(_kernel(), vnni.pack(b.astype(np.float32)), (a - zp).astype(np.float32))
+    assert got is not None
+    np.testing.assert_array_equal(got, (a - zp) @ b)
+
+
+@needs_vnni
+def test_empty_operands_take_the_float_product() -> None:
+    ks = vnni.bmm_kernel("uint8", "int8")
+    fn = codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
+    for a_shape, b_shape in (((2, 0, 40), (2, 40, 7)), ((2, 3, 0), (2, 0, 5)), ((3, 4), (4, 0))):
+        assert vnni.run_time_product(fn, np.zeros(a_shape, np.uint8), None, np.zeros(b_shape, np.int8), None) is None
+    ins = [("a", np.zeros((2, 0, 40), np.uint8)), ("b", np.zeros((2, 40, 7), np.int8))]
+    model, feed = one_node_model("MatMulInteger", ins, [np.int32], set(), domain="")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        (got,) = InferenceSession(model, providers=NUMBA).run(None, feed)
+    assert got.shape == (2, 0, 7) and got.dtype == np.int32
+
+
+def test_int8_records_are_checked() -> None:
+    """A context's ``"int8"`` must name kernels its op has, for the 8-bit dtypes they compile for
+    (``spec`` refuses the record at load, naming the field)."""
+    conv = {"op": "QLinearConv", "domain": "", "int8": "vnni", "in_types": [["uint8", None]] + [[None, None]] * 8}
+    mmi = {"op": "MatMulInteger", "domain": "", "int8": "vnni-runtime", "in_types": [["uint8", None], ["int8", None]]}
+    assert int_loops.int8_problem(conv) is None and int_loops.int8_problem(mmi) is None
+    assert "not one of" in str(int_loops.int8_problem({**conv, "int8": "avx"}))
+    assert "8-bit inputs" in str(int_loops.int8_problem({**conv, "in_types": [["float32", None]]}))
+    assert "8-bit inputs" in str(int_loops.int8_problem({**mmi, "in_types": [["uint8", None], [None, None]]}))
+    assert "not 'QLinearConv'" in str(int_loops.int8_problem({**conv, "int8": "vnni-runtime"}))
+    assert "has no 8-bit kernels" in str(int_loops.int8_problem({**mmi, "op": "Relu", "int8": "vnni"}))
+
+
+@needs_vnni
+def test_a_product_inside_a_branch_is_worth_a_group() -> None:
+    """An 8-bit product in an If's branch runs on the EP (its VNNI kernel pays the runner's call)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    def branch(name: str, seed: int) -> Any:
+        w = np.random.default_rng(seed).integers(-128, 128, (64, 96)).astype(np.int8)
+        node = helper.make_node("MatMulInteger", ["a", f"B{name}"], [f"y{name}"])
+        out = [helper.make_tensor_value_info(f"y{name}", TensorProto.INT32, None)]
+        return helper.make_graph([node], name, [], out, [numpy_helper.from_array(w, f"B{name}")])
+
+    node = helper.make_node("If", ["cond"], ["y"], then_branch=branch("t", 1), else_branch=branch("e", 2))
+    ins = [
+        helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        helper.make_tensor_value_info("a", TensorProto.UINT8, [32, 64]),
+    ]
+    graph = helper.make_graph([node], "g", ins, [helper.make_tensor_value_info("y", TensorProto.INT32, None)])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+    feed = {"cond": np.array(True), "a": np.random.default_rng(0).integers(0, 256, (32, 64)).astype(np.uint8)}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = InferenceSession(model, providers=NUMBA)
+        got = sess.run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    eps = {k: v["ep"] for k, v in sess.get_node_assignment().items()}
+    assert eps["If_0/then_branch/MatMulInteger_0"] == "NumbaCpuExecutionProvider", eps
+    np.testing.assert_array_equal(got[0], want[0])

@@ -792,3 +792,34 @@ def test_dynamic_quantize_lstm_sequence_lens_is_onnxruntime_bit_for_bit(
     got, want = _run_both(model, feeds)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_array_equal(g, w)
+
+
+def _subnormal_state_model() -> tuple[bytes, dict]:
+    rng = np.random.default_rng(1)
+    t, b, i, h = 3, 2, 12, 16
+    h0 = np.zeros((1, b, h), np.float32)
+    h0[0, 0, 0] = np.float32(1e-44)  # (max - min) / 255 underflows to a zero scale; 0 / 0 is NaN
+    ins = [("x", rng.standard_normal((t, b, i)).astype(np.float32))]
+    ins += [("w", rng.integers(-128, 128, (1, i, 4 * h)).astype(np.int8))]
+    ins += [("r", rng.integers(-128, 128, (1, h, 4 * h)).astype(np.int8))]
+    ins += [("b", (rng.standard_normal((1, 8 * h)) * 0.1).astype(np.float32)), ("sl", None), ("h0", h0)]
+    ins += [("c0", (rng.standard_normal((1, b, h)) * 0.5).astype(np.float32)), ("p", None)]
+    ins += [("ws", np.float32([0.004])), ("wz", np.int8([1])), ("rs", np.float32([0.004])), ("rz", np.int8([-2]))]
+    consts = {"w", "r", "b", "ws", "wz", "rs", "rz"}
+    return _model("DynamicQuantizeLSTM", ins, [np.float32] * 3, consts, hidden_size=h)
+
+
+def test_dynamic_quantize_lstm_state_of_zero_scale_is_onnxruntime_bit_for_bit() -> None:
+    """A state whose range underflows to a zero scale: its zeros quantize as 0 / 0 = NaN, which
+    MLAS's max/min saturate to the low end (the reference used to keep NaN, and every output was
+    NaN); found by red-team 31."""
+    model, feed = _subnormal_state_model()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    so = ort.SessionOptions()
+    so.intra_op_num_threads = 1
+    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feed)
+    for g, w in zip(got, want, strict=True):
+        assert np.isfinite(g).all()
+        np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))

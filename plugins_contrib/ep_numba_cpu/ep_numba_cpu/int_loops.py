@@ -1,4 +1,6 @@
-"""DynamicQuantizeLSTM's recurrent product and LSTM cell as compiled loops.
+"""The compiled loops of delegated integer ops: DynamicQuantizeLSTM's recurrent product, LSTM cell
+and (on AVX-512 VNNI) whole time loop, and the VNNI products of MatMulInteger, QLinearMatMul,
+ConvInteger and QLinearConv (``vnni``), each handed to the reference EP's kernel of the op.
 
 Why: each time step of com.microsoft DynamicQuantizeLSTM multiplies the quantized state (B, H) by
 the integer recurrent weights of four gates. The reference EP holds those weights as float32 (or
@@ -6,15 +8,17 @@ float64) so that BLAS computes the exact integer sums, and at H = 384 that is 2.
 more than a core's L2: ~100 us a step on a 2-core EPYC, where the same product over int16 weights
 (1.2 MB) in a Numba loop whose integer dot products LLVM vectorises takes ~22 us. The loop writes
 ``float32(exact int32 sum)``, the float the reference EP gets from its exact BLAS product, so the
-results are the reference EP's to the bit. Everything else of the op (quantizing the input and the
-state, the input projection of all steps, where 48+ rows keep float32 BLAS 2x faster than this
-loop, scales, bias) stays the reference kernel, handed this product through its ``recurrent_product``
-parameter and the cell through ``lstm_cell``.
+results are the reference EP's to the bit. The rest of the op (quantizing the input and the state,
+the input projection, scales, bias) stays the reference kernel, handed this product through its
+``recurrent_product`` parameter and the cell through ``lstm_cell``.
 
-On a CPU with AVX-512 VNNI, ``vnni``'s kernel takes the place of this int16 loop (6.5 us a step
-at H = 384 against 43 us) and also computes the input projection (``int_product``: 5x float32
-BLAS), and it serves the constant B of MatMulInteger and QLinearMatMul (the integer products of
-dynamically quantized and QDQ transformers) the same way.
+On a CPU with AVX-512 VNNI (chosen at planning and recorded in the step, ``takes_vnni``), the
+``vnni`` kernel takes the place of the int16 loop (11 us a step at H = 384) and computes the input
+projection (``int_product``: 5x float32 BLAS), and ``_LOOP`` runs the whole time loop in one call
+(``time_loop``: the state's quantization, the product, scales, bias and the cell, in the
+reference's float32 order). The same kernels serve the constant B of MatMulInteger and
+QLinearMatMul, a B they compute at run time, and the constant filters of ConvInteger and
+QLinearConv (the integer products of dynamically quantized and QDQ models).
 
 The cell (``_CELL``) is the reference EP's ``mlas_lstm_cell`` (MLAS's logistic and tanh, Eigen's
 rational forms in FMA steps emulated as float64 products rounded to float32, then the cell update)
@@ -23,11 +27,12 @@ without fastmath), so bit for bit its result: in NumPy those ~40 array operation
 ~150 us a step at B = 2, H = 384, more than the product.
 
 Bounds: every |R - R_zp| and |q - zp| is at most 255, so a sum over H stays in int32 while
-H * 255 * 255 < 2^31 (H < 33,000); larger states keep BLAS's product. The kernel source is fixed
-text; no string of a record reaches it."""
+H * 255 * 255 < 2^31 (H < 33,000); larger states keep BLAS's product. The kernel sources are fixed
+text; what a record gives them is dtype names that ``int8_problem`` checked (8-bit ones only)."""
 
 from __future__ import annotations
 
+import textwrap
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -46,9 +51,9 @@ CONV_OPS = frozenset((d, op) for d in ("", "ai.onnx") for op in ("ConvInteger", 
 
 def serves(step: Mapping[str, Any]) -> bool:
     """Whether this module's compiled loops serve a delegated node's step: DynamicQuantizeLSTM
-    always; the others where the plan chose VNNI (``takes_vnni``, recorded as ``"int8": "vnni"``:
-    a context compiled where VNNI was absent keeps its float products on a CPU that has it, and
-    the kernels its signature covers)."""
+    always; the others where the plan chose VNNI (``takes_vnni``, recorded as ``"int8"``: "vnni"
+    or "vnni-runtime"; a context compiled where VNNI was absent keeps its float products on a CPU
+    that has it, and the kernels its signature covers)."""
     key = (step.get("domain", ""), step.get("op", ""))
     return (key[0] == MS and key[1] in OPS) or (key in GEMM_OPS | CONV_OPS and step.get("int8") in INT8_KINDS)
 
@@ -66,20 +71,43 @@ def takes_vnni(step: Mapping[str, Any], consts: Mapping[str, np.ndarray]) -> str
     from ep_numba_cpu import vnni
 
     key = (step["domain"], step["op"])
-    if not vnni.available() or key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS):
+    if not vnni.available() or (key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS)):
         return None
     if key[1] in OPS:
         return "vnni"
     ins, types = step["inputs"], step["in_types"]
-    w_at = 1 if key[1] in ("MatMulInteger", "ConvInteger") else 3
+    w_at, zp_at = _WEIGHT_AT[key[1]]
     w = consts.get(ins[w_at]) if len(ins) > w_at else None
-    eight = [bool(types[i]) and types[i][0] in ("uint8", "int8") for i in (0, w_at)]
+    zp_known = len(ins) <= zp_at or not ins[zp_at] or ins[zp_at] in consts  # (the reference lays out a
+    eight = [bool(types[i]) and types[i][0] in ("uint8", "int8") for i in (0, w_at)]  # constant pair)
     if key in GEMM_OPS:
-        if w is not None:
+        if w is not None and zp_known:
             return "vnni" if np.ndim(w) == 2 else None
-        return "vnni-runtime" if all(eight) else None
+        return "vnni-runtime" if w is None and all(eight) else None
     group = step["attrs"].get("group", ["int", 1])[1]
-    return "vnni" if w is not None and np.ndim(w) == 4 and group == 1 and eight[0] else None
+    return "vnni" if w is not None and zp_known and np.ndim(w) == 4 and group == 1 and eight[0] else None
+
+
+# op -> (the weight's input index, its zero point's)
+_WEIGHT_AT = {"MatMulInteger": (1, 3), "ConvInteger": (1, 3), "QLinearMatMul": (3, 5), "QLinearConv": (3, 5)}
+
+
+def int8_problem(step: Mapping[str, Any]) -> str | None:
+    """What is wrong with a record's ``"int8"`` for its step (checked at load, ``spec``), or None:
+    the kind must be one the op has kernels for, and the dtypes its kernels are compiled for
+    8-bit ones."""
+    kind, key = step["int8"], (step["domain"], step["op"])
+    if kind not in INT8_KINDS:
+        return f"{kind!r:.40} is not one of {list(INT8_KINDS)}"
+    if key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS):
+        return f"{key[1]!r:.40} has no 8-bit kernels"
+    if kind == "vnni-runtime" and key not in GEMM_OPS:
+        return f"'vnni-runtime' is for MatMulInteger and QLinearMatMul, not {key[1]!r:.40}"
+    types = step["in_types"]
+    at = (0,) if key in CONV_OPS else (0, _WEIGHT_AT[key[1]][0]) if kind == "vnni-runtime" else ()
+    if any(not types[i] or types[i][0] not in ("uint8", "int8") for i in at):
+        return f"its kernels take 8-bit inputs, and in_types gives {[types[i][0] for i in at]}"
+    return None
 
 
 _MAX_K = (2**31 - 1) // (255 * 255)
@@ -185,7 +213,7 @@ def _cell_constants() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 _LOOP = f"""import numpy as np
-from ep_numba_cpu.vnni import micro1, micro2, micro4
+from ep_numba_cpu.vnni import gemm_rows
 
 
 def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, acc):
@@ -222,14 +250,15 @@ def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, 
             if mx != mn:
                 sc = np.float32(mx - mn) / np.float32(255.0)
             zf = np.float32(np.float32(0.0) - mn / sc)
-            zf = min(max(zf, np.float32(0.0)), np.float32(255.0))
-            zp = np.int64(np.rint(zf))
+            zp = np.int64(255)
+            if zf == zf:
+                zp = np.int64(np.rint(min(max(zf, np.float32(0.0)), np.float32(255.0))))
             lo = np.float32(-zp)
             hi = np.float32(255 - zp)
             for b in range(batch):
                 for j in range(hs):
                     q = np.rint(np.float32(h[d * batch + b, j] / sc))
-                    if q < lo:
+                    if not (q >= lo):
                         q = lo
                     if q > hi:
                         q = hi
@@ -238,17 +267,7 @@ def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, 
                     u[b, j] = np.uint8(0)
             s_d = d * n_blocks * k4 * 256
             for blk in range(n_blocks):
-                s_off = s_d + blk * k4 * 256
-                col = blk * 64
-                i = 0
-                while i + 4 <= batch:
-                    micro4(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
-                    i += 4
-                if i + 2 <= batch:
-                    micro2(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
-                    i += 2
-                if i < batch:
-                    micro1(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+                gemm_rows(u, kp, s, s_d + blk * k4 * 256, k4, acc, np_, blk * 64, batch)
             for b in range(batch):
                 rowsum = np.int64(0)
                 for j in range(hs):
@@ -269,7 +288,7 @@ def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, 
                         g[gate, d * batch + b, j] = v
         n_b = rows
         n_h = hs
-{_CELL_BODY.replace(chr(10) + "    ", chr(10) + "        ").replace("    for b in range(n_b):", "        for b in range(n_b):", 1)}
+{textwrap.indent(_CELL_BODY, "    ")}
         for row in range(rows):
             for j in range(hs):
                 ys[t, row, j] = h[row, j]
@@ -278,8 +297,10 @@ def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, 
 # (DynamicQuantizeLSTM's whole time loop in one call, the float32 operations of the reference's
 # ``_rnn_fast.dq_lstm_loop`` in its order: each direction's state quantized as
 # ``_dynamic_params`` does (range with 0, scale (max - min) / 255, zero point rounded half to
-# even), its exact product with R' on VNNI, float32(sum) * (R_scale * h_scale), + xw[t], + bias,
-# then the cell of ``_CELL``. Only for finite inputs (``_compiled_loop`` checks): a NaN state takes
+# even; 255 where 0 - min / scale is NaN, a range that underflowed to a zero scale), each value
+# rounded and saturated with NaN to the low end (the reference's fmax/fmin, MLAS's max/min), its
+# exact product with R' on VNNI, float32(sum) * (R_scale * h_scale), + xw[t], + bias, then the
+# cell of ``_CELL``. Only for finite inputs (``_time_loop``'s ``run`` checks): a NaN state takes
 # the reference's NaN-aware range, which this loop does not repeat. Rows of the cell are
 # direction-major, (d, b), as the reference's reshape of (D, B, H).)
 
@@ -327,7 +348,7 @@ def kernel_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
         return [vnni.conv_kernel(step["in_types"][0][0])]
     if step["int8"] == "vnni-runtime":
         types = step["in_types"]
-        return [vnni.bmm_kernel(types[0][0], types[1 if step["op"] == "MatMulInteger" else 3][0])]
+        return [vnni.bmm_kernel(types[0][0], types[_WEIGHT_AT[step["op"]][0]][0])]
     return [vnni.gemm_kernel()]
 
 
@@ -388,6 +409,8 @@ def _time_loop(fn: Any, rq: np.ndarray, cell: tuple[np.ndarray, ...]) -> Callabl
     def run(xw: np.ndarray, rs: np.ndarray, bias: np.ndarray | None, h: np.ndarray, c: np.ndarray) -> Any:
         parts = (xw, rs, h, c) if bias is None else (xw, rs, bias, h, c)
         if not all(np.isfinite(v).all() for v in parts):
+            return None
+        if not c.flags.c_contiguous:  # (updated in place through a view)
             return None
         n_t, _, _, batch, hs = xw.shape
         rows = n_dir * batch

@@ -698,14 +698,26 @@ ML_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SV
 LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuantizeLSTM")}  # ml_ / int_loops.py
 
 
+_INT8_OPS = ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")
+
+
+def _has_vnni() -> bool:
+    from ep_numba_cpu import vnni
+
+    return vnni.available()
+
+
 def pays_a_runner(node: Any) -> bool:
     """Whether ``node`` makes a group worth its runner's call when the group is not the whole
     graph (inside a control-flow body the call is paid on every branch taken): a recurrent loop,
-    a tree walk, SVM coupling or integer recurrent product, or a compiled node computing floats.
+    a tree walk, SVM coupling or integer recurrent product, an 8-bit product on VNNI, or a
+    compiled node computing floats.
     Copies (Identity) and shape logic on integers and bools run as fast on the next EP without
     the call (silero's nested Ifs: a dozen such groups made it 2x slower than the reference EP)."""
     if node.op_type in RECURRENT or (node.domain, node.op_type) in LOOPS:
         return True
+    if node.domain in ("", "ai.onnx") and node.op_type in _INT8_OPS and _has_vnni():
+        return True  # its 8-bit products on VNNI (``int_loops.takes_vnni``)
     if node.op_type == "Identity" or not compiled(node) or not node.outputs:
         return False
     return _dtype(node.graph, node.outputs[0]) in FLOAT_DTYPES

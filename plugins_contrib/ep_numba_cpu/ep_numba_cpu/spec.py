@@ -219,8 +219,12 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
         raise _fail(f"{path}.kind", f"{kind!r:.40} is not one of {sorted(_STEP_KEYS)}")
     keys = _STEP_KEYS[kind] | ({"int8"} if kind == "node" and isinstance(step, dict) and "int8" in step else set())
     _obj(step, path, keys)
-    if "int8" in keys and step["int8"] not in ("vnni", "vnni-runtime"):
-        raise _fail(f"{path}.int8", f"{step['int8']!r:.40} is not 'vnni' or 'vnni-runtime'")
+    if "int8" in keys:
+        from ep_numba_cpu.int_loops import int8_problem
+
+        problem = int8_problem(step)
+        if problem is not None:
+            raise _fail(f"{path}.int8", problem)
     if kind == "kernel":
         _check_cluster(step, path, defined)
         return

@@ -140,17 +140,39 @@ def _byte_ops() -> tuple[Any, Any]:
     return copy_bytes, fill_bytes
 
 
+def _rows_of(micro4: Any, micro2: Any, micro1: Any) -> Any:
+    """``gemm_rows(u, kp, s, s_off, k4, acc, acc_cols, col, rows)``: ``rows`` rows of U (from row
+    0, ``kp`` bytes each) by one block of 64 columns of S at ``s_off``, into ``acc`` at column
+    ``col``: four rows at a time, then two, then one (every kernel's dispatch, inlined)."""
+    from numba import njit
+
+    @njit(inline="always")
+    def gemm_rows(u, kp, s, s_off, k4, acc, acc_cols, col, rows):  # type: ignore[no-untyped-def]
+        i = 0
+        while i + 4 <= rows:
+            micro4(u, i * kp, kp, s, s_off, k4, acc, i * acc_cols + col, acc_cols)
+            i += 4
+        if i + 2 <= rows:
+            micro2(u, i * kp, kp, s, s_off, k4, acc, i * acc_cols + col, acc_cols)
+            i += 2
+        if i < rows:
+            micro1(u, i * kp, kp, s, s_off, k4, acc, i * acc_cols + col, acc_cols)
+
+    return gemm_rows
+
+
 # the generated kernels import these (compiled into their object code: a rebuild does not call them)
 micro4 = _micro(4)
 micro2 = _micro(2)
 micro1 = _micro(1)
+gemm_rows = _rows_of(micro4, micro2, micro1)
 copy_bytes, fill_bytes = _byte_ops()
 
 _GEMM = """import numpy as np
-from ep_numba_cpu.vnni import micro1, micro2, micro4
+from ep_numba_cpu.vnni import gemm_rows
 
 
-def kernel(a, s, cb, bsum, out, u, acc):
+def kernel(a, s, cb, bsum, out, u, acc, offsets):
     n_m, n_k = a.shape
     n_n = out.shape[1]
     n_blocks = s.shape[0]
@@ -159,14 +181,11 @@ def kernel(a, s, cb, bsum, out, u, acc):
     np_ = 64 * n_blocks
     if out.shape[0] != n_m or u.shape[0] < n_m or u.shape[1] != kp or acc.shape[0] < n_m or acc.shape[1] != np_:
         return 2
-    if n_k > kp or n_n > np_ or cb.shape[0] < n_n or bsum.shape[0] < n_n:
+    if n_k > kp or n_n > np_ or cb.shape[0] < n_n or bsum.shape[0] < n_n or offsets.shape[0] < n_m or n_k == 0:
         return 2
-    lo = np.float32(0.0)
-    hi = np.float32(0.0)
-    if n_m > 0 and n_k > 0:
-        lo = a[0, 0]
-        hi = a[0, 0]
     for i in range(n_m):
+        lo = a[i, 0]
+        hi = a[i, 0]
         for k in range(n_k):
             v = a[i, k]
             if v != v:
@@ -175,48 +194,41 @@ def kernel(a, s, cb, bsum, out, u, acc):
                 lo = v
             if v > hi:
                 hi = v
-    if not (hi - lo <= np.float32(255.0)) or lo < np.float32(-255.0) or hi > np.float32(255.0):
-        return 1
-    ca = np.int64(-lo)
-    for i in range(n_m):
+        if not (hi - lo <= np.float32(255.0)) or lo < np.float32(-255.0) or hi > np.float32(255.0):
+            return 1
+        ca = np.int64(-lo)
+        offsets[i] = ca
         for k in range(n_k):
             u[i, k] = np.uint8(np.int64(a[i, k]) + ca)
         for k in range(n_k, kp):
             u[i, k] = np.uint8(0)
     for blk in range(n_blocks):
-        s_off = blk * k4 * 256
-        col = blk * 64
-        r = 0
-        while r + 4 <= n_m:
-            micro4(u, r * kp, kp, s, s_off, k4, acc, r * np_ + col, np_)
-            r += 4
-        if r + 2 <= n_m:
-            micro2(u, r * kp, kp, s, s_off, k4, acc, r * np_ + col, np_)
-            r += 2
-        if r < n_m:
-            micro1(u, r * kp, kp, s, s_off, k4, acc, r * np_ + col, np_)
+        gemm_rows(u, kp, s, blk * k4 * 256, k4, acc, np_, blk * 64, n_m)
     for i in range(n_m):
         rowsum = np.int64(0)
         for k in range(n_k):
             rowsum += np.int64(u[i, k])
+        ca = offsets[i]
         for j in range(n_n):
             out[i, j] = np.int32(np.int64(acc[i, j]) + np.int64(cb[j]) * rowsum - ca * np.int64(bsum[j]))
     return 0
 """
-# (returns 1 when A' spans more than 256 values, leaves [-255, 255] (which keeps every sum in
-# int32 for K <= MAX_K) or holds a NaN: the caller takes the float product; 2 when the buffers do
-# not match the layout, which the caller raises)
+# (each row of A' moves by its own ca, so a zero point per row of A serves too; returns 1 when a
+# row spans more than 256 values, leaves [-255, 255] (which keeps every sum in int32 for K <=
+# MAX_K) or holds a NaN: the caller takes the float product; 2 when the buffers do not match the
+# layout, which the caller raises)
 
 
 def gemm_kernel() -> KernelSource:
     """a (M, K) float32 A' (exact integers), s (blocks, K4*256) int8 packed S, cb and bsum (N,)
-    int32, out (M, N) int32, and the scratch u (M, 4*K4) uint8 and acc (M, 64*blocks) int32."""
-    sig = "float32:2:C:r,int8:2:C:r,int32:1:C:r,int32:1:C:r,int32:2:C:w,uint8:2:C:w,int32:2:C:w"
+    int32, out (M, N) int32, and the scratch u (M, 4*K4) uint8, acc (M, 64*blocks) int32 and the
+    rows' moves (M,) int64."""
+    sig = "float32:2:C:r,int8:2:C:r,int32:1:C:r,int32:1:C:r,int32:2:C:w,uint8:2:C:w,int32:2:C:w,int64:1:C:w"
     return KernelSource(_GEMM, sig, False)
 
 
 _CONV = """import numpy as np
-from ep_numba_cpu.vnni import copy_bytes, fill_bytes, micro1, micro2, micro4
+from ep_numba_cpu.vnni import copy_bytes, fill_bytes, gemm_rows
 
 
 def kernel(x, zp, s, cb, bsum, bias, geo, out, t, tsum, u, acc, rowsum):
@@ -296,17 +308,7 @@ def kernel(x, zp, s, cb, bsum, bias, geo, out, t, tsum, u, acc, rowsum):
                 fill_bytes(u, kk, 0, kp - n_k)
                 rowsum[i] = total
             for blk in range(s.shape[0]):
-                s_off = blk * k4 * 256
-                col = blk * 64
-                i = 0
-                while i + 4 <= r:
-                    micro4(u, i * kp, kp, s, s_off, k4, acc, i * mp + col, mp)
-                    i += 4
-                if i + 2 <= r:
-                    micro2(u, i * kp, kp, s, s_off, k4, acc, i * mp + col, mp)
-                    i += 2
-                if i < r:
-                    micro1(u, i * kp, kp, s, s_off, k4, acc, i * mp + col, mp)
+                gemm_rows(u, kp, s, blk * k4 * 256, k4, acc, mp, blk * 64, r)
             for m in range(n_m):
                 base = np.int64(bias[m]) - ca * np.int64(bsum[m])
                 scale = np.int64(cb[m])
@@ -337,7 +339,7 @@ def conv_kernel(x_dtype: str) -> KernelSource:
 
 
 _BMM = """import numpy as np
-from ep_numba_cpu.vnni import micro1, micro2, micro4
+from ep_numba_cpu.vnni import gemm_rows
 
 
 def kernel(a, b, zp, out, u, s, acc, colsum):
@@ -361,15 +363,16 @@ def kernel(a, b, zp, out, u, s, acc, colsum):
         return 1
     shift_a = np.uint8(off_a)
     shift_b = np.uint8(off_b)
+    if n_k < kp or n_n < np_:  # the layout's padding holds zeros (the entries below never write it)
+        for blk in range(n_blocks):
+            for i in range(k4 * 256):
+                s[blk, i] = np.int8(0)
     for g in range(n_g):
         for m in range(n_m):
             for k in range(n_k):
                 u[m, k] = np.uint8(np.uint8(a[g, m, k]) + shift_a)
             for k in range(n_k, kp):
                 u[m, k] = np.uint8(0)
-        for blk in range(n_blocks):
-            for i in range(k4 * 256):
-                s[blk, i] = np.int8(0)
         for n in range(np_):
             colsum[n] = 0
         for k in range(n_k):
@@ -380,17 +383,7 @@ def kernel(a, b, zp, out, u, s, acc, colsum):
                 s[n >> 6, q * 256 + (n & 63) * 4 + kk] = v
                 colsum[n] += np.int64(v)
         for blk in range(n_blocks):
-            col = blk * 64
-            s_off = blk * k4 * 256
-            i = 0
-            while i + 4 <= n_m:
-                micro4(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
-                i += 4
-            if i + 2 <= n_m:
-                micro2(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
-                i += 2
-            if i < n_m:
-                micro1(u, i * kp, kp, s, s_off, k4, acc, i * np_ + col, np_)
+            gemm_rows(u, kp, s, blk * k4 * 256, k4, acc, np_, blk * 64, n_m)
         for n in range(n_n):
             colsum[n] = ca * (colsum[n] + np.int64(n_k) * cb)
         for m in range(n_m):
@@ -452,8 +445,8 @@ def pack(bf: np.ndarray) -> PackedB | None:
 
 def product(fn: Any, packed: PackedB, a: np.ndarray) -> np.ndarray | None:
     """``a @ B'`` as int32 for ``a`` (..., K) A' (exact integers in a float array), through the
-    compiled ``gemm_kernel`` ``fn``; None when A' spans more than 256 values (the caller's exact
-    float product serves it)."""
+    compiled ``gemm_kernel`` ``fn``; None when a row of A' spans more than 256 values or leaves
+    [-255, 255] (the caller's exact float product serves it)."""
     if a.shape[-1] != packed.k:
         raise ValueError(f"A has {a.shape[-1]} columns, B {packed.k} rows")
     lead = a.shape[:-1]
@@ -462,7 +455,7 @@ def product(fn: Any, packed: PackedB, a: np.ndarray) -> np.ndarray | None:
     out = np.empty((m, packed.n), np.int32)
     u = np.empty((m, 4 * (packed.s.shape[1] // 256)), np.uint8)
     acc = np.empty((m, packed.s.shape[0] * COLS), np.int32)
-    status = fn(_readonly(a2), packed.s, packed.cb, packed.bsum, out, u, acc)
+    status = fn(_readonly(a2), packed.s, packed.cb, packed.bsum, out, u, acc, np.empty(m, np.int64))
     if status == 1:
         return None
     if status != 0:
@@ -494,7 +487,8 @@ def conv(
     geometry: tuple[Any, ...],
 ) -> np.ndarray | None:
     """conv(x - zp, W') + bias as float32 (N, M, *out) through the compiled ``conv_kernel``
-    ``fn`` (the float32 nearest each exact sum); None when x - zp spans more than 256 values.
+    ``fn`` (the float32 nearest each exact sum); None when x - zp leaves [-255, 255] (a zero
+    point outside x's type, which ONNX's checker refuses).
     ``geometry``: (kernel, strides, dilations, leading pads, out), each per spatial axis."""
     kernel, strides, dil, pb, out = geometry
     n, c, h, w = x.shape
@@ -533,7 +527,7 @@ def run_time_product(fn: Any, a: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: Any
     dtypes ``fn`` (``bmm_kernel``) was compiled for, with scalar zero points and equal batch dims
     (or a 2-D ``b``); None otherwise (the caller's exact float product serves)."""
     a, b = np.asarray(a), np.asarray(b)
-    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2] or b.shape[-2] > MAX_K:
+    if a.ndim < 2 or b.ndim < 2 or a.shape[-1] != b.shape[-2] or b.shape[-2] > MAX_K or 0 in a.shape + b.shape:
         return None
     zeros = [np.zeros(1, np.int32) if z is None else np.asarray(z) for z in (a_zp, b_zp)]
     if any(z.size != 1 for z in zeros):
@@ -547,8 +541,6 @@ def run_time_product(fn: Any, a: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: Any
         return None
     g, m, k = a3.shape
     n = b3.shape[2]
-    if a3.size == 0 or b3.size == 0:
-        return None
     k4, blocks = -(-k // 4), -(-n // COLS)
     out = np.empty((g, m, n), np.int32)
     moves = (0 if a.dtype == np.uint8 else 128, 128 if b.dtype == np.uint8 else 0)
