@@ -428,19 +428,20 @@ def pack(bf: np.ndarray) -> PackedB | None:
     or no values)."""
     if bf.ndim != 2 or bf.size == 0 or bf.shape[0] > MAX_K:
         return None
-    b = np.asarray(bf, np.float64)
-    if not np.isfinite(b).all() or not np.array_equal(b, np.rint(b)):
-        return None
-    lo, hi = b.min(axis=0), b.max(axis=0)
-    if float((hi - lo).max()) > 255.0 or float(np.abs(b).max()) > 255.0:  # 8-bit data minus a zero point
+    lo, hi = bf.min(axis=0), bf.max(axis=0)  # (NaN reaches both)
+    if not (lo.min() >= -255 and hi.max() <= 255 and (hi.astype(np.int32) - lo.astype(np.int32)).max() <= 255):
+        return None  # 8-bit data minus a zero point spans at most 256 values within [-255, 255]
+    b = bf.astype(np.int16)
+    if not np.array_equal(b, bf):  # not integers
         return None
     k, n = b.shape
-    cb = (lo + 128.0).astype(np.int64)
+    cb = lo.astype(np.int16) + np.int16(128)
     s = np.zeros((-(-k // 4) * 4, -(-n // COLS) * COLS), np.int8)
-    s[:k, :n] = (b.astype(np.int64) - cb).astype(np.int8)
+    np.subtract(b, cb, out=s[:k, :n], casting="unsafe")  # within [-128, 127]
     blocks = s.reshape(s.shape[0] // 4, 4, s.shape[1] // COLS, COLS).transpose(2, 0, 3, 1)
     packed = np.ascontiguousarray(blocks).reshape(s.shape[1] // COLS, -1)
-    return PackedB(_readonly(packed), _readonly(cb.astype(np.int32)), _readonly(b.sum(axis=0).astype(np.int32)), k, n)
+    bsum = b.sum(axis=0, dtype=np.int32)
+    return PackedB(_readonly(packed), _readonly(cb.astype(np.int32)), _readonly(bsum), k, n)
 
 
 def product(fn: Any, packed: PackedB, a: np.ndarray) -> np.ndarray | None:
