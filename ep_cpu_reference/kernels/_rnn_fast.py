@@ -279,8 +279,12 @@ _MIN, _MAX = np.minimum.reduce, np.maximum.reduce
 def _dynamic_params(flat: np.ndarray) -> tuple[np.float32, int]:
     """``quantize.dynamic_params`` for a non-empty 1-D float32 array, in the same float32
     arithmetic, with the per-call overhead (half of it) of the ndarray methods cut: it runs once
-    per time step."""
-    mn = min(_MIN(flat), _F0)
-    mx = max(_MAX(flat), _F0)
+    per time step. A NaN is left out of the range, as there and in onnxruntime (found by red-team
+    32: one NaN in the state made every later output NaN)."""
+    mn, mx = _MIN(flat), _MAX(flat)
+    if mn != mn or mx != mx:
+        mn, mx = np.fmin.reduce(flat, initial=_F0), np.fmax.reduce(flat, initial=_F0)
+    mn = min(mn, _F0)
+    mx = max(mx, _F0)
     scale = _F1 if mx == mn else (mx - mn) / _F255
     return scale, zero_point(mn, scale)

@@ -414,3 +414,13 @@ def test_an_untrusted_context_compiles_through_the_cache(tmp_path: Path, monkeyp
     got = {k: codegen.STATS[k] - before[k] for k in before}
     assert got["compiled"] == 0 and got["rebuilt"] == 0 and got["cached"] >= 1, got
     np.testing.assert_array_equal(sess.run(None, {"x": x})[0], want)
+
+
+def test_the_machine_covers_the_code_kernels_import() -> None:
+    """Generated kernels import vnni's intrinsics and helpers, which are compiled into the cached
+    machine code without being part of the kernel's source (its key): their module's bytes are
+    part of every entry's machine header, so another build misses instead of reusing stale code
+    (found by red-team 32)."""
+    pkg = Path(kernel_cache.__file__).parent
+    digest = hashlib.sha256((pkg / "codegen.py").read_bytes() + (pkg / "vnni.py").read_bytes()).hexdigest()[:16]
+    assert digest in kernel_cache.machine()["ep"]

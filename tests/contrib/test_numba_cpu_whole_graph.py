@@ -281,6 +281,14 @@ TAMPERING = {
         lambda r: _step(r, "Reshape")["in_types"].__setitem__(1, ["int32", [3]]),
         r"\.in_types\[1\]: is \['int32', \[3\]\], but weight 'shape'",
     ),
+    "8-bit kernels on an op that has none": (
+        lambda r: _step(r, "Softmax").__setitem__("int8", "vnni"),
+        r"\.int8: 'Softmax' has no 8-bit kernels",
+    ),
+    "8-bit kernels beside malformed types": (  # the node's own fields are checked first
+        lambda r: _step(r, "Softmax").update({"int8": "vnni", "in_types": []}),
+        r"\.in_types: has 0 entries",
+    ),
 }
 
 

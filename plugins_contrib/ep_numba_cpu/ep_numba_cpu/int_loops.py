@@ -233,7 +233,9 @@ def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, 
         return 2
     if cb.shape[0] != n_dir or cb.shape[1] < 4 * hs or bsum.shape[0] != n_dir or bsum.shape[1] < 4 * hs:
         return 2
-    if bias.shape[0] != 0 and (bias.shape[0] != 4 or bias.shape[1] != n_dir or bias.shape[3] != hs):
+    if rs.shape[2] != 1 or rs.shape[3] != hs:
+        return 2
+    if bias.shape[0] != 0 and (bias.shape[0] != 4 or bias.shape[1] != n_dir or bias.shape[2] != 1 or bias.shape[3] != hs):
         return 2
     for t in range(n_t):
         for d in range(n_dir):
@@ -300,8 +302,9 @@ def kernel(xw, rs, bias, h, c, s, cb, bsum, p_coefs, q_coefs, bounds, ys, g, u, 
 # even; 255 where 0 - min / scale is NaN, a range that underflowed to a zero scale), each value
 # rounded and saturated with NaN to the low end (the reference's fmax/fmin, MLAS's max/min), its
 # exact product with R' on VNNI, float32(sum) * (R_scale * h_scale), + xw[t], + bias, then the
-# cell of ``_CELL``. Only for finite inputs (``_time_loop``'s ``run`` checks): a NaN state takes
-# the reference's NaN-aware range, which this loop does not repeat. Rows of the cell are
+# cell of ``_CELL``. Only for finite inputs (``_time_loop``'s ``run`` checks): the NaN and
+# infinities a non-finite input spreads through the state are left to the reference's loop,
+# whose float semantics there this loop does not claim to repeat. Rows of the cell are
 # direction-major, (d, b), as the reference's reshape of (D, B, H).)
 
 
@@ -392,9 +395,8 @@ def make_compute(
 
 def _time_loop(fn: Any, rq: np.ndarray, cell: tuple[np.ndarray, ...]) -> Callable[..., Any] | None:
     """The reference's ``time_loop`` through ``loop_kernel`` ``fn``: R' (D, 4, H, H) packed per
-    direction as one (H, 4H) B'; None where it does not fit. The loop serves finite inputs only
-    (its range of the state does not leave NaN out as the reference's does); the loop of
-    ``dq_lstm_loop`` with this EP's product and cell serves the rest."""
+    direction as one (H, 4H) B'; None where it does not fit. The loop serves finite inputs only;
+    the loop of ``dq_lstm_loop`` with this EP's product and cell serves the rest."""
     from ep_numba_cpu import vnni
 
     n_dir, n_gates, n_k, n_h = rq.shape

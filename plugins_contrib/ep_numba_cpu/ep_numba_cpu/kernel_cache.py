@@ -108,7 +108,9 @@ def machine() -> dict[str, str]:
 
         triple, cpu, features = host_target()
         cfg: Any = numba.config
-        codegen_py = Path(__file__).with_name("codegen.py").read_bytes()
+        # the modules whose code enters the cached machine code besides the kernel's own source:
+        # codegen (how it is compiled) and vnni (the intrinsics and helpers kernels import)
+        built_in = hashlib.sha256(b"".join(Path(__file__).with_name(f).read_bytes() for f in ("codegen.py", "vnni.py")))
         _machine.update(
             triple=triple,
             cpu=cpu,
@@ -117,7 +119,7 @@ def machine() -> dict[str, str]:
             llvmlite=llvmlite.__version__,
             numpy=numpy.__version__,
             python=f"{sys.implementation.cache_tag} {platform.python_version()}",
-            ep=f"{__version__} codegen {hashlib.sha256(codegen_py).hexdigest()[:16]}",
+            ep=f"{__version__} codegen+vnni {built_in.hexdigest()[:16]}",
             numba_config=(
                 f"opt={cfg.OPT};loop_vectorize={cfg.LOOP_VECTORIZE};slp_vectorize={cfg.SLP_VECTORIZE};"
                 f"avx={cfg.ENABLE_AVX};boundscheck={cfg.BOUNDSCHECK}"

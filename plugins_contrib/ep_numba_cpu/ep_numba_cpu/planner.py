@@ -716,8 +716,8 @@ def pays_a_runner(node: Any) -> bool:
     the call (silero's nested Ifs: a dozen such groups made it 2x slower than the reference EP)."""
     if node.op_type in RECURRENT or (node.domain, node.op_type) in LOOPS:
         return True
-    if node.domain in ("", "ai.onnx") and node.op_type in _INT8_OPS and _has_vnni():
-        return True  # its 8-bit products on VNNI (``int_loops.takes_vnni``)
+    if node.domain in ("", "ai.onnx") and node.op_type in _INT8_OPS and int(node.attr("group", 1)) == 1 and _has_vnni():
+        return True  # its 8-bit products on VNNI (``int_loops.takes_vnni``; a grouped conv has no kernel)
     if node.op_type == "Identity" or not compiled(node) or not node.outputs:
         return False
     return _dtype(node.graph, node.outputs[0]) in FLOAT_DTYPES

@@ -219,17 +219,17 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
         raise _fail(f"{path}.kind", f"{kind!r:.40} is not one of {sorted(_STEP_KEYS)}")
     keys = _STEP_KEYS[kind] | ({"int8"} if kind == "node" and isinstance(step, dict) and "int8" in step else set())
     _obj(step, path, keys)
-    if "int8" in keys:
-        from ep_numba_cpu.int_loops import int8_problem
-
-        problem = int8_problem(step)
-        if problem is not None:
-            raise _fail(f"{path}.int8", problem)
     if kind == "kernel":
         _check_cluster(step, path, defined)
         return
     if kind == "node":
         _check_node(step, path, defined, weights)
+        if "int8" in keys:  # (after the node's fields: its in_types are checked)
+            from ep_numba_cpu.int_loops import int8_problem
+
+            problem = int8_problem(step)
+            if problem is not None:
+                raise _fail(f"{path}.int8", problem)
         return
     n = 2 if kind == "matmul" else 3
     inputs = _list(step["inputs"], f"{path}.inputs", n, n)
