@@ -281,6 +281,10 @@ TAMPERING = {
         lambda r: _step(r, "Reshape")["in_types"].__setitem__(1, ["int32", [3]]),
         r"\.in_types\[1\]: is \['int32', \[3\]\], but weight 'shape'",
     ),
+    "type of a value an earlier step makes": (  # Transpose reads the Reshape's output
+        lambda r: _step(r, "Transpose")["in_types"][0].__setitem__(0, "float64"),
+        r"\.in_types\[0\]: is float64, but '.*' is float32",
+    ),
     "8-bit kernels on an op that has none": (
         lambda r: _step(r, "Softmax").__setitem__("int8", "vnni"),
         r"\.int8: 'Softmax' has no 8-bit kernels",

@@ -407,12 +407,19 @@ def _check_ref(ref: Any, path: str, t: int, n_arrays: int) -> None:
 
 def check_types(rec: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> None:
     """The record agrees with itself and with its weights: every kernel argument has the dtype its
-    kernel is compiled for (a weight's stored dtype and rank, a plan input's declared dtype), and
-    every plan output a kernel makes has the declared dtype and rank."""
+    kernel is compiled for (a weight's stored dtype and rank, a plan input's declared dtype, the
+    dtype an earlier step makes), and every plan output a kernel makes has the declared dtype and
+    rank."""
     plan, types = rec["plan"], rec["types"]
-    declared_in = dict(zip(plan["inputs"], types["inputs"], strict=True))
+    # the dtype of every value known before it is read: the plan's inputs, then what each step
+    # makes (a delegated node's out_types, a kernel's items), so a step reading a value made inside
+    # the group is held to its maker's dtype too (a record that disagrees is refused here, at load,
+    # instead of failing on every run)
+    declared_in: dict[str, Any] = dict(zip(plan["inputs"], types["inputs"], strict=True))
     declared_out = dict(zip(plan["outputs"], types["outputs"], strict=True))
     for k, step in enumerate(plan["steps"]):
+        if k:
+            _record_made(plan["steps"][k - 1], declared_in)
         path = f"plan.steps[{k}]"
         w = weights.get(step["inputs"][1]) if step["kind"] == "conv" else None
         shape = step.get("attrs", {}).get("kernel_shape")
@@ -439,6 +446,17 @@ def check_types(rec: Mapping[str, Any], weights: Mapping[str, np.ndarray]) -> No
                 raise _fail(f"{path}.out_ranks[{m}]", f"output {name!r:.60} is declared with rank {len(shape)}")
 
 
+def _record_made(step: Mapping[str, Any], known: dict[str, Any]) -> None:
+    """Add the dtypes a checked step makes to ``known`` (a conv or matmul step's follow its input's
+    and are not recorded)."""
+    if step["kind"] == "node":
+        known.update((n, [t[0], None]) for n, t in zip(step["outputs"], step["out_types"], strict=True) if n)
+    elif step["kind"] == "kernel":
+        known.update(
+            (n, [step["items"][t]["dtype"], None]) for n, t in zip(step["outputs"], step["exports"], strict=True)
+        )
+
+
 def _check_node_types(
     step: Mapping[str, Any],
     path: str,
@@ -457,7 +475,7 @@ def _check_node_types(
                     f"is {[dtype, shape]}, but weight {name!r:.60} is {[_np_name(w.dtype), list(w.shape)]}",
                 )
         elif name in declared_in and None not in (dtype, declared_in[name][0]) and dtype != declared_in[name][0]:
-            raise _fail(f"{path}.in_types[{i}]", f"is {dtype}, but input {name!r:.60} is {declared_in[name][0]}")
+            raise _fail(f"{path}.in_types[{i}]", f"is {dtype}, but {name!r:.60} is {declared_in[name][0]}")
     for i, (name, (dtype, _)) in enumerate(zip(step["outputs"], step["out_types"], strict=True)):
         want = declared_out.get(name, [None])[0]
         if None not in (dtype, want) and dtype != want:
