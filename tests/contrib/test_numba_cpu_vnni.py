@@ -22,6 +22,19 @@ NUMBA = ["NumbaCpuExecutionProvider", "CpuReferenceExecutionProvider"]
 needs_vnni = pytest.mark.skipif(not vnni.available(), reason="this CPU has no AVX-512 VNNI")
 
 
+def _on_numba_and_reference(model: bytes, feed: dict, spied: str, monkeypatch: pytest.MonkeyPatch) -> tuple:
+    """(EPs the Numba session assigned, its outputs, the reference EP's, whether ``vnni.<spied>`` ran)."""
+    calls: list[int] = []
+    real = getattr(vnni, spied)
+    monkeypatch.setattr(vnni, spied, lambda *a: calls.append(1) or real(*a))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        sess = InferenceSession(model, providers=NUMBA)
+        got = sess.run(None, feed)
+        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    return {a["ep"] for a in sess.get_node_assignment().values()}, got, want, bool(calls)
+
+
 def _kernel() -> Any:
     ks = vnni.gemm_kernel()
     return codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
@@ -116,16 +129,9 @@ def _qlinear_matmul(rng: np.random.Generator, per_column: bool) -> tuple[bytes, 
 @pytest.mark.parametrize("build", [_matmul_integer, _qlinear_matmul])
 @pytest.mark.parametrize("per_column", [False, True])
 def test_ops_match_the_reference_ep(build: Any, per_column: bool, monkeypatch: pytest.MonkeyPatch) -> None:
-    served: list[int] = []
-    real = vnni.product
-    monkeypatch.setattr(vnni, "product", lambda *a: served.append(1) or real(*a))
     model, feed = build(np.random.default_rng(int(per_column)), per_column)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sess = InferenceSession(model, providers=NUMBA)
-        got = sess.run(None, feed)
-        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
-    assert {a["ep"] for a in sess.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
+    eps, got, want, served = _on_numba_and_reference(model, feed, "product", monkeypatch)
+    assert eps == {"NumbaCpuExecutionProvider"}
     assert served  # the VNNI product ran
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
@@ -238,17 +244,10 @@ def test_convs_match_the_reference_ep(
     """Grouped convolutions keep the float product (the layout takes group 1 only)."""
     if build is _qlinear_conv and group == 3:
         group = 2
-    served: list[int] = []
-    real = vnni.conv
-    monkeypatch.setattr(vnni, "conv", lambda *a: served.append(1) or real(*a))
     model, feed = build(np.random.default_rng(group + int(per_channel)), per_channel, group)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        sess = InferenceSession(model, providers=NUMBA)
-        got = sess.run(None, feed)
-        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
-    assert {a["ep"] for a in sess.get_node_assignment().values()} == {"NumbaCpuExecutionProvider"}
-    assert bool(served) == (group == 1)
+    eps, got, want, served = _on_numba_and_reference(model, feed, "conv", monkeypatch)
+    assert eps == {"NumbaCpuExecutionProvider"}
+    assert served == (group == 1)
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype
         np.testing.assert_array_equal(g, w)
@@ -341,14 +340,9 @@ def _run_time_b(rng: np.random.Generator, op: str) -> tuple[bytes, dict]:
 @pytest.mark.parametrize("op", ["MatMulInteger", "QLinearMatMul"])
 def test_computed_b_matches_the_reference_ep(op: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """B as a graph input (an attention product of a QDQ transformer): both operands on VNNI."""
-    served: list[int] = []
-    real = vnni.run_time_product
-    monkeypatch.setattr(vnni, "run_time_product", lambda *a: served.append(1) or real(*a))
     model, feed = _run_time_b(np.random.default_rng(11), op)
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = InferenceSession(model, providers=NUMBA).run(None, feed)
-        want = InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
+    eps, got, want, served = _on_numba_and_reference(model, feed, "run_time_product", monkeypatch)
+    assert eps == {"NumbaCpuExecutionProvider"}
     assert served
     for g, w in zip(got, want, strict=True):
         assert g.dtype == w.dtype

@@ -814,12 +814,7 @@ def test_dynamic_quantize_lstm_state_of_zero_scale_is_onnxruntime_bit_for_bit() 
     MLAS's max/min saturate to the low end (the reference used to keep NaN, and every output was
     NaN); found by red-team 31."""
     model, feed = _subnormal_state_model()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feed)
+    got, want = run_both(model, feed)
     for g, w in zip(got, want, strict=True):
         assert np.isfinite(g).all()
         np.testing.assert_array_equal(g.view(np.uint32), w.view(np.uint32))
@@ -834,12 +829,7 @@ def test_dynamic_quantize_lstm_nan_state_is_left_out_of_the_range(where: str) ->
     feed = {**feed, "h0": np.full_like(feed["h0"], 0.25)}
     feed[where] = feed[where].copy()
     feed[where][0, 1, 3] = np.nan
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        got = ep_core.InferenceSession(model, providers=["CpuReferenceExecutionProvider"]).run(None, feed)
-    so = ort.SessionOptions()
-    so.intra_op_num_threads = 1
-    want = ort.InferenceSession(model, so, providers=["CPUExecutionProvider"]).run(None, feed)
+    got, want = run_both(model, feed)
     for g, w in zip(got, want, strict=True):
         assert np.isnan(g).sum() < g.size // 2
         np.testing.assert_array_equal(np.isnan(g), np.isnan(w))
