@@ -297,11 +297,17 @@ class _IntConv:
     def __call__(self, x: np.ndarray, xzp: Any, w: np.ndarray, wzp: Any, b: Any) -> tuple[np.ndarray, list[int]]:
         wf64, wf32, wsum = self._weights(w, wzp)
         zp = int(np.asarray(xzp).reshape(-1)[0]) if xzp is not None else 0
+        kernel, strides, dil, pb, pe, out = self.geom.resolve(x.shape, w.shape)
+        compiled = self.compiled if x.ndim == 4 else None
+        if compiled is not None and self.rounds_to_f32:  # (no bound to check: the caller rounds to float32)
+            got = compiled(x, zp, b, (kernel, strides, dil, pb, out))
+            if got is not None:
+                return got, out
+            compiled = None
         xmax = max(int(x.max()) - zp, zp - int(x.min())) if x.size else 0
         bmax = float(np.abs(b.astype(np.float64)).max()) if b is not None and b.size else 0.0
-        kernel, strides, dil, pb, pe, out = self.geom.resolve(x.shape, w.shape)
-        if self.compiled is not None and x.ndim == 4 and (self.rounds_to_f32 or xmax * wsum + bmax < 1 << 24):
-            got = self.compiled(x, zp, b, (kernel, strides, dil, pb, out))
+        if compiled is not None and xmax * wsum + bmax < 1 << 24:
+            got = compiled(x, zp, b, (kernel, strides, dil, pb, out))
             if got is not None:
                 return got, out
         if xmax * wsum + bmax >= 1 << 24 and self.geom.group == 1 and x.shape[1] > 1:

@@ -92,12 +92,23 @@ def int_matmul(a: Any, a_zp: Any, b: Any, b_zp: Any) -> np.ndarray:
     return np.matmul(af.astype(np.float64, copy=False), bf.astype(np.float64, copy=False))
 
 
+# another EP's exact product of a constant B' (K, N) (integers in a float array): a function of A'
+# (..., K) (integers in a float array) giving int32 (..., N), or None where it cannot (then the
+# float product serves); the factory itself returns None for a B' it does not take
+IntProduct = Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray | None] | None]
+
+
+# another EP's exact product of two 8-bit operands given at run time: (a, a_zp, b, b_zp) -> int32
+# (a - a_zp) @ (b - b_zp), or None where it does not serve them (then ``int_matmul``)
+RunTimeProduct = Callable[[np.ndarray, Any, np.ndarray, Any], np.ndarray | None]
+
+
 @REGISTRY.register("MatMulInteger", since=first_since("MatMulInteger"))
 def build_matmul_integer(
     node: NodeView,
     ctx: KernelContext,
-    int_product: "IntProduct | None" = None,
-    run_time_product: "RunTimeProduct | None" = None,
+    int_product: IntProduct | None = None,
+    run_time_product: RunTimeProduct | None = None,
 ) -> Any:
     """Exact integer products through float BLAS. A constant B (and zero point) is laid out once:
     as float32 when every partial sum of an 8-bit A (|a - a_zp| <= 255) times its columns stays
@@ -120,17 +131,6 @@ def build_matmul_integer(
         return (acc if acc.dtype == np.int32 else np.rint(acc).astype(np.int32),)
 
     return compute
-
-
-# another EP's exact product of a constant B' (K, N) (integers in a float array): a function of A'
-# (..., K) (integers in a float array) giving int32 (..., N), or None where it cannot (then the
-# float product serves); the factory itself returns None for a B' it does not take
-IntProduct = Callable[[np.ndarray], Callable[[np.ndarray], np.ndarray | None] | None]
-
-
-# another EP's exact product of two 8-bit operands given at run time: (a, a_zp, b, b_zp) -> int32
-# (a - a_zp) @ (b - b_zp), or None where it does not serve them (then ``int_matmul``)
-RunTimeProduct = Callable[[np.ndarray, Any, np.ndarray, Any], np.ndarray | None]
 
 
 def _run_time(product: RunTimeProduct | None, a: Any, a_zp: Any, b: Any, b_zp: Any) -> np.ndarray:

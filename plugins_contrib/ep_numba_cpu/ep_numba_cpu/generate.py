@@ -87,8 +87,9 @@ def expand(
 def node_sources(step: Mapping[str, Any]) -> list[KernelSource] | None:
     """Compiled kernels that replace a delegated node's reference kernel, or None (the runner
     builds the reference kernel): recurrent time loops (LSTM, GRU), the loops of ai.onnx.ml ops
-    (tree walks, SVM coupling), DynamicQuantizeLSTM's integer recurrent product and cell, and the
-    VNNI integer product of MatMulInteger and QLinearMatMul (``int_loops``). With kernels
+    (tree walks, SVM coupling), DynamicQuantizeLSTM's integer recurrent product, cell and time
+    loop, and the VNNI products of MatMulInteger, QLinearMatMul, ConvInteger and QLinearConv
+    (``int_loops``). With kernels
     here, ``runtime`` builds the node's compute with ``node_compute``."""
     loops = _loops_for(step)
     return None if loops is None else loops.kernel_sources(step)

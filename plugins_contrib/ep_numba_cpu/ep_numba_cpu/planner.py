@@ -698,13 +698,12 @@ ML_OPS = ("TreeEnsembleClassifier", "TreeEnsembleRegressor", "TreeEnsemble", "SV
 LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuantizeLSTM")}  # ml_ / int_loops.py
 
 
-_INT8_OPS = ("MatMulInteger", "QLinearMatMul", "ConvInteger", "QLinearConv")
+def _vnni_product(node: Any) -> bool:
+    """Whether an 8-bit product node has a VNNI kernel on this CPU (a grouped conv has none)."""
+    from ep_numba_cpu import int_loops, vnni  # (int_loops imports generate, which this module imports)
 
-
-def _has_vnni() -> bool:
-    from ep_numba_cpu import vnni
-
-    return vnni.available()
+    key = (node.domain, node.op_type)
+    return key in int_loops.GEMM_OPS | int_loops.CONV_OPS and int(node.attr("group", 1)) == 1 and vnni.available()
 
 
 def pays_a_runner(node: Any) -> bool:
@@ -716,8 +715,8 @@ def pays_a_runner(node: Any) -> bool:
     the call (silero's nested Ifs: a dozen such groups made it 2x slower than the reference EP)."""
     if node.op_type in RECURRENT or (node.domain, node.op_type) in LOOPS:
         return True
-    if node.domain in ("", "ai.onnx") and node.op_type in _INT8_OPS and int(node.attr("group", 1)) == 1 and _has_vnni():
-        return True  # its 8-bit products on VNNI (``int_loops.takes_vnni``; a grouped conv has no kernel)
+    if _vnni_product(node):
+        return True
     if node.op_type == "Identity" or not compiled(node) or not node.outputs:
         return False
     return _dtype(node.graph, node.outputs[0]) in FLOAT_DTYPES

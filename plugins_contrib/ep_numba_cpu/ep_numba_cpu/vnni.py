@@ -26,21 +26,24 @@ filter is packed by ``pack_conv``); ``int_loops`` adds DynamicQuantizeLSTM's tim
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from ep_numba_cpu.generate import KernelSource
+from ep_numba_cpu.recurrent import readonly
 
 COLS = 64  # columns per block: four registers of 16 int32 lanes
 MAX_K = 32768  # |A' @ B'| <= 255 * 255 * K stays in int32, and U @ S (255 * 128 * K) too
 _FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 
 
+@functools.cache
 def available() -> bool:
     """Whether Numba compiles for a CPU with AVX-512 VNNI (its own target features: the ones a
-    context records and a loading CPU is checked against)."""
+    context records and a loading CPU is checked against); asked once per process."""
     from ep_numba_cpu.compat import host_target
 
     enabled = {f[1:] for f in host_target()[2].split(",") if f.startswith("+")}
@@ -446,7 +449,7 @@ def pack(bf: np.ndarray) -> PackedB | None:
     blocks = s.reshape(s.shape[0] // 4, 4, s.shape[1] // COLS, COLS).transpose(2, 0, 3, 1)
     packed = np.ascontiguousarray(blocks).reshape(s.shape[1] // COLS, -1)
     bsum = b.sum(axis=0, dtype=np.int32)
-    return PackedB(_readonly(packed), _readonly(cb.astype(np.int32)), _readonly(bsum), k, n)
+    return PackedB(readonly(packed), readonly(cb.astype(np.int32)), readonly(bsum), k, n)
 
 
 def product(fn: Any, packed: PackedB, a: np.ndarray) -> np.ndarray | None:
@@ -461,18 +464,12 @@ def product(fn: Any, packed: PackedB, a: np.ndarray) -> np.ndarray | None:
     out = np.empty((m, packed.n), np.int32)
     u = np.empty((m, 4 * (packed.s.shape[1] // 256)), np.uint8)
     acc = np.empty((m, packed.s.shape[0] * COLS), np.int32)
-    status = fn(_readonly(a2), packed.s, packed.cb, packed.bsum, out, u, acc, np.empty(m, np.int64))
+    status = fn(readonly(a2), packed.s, packed.cb, packed.bsum, out, u, acc, np.empty(m, np.int64))
     if status == 1:
         return None
     if status != 0:
         raise RuntimeError(f"the VNNI product's buffers do not match its layout (status {status})")
     return out.reshape(*lead, packed.n)
-
-
-def _readonly(a: np.ndarray) -> np.ndarray:
-    a = a.view()
-    a.flags.writeable = False
-    return a
 
 
 def pack_conv(wf: np.ndarray, group: int) -> PackedB | None:
@@ -510,13 +507,13 @@ def conv(
     planes = (np.empty((h, w, c), np.uint8), np.empty((h, w), np.int64))
     blocks = (np.empty((rows, kp), np.uint8), np.empty((rows, mp), np.int32), np.empty(rows, np.int64))
     status = fn(
-        _readonly(np.ascontiguousarray(x)),
-        _readonly(np.array([zp], np.int32)),
+        readonly(np.ascontiguousarray(x)),
+        readonly(np.array([zp], np.int32)),
         packed.s,
         packed.cb,
         packed.bsum,
-        _readonly(b),
-        _readonly(geo),
+        readonly(b),
+        readonly(geo),
         y,
         *planes,
         *blocks,
@@ -550,10 +547,10 @@ def run_time_product(fn: Any, a: np.ndarray, a_zp: Any, b: np.ndarray, b_zp: Any
     k4, blocks = -(-k // 4), -(-n // COLS)
     out = np.empty((g, m, n), np.int32)
     moves = (0 if a.dtype == np.uint8 else 128, 128 if b.dtype == np.uint8 else 0)
-    zp = _readonly(np.array([int(zeros[0].reshape(-1)[0]), int(zeros[1].reshape(-1)[0]), *moves], np.int64))
+    zp = readonly(np.array([int(zeros[0].reshape(-1)[0]), int(zeros[1].reshape(-1)[0]), *moves], np.int64))
     buffers = (np.empty((m, 4 * k4), np.uint8), np.empty((blocks, k4 * 256), np.int8))
     sums = (np.empty((m, blocks * COLS), np.int32), np.empty(blocks * COLS, np.int64))
-    a_in, b_in = _readonly(np.ascontiguousarray(a3)), _readonly(np.ascontiguousarray(b3))
+    a_in, b_in = readonly(np.ascontiguousarray(a3)), readonly(np.ascontiguousarray(b3))
     status = fn(a_in, b_in, zp, out, *buffers, *sums)
     if status == 1:
         return None
