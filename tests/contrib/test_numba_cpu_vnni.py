@@ -415,3 +415,30 @@ def test_a_product_inside_a_branch_is_worth_a_group() -> None:
     eps = {k: v["ep"] for k, v in sess.get_node_assignment().items()}
     assert eps["If_0/then_branch/MatMulInteger_0"] == "NumbaCpuExecutionProvider", eps
     np.testing.assert_array_equal(got[0], want[0])
+
+
+def test_a_plan_without_8_bit_products_leaves_vnni_alone(tmp_path: Any) -> None:
+    """Asking for the CPU's features starts Numba's code generator (~60 MB and ~0.2 s): a plan of
+    delegated steps with no 8-bit product must not import ``vnni`` (the string-bomb test's peak
+    crossed its 300 MB line when every delegated step asked)."""
+    import json
+    import subprocess
+    import sys
+
+    from onnx import TensorProto, helper
+
+    nodes = [helper.make_node("ConstantOfShape", ["n"], ["z"]), helper.make_node("Shape", ["z"], ["y"])]
+    init = [helper.make_tensor("n", TensorProto.INT64, [1], [1000])]
+    out = [helper.make_tensor_value_info("y", TensorProto.INT64, [1])]
+    graph = helper.make_graph(nodes, "g", [], out, init)
+    (tmp_path / "m.onnx").write_bytes(
+        helper.make_model(graph, opset_imports=[helper.make_opsetid("", 20)], ir_version=10).SerializeToString()
+    )
+    code = (
+        "import json, sys, warnings; warnings.simplefilter('ignore'); import ep_core; "
+        f"ep_core.InferenceSession({str(tmp_path / 'm.onnx')!r}, providers=['NumbaCpuExecutionProvider']); "
+        "print(json.dumps('ep_numba_cpu.vnni' in sys.modules))"
+    )
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert json.loads(run.stdout.splitlines()[-1]) is False

@@ -67,11 +67,14 @@ def takes_vnni(step: Mapping[str, Any], consts: Mapping[str, np.ndarray]) -> str
     """At planning: the ``INT8_KINDS`` this CPU runs the step's 8-bit products as, or None. For
     MatMulInteger and QLinearMatMul: a constant 2-D B ("vnni"), or a computed B of a known 8-bit
     dtype ("vnni-runtime"); ConvInteger and QLinearConv: a constant group-1 2-D filter over a known
-    8-bit x ("vnni"): the products the kernels serve."""
+    8-bit x ("vnni"): the products the kernels serve. Other ops return at once: asking for the CPU's
+    features starts Numba's code generator (~60 MB), which a plan of delegated steps does not need."""
+    key = (step["domain"], step["op"])
+    if key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS):
+        return None
     from ep_numba_cpu import vnni
 
-    key = (step["domain"], step["op"])
-    if not vnni.available() or (key not in GEMM_OPS | CONV_OPS and not (key[0] == MS and key[1] in OPS)):
+    if not vnni.available():
         return None
     if key[1] in OPS:
         return "vnni"

@@ -700,10 +700,13 @@ LOOPS = {("ai.onnx.ml", op) for op in ML_OPS} | {("com.microsoft", "DynamicQuant
 
 def _vnni_product(node: Any) -> bool:
     """Whether an 8-bit product node has a VNNI kernel on this CPU (a grouped conv has none)."""
-    from ep_numba_cpu import int_loops, vnni  # (int_loops imports generate, which this module imports)
+    from ep_numba_cpu import int_loops  # (imports generate, which this module imports)
 
-    key = (node.domain, node.op_type)
-    return key in int_loops.GEMM_OPS | int_loops.CONV_OPS and int(node.attr("group", 1)) == 1 and vnni.available()
+    if (node.domain, node.op_type) not in int_loops.GEMM_OPS | int_loops.CONV_OPS or int(node.attr("group", 1)) != 1:
+        return False
+    from ep_numba_cpu import vnni  # (only here: its import and the CPU query start Numba's code generator)
+
+    return vnni.available()
 
 
 def pays_a_runner(node: Any) -> bool:
