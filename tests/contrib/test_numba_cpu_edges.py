@@ -166,6 +166,52 @@ def test_float32_sigmoid_above_the_tail_keeps_the_fast_form() -> None:
     np.testing.assert_array_equal(s.view(np.uint32), fast(x).view(np.uint32))
 
 
+def test_sigmoid_rows_with_and_without_the_tail_match_the_one_pass_form() -> None:
+    """A kernel computes each row without the sigmoid's tail first and again with it when any of
+    the row's arguments is below SIGMOID_TAIL: rows of both kinds (and NaN) give exactly what
+    ``_sigmoid32`` gives, value by value, through a broadcast bias and a SiLU's product."""
+    from numba import njit
+
+    from ep_numba_cpu import generate
+
+    ns: dict[str, Any] = {"np": np, "njit": njit}
+    for name in ("_logistic_mlas32", "_tanh32", "_sigmoid32"):
+        exec(HELPERS[name], ns)  # noqa: S102 - the EP's own helper source
+    sigmoid32 = ns["_sigmoid32"]
+
+    @njit
+    def silu(v: np.ndarray) -> np.ndarray:
+        out = np.empty_like(v)
+        for i in range(v.size):
+            out.flat[i] = v.flat[i] * sigmoid32(v.flat[i])
+        return out
+
+    x = np.random.default_rng(7).uniform(-6, 6, (5, 300)).astype(np.float32)
+    x[1, 17] = -9.5  # rows 1 and 3 reach the tail, row 4 holds a NaN
+    x[3, 299] = -40.0
+    x[4, 5] = np.nan
+    bias = np.float32([[0.25], [-0.5], [1.0], [0.0], [-1.5]])
+    nodes = [
+        helper.make_node("Add", ["x", "b"], ["v"]),
+        helper.make_node("Sigmoid", ["v"], ["s"]),
+        helper.make_node("Mul", ["v", "s"], ["y"]),
+    ]
+    g = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 300])],
+        [numpy_helper.from_array(bias, "b")],
+    )
+    model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()
+    (y,), sess = _ours(model, {"x": x}, [NUMBA])
+    assert all(a["ep"] == NUMBA for a in sess.get_node_assignment().values())
+    np.testing.assert_array_equal(y.view(np.uint32), silu(x + bias).view(np.uint32))
+    head = generate._sigmoid_head(["v0 = (x0 + x1)", "v1 = (v0 * _sigmoid32(v0))"])
+    assert head is not None and head[1] == ["v0"] and "_sigmoid32" not in "".join(head[0])
+    assert generate._sigmoid_head(["v1 = _sigmoid32((x0 + x1))"]) is None  # a compound argument: one pass
+
+
 # ---------------------------------------------------------------- nodes beyond the record's bounds
 def _label_encoder(n: int) -> bytes:
     """A LabelEncoder whose key and value lists hold ``n`` entries each (a big lookup table)."""

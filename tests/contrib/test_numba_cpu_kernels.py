@@ -139,6 +139,10 @@ def test_compare_where_cast_and_double():
         ((1, 6, 11, 9), (6, 1, 3, 3), {"group": 6, "dilations": [2, 1], "pads": [0, 1, 2, 1]}),
         ((2, 5, 13, 14), (5, 1, 5, 3), {"group": 5, "strides": [2, 3], "pads": [2, 0, 1, 1]}),
         ((1, 4, 6, 6), (4, 1, 3, 3), {"group": 4, "strides": [2, 2], "auto_pad": "SAME_UPPER"}),
+        # stride 1 runs over the plane's flat rows in blocks of ~1024 values: 3 rows a block here,
+        # 1 row a block (wider than a block) next
+        ((1, 2, 9, 300), (2, 1, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+        ((1, 3, 4, 1500), (3, 1, 3, 5), {"group": 3, "pads": [0, 2, 2, 1], "dilations": [1, 2]}),
         # one output column (FSMN memory blocks: a (k, 1) filter over (T, 1)): the loop runs over rows
         ((1, 6, 30, 1), (6, 1, 20, 1), {"group": 6}),
         ((2, 4, 17, 1), (4, 1, 5, 1), {"group": 4, "strides": [2, 1], "pads": [2, 0, 3, 0]}),

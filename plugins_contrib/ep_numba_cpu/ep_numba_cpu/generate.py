@@ -11,6 +11,7 @@ kernel per geometry, read from the step's attributes and its filter's shape."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from ep_numba_cpu.codegen import kernel_key
-from ep_numba_cpu.ops import NB_NAMES, expression, helper_source, literal
+from ep_numba_cpu.ops import NB_NAMES, SIGMOID_HEAD, SIGMOID_TAIL, expression, helper_source, literal
 from ep_numba_cpu.spec import SpecError
 
 
@@ -253,12 +254,35 @@ def _flat_source(
     for m in range(len(outs)):
         src.append(f"{ind}q{m} = o{m}[ob:ob + n{last}]")
     loop = "prange" if (par and k == 1) else "range"
+    reads = [f"x{j} = r{j}[t]" for j in range(n_arrays) if gf[j][last]]
+    writes = [f"q{m}[t] = v{t}" for m, t in enumerate(outs)]
+    head = None if loop == "prange" else _sigmoid_head(lines)
+    if head is not None:  # the row without the sigmoid's tail; again with it if an argument needs it
+        fast, args = head
+        tail = " | ".join(f"({a} < np.float32({SIGMOID_TAIL!r}))" for a in args)
+        src += [f"{ind}low = False", f"{ind}for t in range(n{last}):"]
+        src += [f"{ind}    {ln}" for ln in [*reads, *fast, *writes, f"low |= {tail}"]]
+        src.append(f"{ind}if low:")
+        ind += "    "
     src.append(f"{ind}for t in {loop}(n{last}):")
-    ind += "    "
-    src += [f"{ind}x{j} = r{j}[t]" for j in range(n_arrays) if gf[j][last]]
-    src += [f"{ind}{ln}" for ln in lines]
-    src += [f"{ind}q{m}[t] = v{t}" for m, t in enumerate(outs)]
+    src += [f"{ind}    {ln}" for ln in [*reads, *lines, *writes]]
     return "\n".join(src) + "\n"
+
+
+_SIGMOID_CALL = re.compile(r"_sigmoid32\(([xv]\d+)\)")
+
+
+def _sigmoid_head(lines: Sequence[str]) -> tuple[list[str], list[str]] | None:
+    """``lines`` with each ``_sigmoid32(arg)`` as its value at or above ``SIGMOID_TAIL``, and the
+    args, when they call it only on plain values (None when they do not call it). A row whose args
+    all stay there gives the same values, the same expressions; any other row is computed again by
+    the lines as they are (outputs never share memory with inputs: the row still reads its inputs)."""
+    text = "\n".join(lines)
+    if "_sigmoid32(" not in text or text.count("_sigmoid32(") != len(_SIGMOID_CALL.findall(text)):
+        return None
+    args = list(dict.fromkeys(_SIGMOID_CALL.findall(text)))
+    fast = [_SIGMOID_CALL.sub(lambda m: SIGMOID_HEAD.format(x=m.group(1)), ln) for ln in lines]
+    return fast, args
 
 
 Geometry = tuple[int, int, int, int, int, int, int, int]
@@ -292,19 +316,33 @@ def _depthwise(step: Mapping[str, Any], weights: Mapping[str, np.ndarray], path:
 
 
 def depthwise_plane(geometry: Geometry, x_hw: tuple[int, int], out_hw: tuple[int, int]) -> int:
-    """Values of one channel's zero-bordered plane buffer in ``_depthwise_source``'s kernel."""
+    """Values of one channel's scratch in ``_depthwise_source``'s kernel: its zero-bordered plane,
+    then (stride 1) the output rows at the plane's width (``_flat``)."""
     kh, kw, sh, sw, dh, dw, pt, pl = geometry
     (hi, wi), (ho, wo) = x_hw, out_hw
-    return max((ho - 1) * sh + (kh - 1) * dh + 1, pt + hi) * max((wo - 1) * sw + (kw - 1) * dw + 1, pl + wi)
+    wb = max((wo - 1) * sw + (kw - 1) * dw + 1, pl + wi)
+    return max((ho - 1) * sh + (kh - 1) * dh + 1, pt + hi) * wb + (ho * wb if _flat(geometry) else 0)
+
+
+def _flat(geometry: Geometry) -> bool:
+    """Whether the kernel computes the output as one run over the plane's flat rows (stride 1 and
+    more than one column of taps; a (k, 1) filter keeps its own loop)."""
+    kh, kw, sh, sw = geometry[:4]
+    return sh == sw == 1 and kw > 1
 
 
 def _depthwise_source(
     dt: str, kh: int, kw: int, sh: int, sw: int, dh: int, dw: int, pt: int, pl: int, par: bool
 ) -> str:
     """A 2-D depthwise convolution with its geometry as constants: each channel's plane is copied
-    once into a zero-bordered buffer, then every output row is one loop over the output columns
-    whose body is the fully unrolled sum of the taps (weights held in locals), with the bias folded
-    in; with stride 1 that loop vectorises. A (k, 1) filter giving one output column (FSMN's memory
+    once into a zero-bordered buffer of width ``wb``, then the body is the fully unrolled sum of the
+    taps (weights held in locals), with the bias folded in. With stride 1 (``_flat``) it is one loop
+    over the whole output at the buffer's width: output (i, j) is flat position i * wb + j, and
+    tap (a, e) reads the buffer at that position + a*dh*wb + e*dw, so the loop is as long as the
+    plane, not as an output row (a 14-column row is under one AVX-512 vector: MobileNet's 14x14
+    and 7x7 depthwise convs ran scalar); the wb - wo columns between rows are computed and
+    dropped as the rows are copied out. Strided ones loop over each output row's columns. The
+    sums are the same expressions in the same order either way. A (k, 1) filter giving one output column (FSMN's memory
     blocks over (T, 1)) runs tap by tap over the rows instead, so the vectorised loop is not one
     long (a loop, not unrolled: unrolled taps in a second branch double compile time).
 
@@ -314,6 +352,7 @@ def _depthwise_source(
     cache. Only the (k, 1) branch reshapes (its output column as a unit-stride vector: 10% of
     FSMN's latency), so only (k, 1) filters pay that import."""
     taps = [(a, e) for a in range(kh) for e in range(kw)]
+    flat = _flat((kh, kw, sh, sw, dh, dw, pt, pl))
     src = [
         "import numpy as np",
         "from numba import get_thread_id, prange",
@@ -331,7 +370,7 @@ def _depthwise_source(
         # Numba does not bounds-check: rows shorter than ``depthwise_plane`` return 1 (the caller
         # raises), not an overrun. (A raise here, or get_num_threads() for the row count, would make
         # the kernel unserialisable; the caller sizes the rows by get_num_threads() at each call.)
-        "    if scratch.shape[1] < hb * wb or scratch.shape[0] < 1:",
+        f"    if scratch.shape[1] < hb * wb{' + ho * wb' if flat else ''} or scratch.shape[0] < 1:",
         "        return 1",
         f"    for t in {'prange' if par else 'range'}(nb * nc):",
         "        b = t // nc",
@@ -357,6 +396,20 @@ def _depthwise_source(
         src += ["                wv = w[c, a, 0]", "                for i in range(ho):"]
         src += [f"                    o[i] += buf[i * {sh} + a * {dh}] * wv"]
         src += ["            continue"]
+    if flat:  # in blocks of rb rows (about 4 KiB of float32 at the buffer's width: they stay in L1)
+        terms = " + ".join(f"r{a}[p + {e * dw}] * w{a}_{e}" for a, e in taps)
+        # (a loop over block numbers: ``range(0, ho, rb)``'s variable step ran the sums 1.5-2x slower)
+        src += [
+            "        acc = buf[hb * wb :]",
+            "        rb = max(1, 1024 // wb)",
+            "        for ib in range((ho + rb - 1) // rb):",
+        ]
+        src += ["            i0 = ib * rb", "            i1 = min(ho, i0 + rb)"]
+        src += [f"            r{a} = buf[(i0 + {a * dh}) * wb :]" for a in range(kh)]
+        src += ["            for p in range((i1 - i0 - 1) * wb + wo):", f"                acc[p] = bv + {terms}"]
+        src += ["            for i in range(i1 - i0):", "                o = out[b, c, i0 + i]"]
+        src += ["                for j in range(wo):", "                    o[j] = acc[i * wb + j]", "    return 0"]
+        return "\n".join(src) + "\n"
     src += ["        for i in range(ho):"]
     src += [f"            r{a} = buf[(i * {sh} + {a * dh}) * wb :]" for a in range(kh)]
     src += ["            o = out[b, c, i]", "            for j in range(wo):"]
