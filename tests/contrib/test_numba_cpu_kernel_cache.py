@@ -10,6 +10,7 @@ import hmac
 import json
 import os
 import pickle
+import re
 import secrets
 import subprocess
 import sys
@@ -422,5 +423,11 @@ def test_the_machine_covers_the_code_kernels_import() -> None:
     part of every entry's machine header, so another build misses instead of reusing stale code
     (found by red-team 32)."""
     pkg = Path(kernel_cache.__file__).parent
-    digest = hashlib.sha256((pkg / "codegen.py").read_bytes() + (pkg / "vnni.py").read_bytes()).hexdigest()[:16]
+    imported = set()  # the package's modules a kernel source (a string opening with its imports) imports
+    for path in pkg.glob("*.py"):
+        for block in re.findall(r'"""import numpy as np\n((?:from [\w.]+ import [^\n]+\n)+)', path.read_text()):
+            imported.update(f"{m}.py" for m in re.findall(r"from ep_numba_cpu\.(\w+) import", block))
+    assert imported >= {"vnni.py", "direct_conv.py"}, imported
+    assert imported <= set(kernel_cache.BUILT_IN) and "codegen.py" in kernel_cache.BUILT_IN
+    digest = hashlib.sha256(b"".join((pkg / f).read_bytes() for f in kernel_cache.BUILT_IN)).hexdigest()[:16]
     assert digest in kernel_cache.machine()["ep"]

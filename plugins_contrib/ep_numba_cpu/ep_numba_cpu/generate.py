@@ -81,6 +81,11 @@ def expand(
         runtime["attrs"] = dict(step.get("attrs", {}))
         if kind == "conv" and step["depthwise"] is not None:
             runtime["kernel"] = add(_depthwise(step, weights, f"plan.steps[{k}]"))
+        elif kind == "conv" and (w := weights.get(step["inputs"][1])) is not None:
+            from ep_numba_cpu import direct_conv
+
+            if direct_conv.serves(step["attrs"], w.shape, str(w.dtype)):
+                runtime["direct"] = add(direct_conv.kernel_source())
         steps.append(runtime)
     return {"inputs": list(plan["inputs"]), "outputs": list(plan["outputs"]), "steps": steps}, kernels
 

@@ -4,7 +4,8 @@ in any process of this user, rebuilds them instead of compiling (no EPContext mo
 An entry holds what ``codegen`` serialises for one kernel (a pickle, as Numba's own cache), so it
 is protected as a context file is (``ep_core.sdk.epcontext.signing``): a JSON header (no pickle)
 names the kernel key and the machine the code was made for (CPU triple, name and features; Numba,
-llvmlite, NumPy and Python versions; this EP's version and its ``codegen.py``), and an HMAC-SHA256
+llvmlite, NumPy and Python versions; this EP's version and the modules compiled into every kernel,
+``BUILT_IN``), and an HMAC-SHA256
 signature by the user's key covers key, machine and the payload's sha256. The payload is handed to
 ``codegen`` (which unpickles it) only after the signature verifies with a trusted key, the header
 matches this kernel on this machine and the payload's size and sha256 match. Anything else is a
@@ -54,6 +55,12 @@ _dirs: dict[str, str | None] = {}  # directory -> None (usable) or why not, chec
 _usage: dict[str, int] = {}  # directory -> bytes its entries take, as this process last counted
 _warned: set[tuple[str, str]] = set()
 _machine: dict[str, str] = {}
+
+
+# the modules whose code enters the cached machine code besides a kernel's own source (part of
+# every entry's machine header): codegen (how it is compiled), and the intrinsics and helpers
+# kernels import (vnni's, direct_conv's)
+BUILT_IN = ("codegen.py", "vnni.py", "direct_conv.py")
 
 
 def default_dir() -> Path:
@@ -108,9 +115,7 @@ def machine() -> dict[str, str]:
 
         triple, cpu, features = host_target()
         cfg: Any = numba.config
-        # the modules whose code enters the cached machine code besides the kernel's own source:
-        # codegen (how it is compiled) and vnni (the intrinsics and helpers kernels import)
-        built_in = hashlib.sha256(b"".join(Path(__file__).with_name(f).read_bytes() for f in ("codegen.py", "vnni.py")))
+        built_in = hashlib.sha256(b"".join(Path(__file__).with_name(f).read_bytes() for f in BUILT_IN))
         _machine.update(
             triple=triple,
             cpu=cpu,
@@ -119,7 +124,7 @@ def machine() -> dict[str, str]:
             llvmlite=llvmlite.__version__,
             numpy=numpy.__version__,
             python=f"{sys.implementation.cache_tag} {platform.python_version()}",
-            ep=f"{__version__} codegen+vnni {built_in.hexdigest()[:16]}",
+            ep=f"{__version__} {'+'.join(f[:-3] for f in BUILT_IN)} {built_in.hexdigest()[:16]}",
             numba_config=(
                 f"opt={cfg.OPT};loop_vectorize={cfg.LOOP_VECTORIZE};slp_vectorize={cfg.SLP_VECTORIZE};"
                 f"avx={cfg.ENABLE_AVX};boundscheck={cfg.BOUNDSCHECK}"

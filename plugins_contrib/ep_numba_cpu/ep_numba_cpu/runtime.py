@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Collection, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
@@ -20,6 +20,9 @@ from ep_numba_cpu.delegate import Host
 from ep_numba_cpu.fold_size import fold_bytes
 from ep_numba_cpu.recurrent import readonly
 from ep_numba_cpu.spec import SpecError
+
+if TYPE_CHECKING:
+    from ep_numba_cpu import direct_conv
 
 
 def _pads_for(auto_pad: str, size: int, k: int, s: int, d: int) -> tuple[int, int]:
@@ -60,12 +63,14 @@ def conv2d(
     b: np.ndarray | None,
     attrs: Mapping[str, Any],
     depthwise: Any = None,
+    direct: Any = None,
     ws: Workspace | None = None,
     key: Any = 0,
     internal: bool = False,
 ) -> np.ndarray:
     """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel,
-    the rest through the reference EP's convolution plan (``conv_plan.plan_conv``: blocked im2col,
+    dense ones through the compiled ``direct`` kernel on one thread (``direct_conv``), the rest
+    through the reference EP's convolution plan (``conv_plan.plan_conv``: blocked im2col,
     few-output-channel and 1x1 fast paths; one implementation serves both EPs). The plan for an
     input shape (geometry parsed, weights laid out) is kept in the workspace ``ws`` while ``w``
     and ``b`` are the same read-only arrays (stored weights: every run). A depthwise output lives
@@ -74,7 +79,7 @@ def conv2d(
     cached = plans.get(x.shape)
     if cached is not None and cached[0] is w and cached[1] is b:
         return cached[2](x)
-    run = _conv_plan(x.shape, x.dtype, w, b, attrs, depthwise, ws, key, internal)
+    run = _conv_plan(x.shape, x.dtype, w, b, attrs, depthwise, direct, ws, key, internal)
     if ws is not None and not w.flags.writeable and (b is None or not b.flags.writeable):
         if len(plans) >= SHAPES_KEPT:  # dynamic shapes: each plan holds laid-out weights
             plans.clear()
@@ -89,6 +94,7 @@ def _conv_plan(
     b: np.ndarray | None,
     attrs: Mapping[str, Any],
     depthwise: Any,
+    direct: Any,
     ws: Workspace | None,
     key: Any,
     internal: bool,
@@ -134,11 +140,53 @@ def _conv_plan(
             return out
 
         return run_depthwise
+    if direct is not None and dt == np.float32 and _one_thread():
+        from ep_numba_cpu import direct_conv
+
+        dp = direct_conv.plan((n, c, h, wd), w, group, (sh, sw), (dh, dw), (pt, pl), (ho, wo))
+        if dp is not None:
+            run = _run_direct(dp, direct, b, ws, key, internal)
+            return (lambda x: run(x[:, :, None, :])[:, :, 0, :]) if one_d else run
     bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False)).reshape(1, m, 1, 1)
     plan = plan_conv((n, c, h, wd), dt, w, group, (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), (ho, wo), bias)
     if one_d:
         return lambda x: plan(x[:, :, None, :])[:, :, 0, :]
     return plan
+
+
+def _one_thread() -> bool:
+    """Whether this run has one thread (the session sets Numba's count to its own before each
+    run): the direct kernel is serial, where BLAS's product would share the work."""
+    from numba import get_num_threads  # (a direct kernel is compiled: numba is loaded)
+
+    return bool(get_num_threads() == 1)
+
+
+def _scratch(ws: Workspace | None, name: str, size: int) -> np.ndarray:
+    """A float32 buffer of at least ``size`` values, shared by the steps of a workspace (grown,
+    never shrunk): the direct kernel's padded input and flat output, which every call rewrites."""
+    got = ws.get(("direct", name)) if ws is not None else None
+    if got is None or got.shape[0] < size:
+        got = np.empty(size, dtype=np.float32)
+        if ws is not None:
+            ws[("direct", name)] = got
+    return got
+
+
+def _run_direct(
+    dp: direct_conv.Plan, direct: Any, b: np.ndarray | None, ws: Workspace | None, key: Any, internal: bool
+) -> Callable[[np.ndarray], np.ndarray]:
+    m = dp.out_shape[1]
+    br = readonly(np.ascontiguousarray(np.zeros(m, np.float32) if b is None else b.astype(np.float32, copy=False)))
+
+    def run(x: np.ndarray) -> np.ndarray:
+        out = _buf(ws if internal else None, (key, "out"), dp.out_shape, np.float32)
+        xpad, yflat = _scratch(ws, "xpad", dp.xpad_size), _scratch(ws, "yflat", dp.yflat_size)
+        if direct(out, readonly(np.ascontiguousarray(x)), dp.weights, dp.offsets, br, xpad, yflat, dp.geometry):
+            raise Fail(f"direct convolution: its buffers do not fit the geometry {dp.geometry.tolist()}")
+        return out
+
+    return run
 
 
 def matmul(a: np.ndarray, b: np.ndarray, ws: Workspace | None = None, key: Any = 0) -> np.ndarray:
@@ -181,6 +229,8 @@ class GraphRunner:
             if kind == "kernel":
                 spec = step.get("kernel_spec")
                 fn = (fn, kernels[spec] if spec else None)
+            elif kind == "conv":  # (depthwise kernel, direct kernel)
+                fn = (fn, kernels[step["direct"]] if step.get("direct") else None)
             elif kind == "node":
                 fn = _node_compute(step, kernels, self.weights, host or Host(), k)
             self.steps.append((kind, step, fn))
@@ -253,8 +303,10 @@ class GraphRunner:
         if kind == "kernel":
             self._run_kernel(step, fn, env, ws if internal else None, k, self._shape_plans[k])
         elif kind == "conv":
+            depthwise, direct = fn
+            bias = env[ins[2]] if ins[2] else None
             env[step["outputs"][0]] = conv2d(
-                env[ins[0]], env[ins[1]], env[ins[2]] if ins[2] else None, step["attrs"], fn, ws, k, internal
+                env[ins[0]], env[ins[1]], bias, step["attrs"], depthwise, direct, ws, k, internal
             )
         elif kind == "matmul":
             env[step["outputs"][0]] = matmul(env[ins[0]], env[ins[1]], ws if internal else None, k)
