@@ -125,7 +125,9 @@ def test_the_kernel_refuses_buffers_that_do_not_fit_its_geometry() -> None:
 
     def call(xpad: int, yflat: int, offsets: np.ndarray) -> tuple[int, np.ndarray]:
         out = np.full(dp.out_shape, 7.0, np.float32)
-        rc = fn(out, x, dp.weights, offsets, bias, np.zeros(xpad, np.float32), np.zeros(yflat, np.float32), dp.geometry)
+        padded = np.zeros(xpad, np.float32)
+        dp.fill(x, np.zeros(dp.xpad_size, np.float32))  # (the fill itself is NumPy's, bounds-checked)
+        rc = fn(out, padded, dp.weights, offsets, bias, np.zeros(yflat, np.float32), dp.geometry)
         return rc, out
 
     assert call(dp.xpad_size, dp.yflat_size, dp.offsets)[0] == 0

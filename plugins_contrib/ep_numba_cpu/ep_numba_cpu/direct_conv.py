@@ -4,8 +4,9 @@ Why: im2col writes and reads back C*kh*kw values per output position, and BLAS t
 again; on the zoo's 3x3 convolutions that ran at 50-76 GFLOP/s against onnxruntime's 105-115
 (MLAS's direct NCHWc kernels) on one Zen 4 core, 1.5-2.5x slower.
 
-How: the input is copied once into a zero-bordered buffer split into ``s * s`` stride phases
-(phase (ph, pw) holds padded rows ph, ph + s, ... and columns pw, pw + s, ...). Tap (a, e) of
+How: the input is copied once (``Plan.fill``: one strided NumPy copy per phase) into a
+zero-bordered buffer split into ``s * s`` stride phases (phase (ph, pw) holds padded rows ph,
+ph + s, ... and columns pw, pw + s, ...). Tap (a, e) of
 channel c then reads, for output position (i, j), phase ((a*dh) % s, (e*dw) % s) at row
 i + (a*dh) // s and column j + (e*dw) // s: every tap is one fixed offset (``offsets``) from the
 output's flat position i * wq + j over the phase plane's width ``wq``. So a stride-s conv is a sum
@@ -107,19 +108,17 @@ _KERNEL = """import numpy as np
 from ep_numba_cpu.direct_conv import TILE, VECS, micro
 
 
-def kernel(out, x, w, offsets, bias, xpad, yflat, g):
-    s, pt, pl, hq, wq, ho, wo = g[0], g[1], g[2], g[3], g[4], g[5], g[6]
+def kernel(out, xpad, w, offsets, bias, yflat, g):
+    s, hq, wq, ho, wo = g[0], g[3], g[4], g[5], g[6]
     group, cg, tiles, kk, lpad = g[7], g[8], g[9], g[10], g[11]
-    nb, c, h, wi = x.shape
-    m = out.shape[1]
+    nb, m = out.shape[0], out.shape[1]
     plane = hq * wq
-    if s < 1 or group < 1 or cg * group != c or m % group != 0 or tiles * TILE < m // group or lpad % (16 * VECS) != 0:
+    image = s * s * cg * group * plane
+    if s < 1 or group < 1 or cg < 1 or m % group != 0 or tiles * TILE < m // group or lpad % (16 * VECS) != 0:
         return 1
-    if out.shape[0] != nb or out.shape[2] != ho or out.shape[3] != wo or bias.shape[0] < m or kk < 1:
+    if out.shape[2] != ho or out.shape[3] != wo or bias.shape[0] < m or kk < 1 or wo > wq:
         return 1
-    if (h + pt + s - 1) // s > hq or (wi + pl + s - 1) // s > wq or lpad < (ho - 1) * wq + wo or wo > wq:
-        return 1
-    if xpad.shape[0] < s * s * c * plane + lpad or yflat.shape[0] < tiles * TILE * lpad:
+    if lpad < (ho - 1) * wq + wo or xpad.shape[0] < nb * image + lpad or yflat.shape[0] < tiles * TILE * lpad:
         return 1
     if w.shape[0] < group * tiles * kk * TILE or offsets.shape[0] < kk:
         return 1
@@ -128,34 +127,15 @@ def kernel(out, x, w, offsets, bias, xpad, yflat, g):
         if offsets[q] < 0:
             return 1
         top = max(top, offsets[q])
-    if top + (group - 1) * cg * plane + lpad > xpad.shape[0]:
+    if top + (group - 1) * cg * plane + lpad > image + lpad:
         return 1
-    used = s * s * c * plane + lpad
+    mg = m // group
     for b in range(nb):
-        for i in range(used):  # a scratch other convolutions share: its borders are zeroed each time
-            xpad[i] = np.float32(0)
-        for ci in range(c):
-            for r in range(h):
-                pr = r + pt
-                row = ((pr % s) * s * c + ci) * plane + (pr // s) * wq
-                xr = x[b, ci, r]
-                if s == 1:
-                    at = row + pl
-                    for col in range(wi):
-                        xpad[at + col] = xr[col]
-                    continue
-                for pw in range(s):  # phase pw holds padded columns pw, pw + s, ...: input col v*s + pw - pl
-                    at = row + pw * c * plane
-                    v0 = (pl - pw + s - 1) // s if pl > pw else 0
-                    v1 = (wi - 1 + pl - pw) // s + 1
-                    first = v0 * s + pw - pl
-                    for v in range(v1 - v0):
-                        xpad[at + v0 + v] = xr[first + v * s]
         for gi in range(group):
             for t in range(tiles):
                 for p in range(0, lpad, 16 * VECS):
-                    micro(xpad, gi * cg * plane + p, offsets, kk, w, (gi * tiles + t) * kk * TILE, yflat, t * TILE * lpad + p, lpad)
-            mg = m // group
+                    at = b * image + gi * cg * plane + p
+                    micro(xpad, at, offsets, kk, w, (gi * tiles + t) * kk * TILE, yflat, t * TILE * lpad + p, lpad)
             for oc in range(mg):
                 bv = bias[gi * mg + oc]
                 for i in range(ho):
@@ -171,7 +151,7 @@ def kernel_source() -> Any:
     """The one kernel every direct convolution runs (its geometry is data: compiled once)."""
     from ep_numba_cpu.generate import KernelSource
 
-    sig = "float32:4:C:w,float32:4:C:r,float32:1:C:r,int64:1:C:r,float32:1:C:r,float32:1:C:w,float32:1:C:w,int64:1:C:r"
+    sig = "float32:4:C:w,float32:1:C:r,float32:1:C:r,int64:1:C:r,float32:1:C:r,float32:1:C:w,int64:1:C:r"
     return KernelSource(_KERNEL, sig, False)
 
 
@@ -200,6 +180,20 @@ class Plan:
     out_shape: tuple[int, int, int, int]
     xpad_size: int
     yflat_size: int
+    # per stride phase (ph, pw): its rows u0:u0+nu and columns v0:v0+nv hold x[..., r0::s, c0::s]
+    phases: tuple[tuple[int, int, int, int, int, int, int, int], ...]
+
+    def fill(self, x: np.ndarray, xpad: np.ndarray) -> None:
+        """``xpad`` (a scratch other convolutions share, at least ``xpad_size`` values) as the
+        kernel reads it: each image's zero-bordered input split into its stride phases (one strided
+        NumPy copy a phase; the kernel's own loops for it cost 0.3 s more to compile)."""
+        s, hq, wq = (int(v) for v in self.geometry[[0, 3, 4]])
+        n, c = int(x.shape[0]), int(x.shape[1])
+        used = n * s * s * c * hq * wq
+        xpad[: used + int(self.geometry[11])] = 0
+        grid = xpad[:used].reshape(n, s, s, c, hq, wq)
+        for ph, pw, u0, nu, v0, nv, r0, c0 in self.phases:
+            grid[:, ph, pw, :, u0 : u0 + nu, v0 : v0 + nv] = x[:, :, r0::s, c0::s]
 
 
 def plan(
@@ -244,11 +238,23 @@ def plan(
     # (group, tile, k, 8): the 8 weights of one (channel, tap) are one run the micro-kernel broadcasts
     packed = packed.reshape(group, tiles, TILE, kk).transpose(0, 1, 3, 2)
     geometry = np.array([s, pt, pl, hq, wq, ho, wo, group, cg, tiles, kk, lpad], dtype=np.int64)
+    phases = []
+    for ph in range(s):  # padded row ph + s*u is input row ph + s*u - pt (the same for columns)
+        u0 = -(-max(0, pt - ph) // s)
+        r0 = ph + s * u0 - pt
+        nu = len(range(r0, h, s))
+        for pw in range(s):
+            v0 = -(-max(0, pl - pw) // s)
+            c0 = pw + s * v0 - pl
+            nv = len(range(c0, wd, s))
+            if nu and nv:
+                phases.append((ph, pw, u0, nu, v0, nv, r0, c0))
     return Plan(
         readonly(np.ascontiguousarray(packed).reshape(-1)),
         readonly(offsets),
         readonly(geometry),
         (n, m, ho, wo),
-        s * s * c * plane + lpad,
+        n * s * s * c * plane + lpad,
         tiles * TILE * lpad,
+        tuple(phases),
     )

@@ -182,7 +182,8 @@ def _run_direct(
     def run(x: np.ndarray) -> np.ndarray:
         out = _buf(ws if internal else None, (key, "out"), dp.out_shape, np.float32)
         xpad, yflat = _scratch(ws, "xpad", dp.xpad_size), _scratch(ws, "yflat", dp.yflat_size)
-        if direct(out, readonly(np.ascontiguousarray(x)), dp.weights, dp.offsets, br, xpad, yflat, dp.geometry):
+        dp.fill(x, xpad)
+        if direct(out, xpad, dp.weights, dp.offsets, br, yflat, dp.geometry):
             raise Fail(f"direct convolution: its buffers do not fit the geometry {dp.geometry.tolist()}")
         return out
 
