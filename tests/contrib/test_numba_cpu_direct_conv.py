@@ -63,13 +63,12 @@ CASES = [
     ((1, 8, 9, 11), (16, 8, 3, 3), {"pads": [1, 1, 1, 1]}, True),
     ((2, 5, 10, 7), (12, 5, 3, 3), {"pads": [1, 0, 2, 1]}, True),  # batch 2, 12 channels: a part tile
     ((1, 6, 13, 14), (8, 6, 3, 3), {"strides": [2, 2], "pads": [1, 1, 1, 1]}, True),
-    ((1, 3, 17, 16), (5, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 0, 0]}, False),  # an RGB stem
-    ((1, 4, 20, 19), (8, 4, 5, 5), {"strides": [3, 3], "pads": [2, 2, 2, 2]}, True),
+    ((1, 3, 17, 16), (8, 3, 3, 3), {"strides": [2, 2], "pads": [1, 1, 0, 0]}, False),  # an RGB stem
+    ((1, 4, 20, 19), (8, 4, 5, 5), {"strides": [2, 2], "pads": [2, 2, 2, 2]}, True),
     ((1, 4, 12, 12), (8, 4, 3, 3), {"dilations": [2, 3], "pads": [2, 3, 2, 3]}, True),
     ((1, 4, 12, 13), (8, 4, 3, 3), {"strides": [2, 2], "dilations": [2, 2], "pads": [2, 2, 1, 1]}, True),
     ((1, 8, 9, 9), (16, 4, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}, True),
-    ((1, 6, 9, 9), (12, 2, 3, 3), {"group": 3, "strides": [2, 2]}, True),
-    ((1, 8, 9, 9), (8, 8, 1, 1), {"strides": [2, 2]}, True),  # a 1x1 downsampling: strided, no taps
+    ((1, 6, 9, 9), (24, 2, 3, 3), {"group": 3, "strides": [2, 2]}, True),
     ((1, 8, 7, 7), (8, 8, 2, 2), {}, True),  # no pads, an even kernel
     ((2, 4, 30), (8, 4, 5), {"pads": [2, 2]}, True),  # 1-D
     ((1, 4, 40, 41), (8, 4, 3, 3), {"pads": [1, 1, 1, 1]}, True),  # planes past one 16-lane run a row
@@ -91,19 +90,31 @@ def test_direct_convolution_matches_onnxruntime_on_one_thread(
     np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-4 * float(np.abs(want).max()))
 
 
-def test_more_threads_keep_blas_and_few_channels_or_1x1_products_never_take_it(monkeypatch) -> None:
-    """The direct kernel is serial: at 2 threads the BLAS plan shares the work. 2 output channels
-    (a tile computes 8), a 1x1 stride-1 product (BLAS's best case) and a 2x3 plane (a tile
-    computes 16 positions) keep the BLAS plan at 1."""
+def _filter(*shape: int) -> np.ndarray:
+    return rng.standard_normal(shape).astype(np.float32)
+
+
+def test_more_threads_keep_blas_and_shapes_it_loses_on_never_take_it(monkeypatch) -> None:
+    """The direct kernel is serial: a session at 2 threads keeps the BLAS plan (and compiles no
+    direct kernel). At 1 thread these keep it too, where the direct kernel measured slower: fewer
+    than 8 output channels a group (a tile computes 8), 1x1 products, strided or not (the phase
+    copy would serve one phase), under 16 products a tap set (a 1-channel 3x3), a stride of 3 or
+    more, and a 2x3 plane (a tile computes 16 positions)."""
     x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
-    dense = _conv_model(x.shape, rng.standard_normal((8, 8, 3, 3)).astype(np.float32), None, {"pads": [1] * 4})
+    dense = _conv_model(x.shape, _filter(8, 8, 3, 3), None, {"pads": [1] * 4})
     assert _run(dense, x, 2, monkeypatch)[1] == 0
     assert _run(dense, x, 1, monkeypatch)[1] == 1
-    few = _conv_model(x.shape, rng.standard_normal((2, 8, 3, 3)).astype(np.float32), None, {})
-    one = _conv_model(x.shape, rng.standard_normal((8, 8, 1, 1)).astype(np.float32), None, {})
+    one_channel = rng.standard_normal((1, 1, 9, 9)).astype(np.float32)
     small = rng.standard_normal((1, 8, 2, 3)).astype(np.float32)  # 6 positions a plane: a tile computes 32
-    tiny = _conv_model(small.shape, rng.standard_normal((8, 8, 3, 3)).astype(np.float32), None, {"pads": [1] * 4})
-    for model, feed in ((few, x), (one, x), (tiny, small)):
+    cases = [
+        (_conv_model(x.shape, _filter(4, 8, 3, 3), None, {}), x),
+        (_conv_model(x.shape, _filter(8, 8, 1, 1), None, {}), x),
+        (_conv_model(x.shape, _filter(16, 8, 1, 1), None, {"strides": [2, 2]}), x),
+        (_conv_model(one_channel.shape, _filter(8, 1, 3, 3), None, {"pads": [1] * 4}), one_channel),
+        (_conv_model(x.shape, _filter(8, 8, 3, 3), None, {"strides": [3, 3]}), x),
+        (_conv_model(small.shape, _filter(8, 8, 3, 3), None, {"pads": [1] * 4}), small),
+    ]
+    for model, feed in cases:
         got, runs = _run(model, feed, 1, monkeypatch)
         want = ort.InferenceSession(model, providers=["CPUExecutionProvider"]).run(None, {"x": feed})[0]
         assert runs == 0
@@ -141,3 +152,71 @@ def test_the_kernel_refuses_buffers_that_do_not_fit_its_geometry() -> None:
     negative = dp.offsets.copy()
     negative[0] = -1
     assert call(dp.xpad_size, dp.yflat_size, negative)[0] == 1
+
+
+def test_a_plan_runs_its_choice_at_any_thread_count_and_sums_one_way(monkeypatch, tmp_path) -> None:
+    """Only a session asking for one thread plans the direct kernel (a session left to choose,
+    0, does not, even in a process of one CPU); a context it writes runs the same kernel in a
+    session of two threads, so the outputs are the same bits (a Ray driver and its actors)."""
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    model = _conv_model(x.shape, _filter(16, 8, 3, 3), None, {"pads": [1] * 4})
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0})
+    assert _run(model, x, 0, monkeypatch)[1] == 0
+    so = SessionOptions(intra_op_num_threads=1)
+    so.add_session_config_entry("ep.context_enable", "1")
+    so.add_session_config_entry("ep.context_embed_mode", "1")
+    so.add_session_config_entry("ep.context_file_path", str(tmp_path / "ctx.onnx"))
+    InferenceSession(model, so, providers=[NUMBA])
+    one, runs_one = _run(model, x, 1, monkeypatch)
+    two, runs_two = _run((tmp_path / "ctx.onnx").read_bytes(), x, 2, monkeypatch)
+    assert runs_one == 1 and runs_two == 1
+    np.testing.assert_array_equal(one, two)
+
+
+def test_a_cpu_without_avx512_plans_no_direct_kernel(monkeypatch) -> None:
+    """Without AVX-512 the micro-kernel's accumulators do not fit the registers (2.4x slower than
+    BLAS under a Haswell target): the plan keeps the BLAS convolution."""
+    from ep_numba_cpu import direct_conv
+
+    monkeypatch.setattr(direct_conv, "available", lambda: False)
+    x = rng.standard_normal((1, 8, 9, 9)).astype(np.float32)
+    assert _run(_conv_model(x.shape, _filter(8, 8, 3, 3), None, {"pads": [1] * 4}), x, 1, monkeypatch)[1] == 0
+
+
+def test_the_plan_records_the_choice_and_a_loader_holds_it_to_the_filter() -> None:
+    """``direct: true`` on the conv step is what a context keeps (a loader does not re-decide from
+    its own CPU or threads); a value other than true, or true on a convolution the kernel does not
+    serve, is refused naming the field."""
+    import json
+
+    import onnx
+
+    from ep_core.sdk.graph import GraphView, opset_map
+    from ep_numba_cpu import direct_conv, generate, spec
+    from ep_numba_cpu.planner import build_plan
+
+    def record(w: np.ndarray) -> tuple[dict[str, Any], dict[str, np.ndarray]]:
+        m = onnx.shape_inference.infer_shapes(
+            onnx.load_from_string(_conv_model((1, 8, 9, 9), w, None, {"pads": [1] * 4}))
+        )
+        gp = build_plan(GraphView(m.graph, opset_map(m)), ["x"], ["y"], lambda n: False, one_thread=True)
+        return json.loads(
+            json.dumps({"plan": gp.plan, "weights": dict.fromkeys(gp.weights, "0" * 64), "types": gp.types})
+        ), gp.weights
+
+    rec, weights = record(_filter(8, 8, 3, 3))
+    conv = next(st for st in rec["plan"]["steps"] if st["kind"] == "conv")
+    assert conv.get("direct") is (True if direct_conv.available() else None)
+    conv["direct"] = True
+    spec.check_record(rec)
+    assert "direct" in generate.expand(rec["plan"], weights)[0]["steps"][0]
+    conv["direct"] = 1
+    with pytest.raises(spec.SpecError, match=r"plan\.steps\[0\]\.direct: 1 is not true"):
+        spec.check_record(rec)
+    rec, weights = record(_filter(8, 8, 1, 1))
+    conv = next(st for st in rec["plan"]["steps"] if st["kind"] == "conv")
+    assert "direct" not in conv
+    conv["direct"] = True
+    spec.check_record(rec)
+    with pytest.raises(spec.SpecError, match=r"direct: the direct kernel does not serve this convolution"):
+        generate.expand(rec["plan"], weights)

@@ -167,8 +167,8 @@ def test_float32_sigmoid_above_the_tail_keeps_the_fast_form() -> None:
 
 
 def test_sigmoid_rows_with_and_without_the_tail_match_the_one_pass_form() -> None:
-    """A kernel computes each row without the sigmoid's tail first and again with it when any of
-    the row's arguments is below SIGMOID_TAIL: rows of both kinds (and NaN) give exactly what
+    """A kernel computes each block of a row without the sigmoid's tail first and again with it
+    when any of the block's arguments is below SIGMOID_TAIL: blocks of both kinds (and NaN) give exactly what
     ``_sigmoid32`` gives, value by value, through a broadcast bias and a SiLU's product."""
     from numba import njit
 
@@ -186,10 +186,10 @@ def test_sigmoid_rows_with_and_without_the_tail_match_the_one_pass_form() -> Non
             out.flat[i] = v.flat[i] * sigmoid32(v.flat[i])
         return out
 
-    x = np.random.default_rng(7).uniform(-6, 6, (5, 300)).astype(np.float32)
-    x[1, 17] = -9.5  # rows 1 and 3 reach the tail, row 4 holds a NaN
-    x[3, 299] = -40.0
-    x[4, 5] = np.nan
+    x = np.random.default_rng(7).uniform(-6, 6, (5, 1300)).astype(np.float32)
+    x[1, 17] = -9.5  # rows 1 and 3 reach the tail in one block of 512 each, row 4 holds a NaN
+    x[3, 1299] = -40.0
+    x[4, 600] = np.nan
     bias = np.float32([[0.25], [-0.5], [1.0], [0.0], [-1.5]])
     nodes = [
         helper.make_node("Add", ["x", "b"], ["v"]),
@@ -199,8 +199,8 @@ def test_sigmoid_rows_with_and_without_the_tail_match_the_one_pass_form() -> Non
     g = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 300])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 300])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [5, 1300])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [5, 1300])],
         [numpy_helper.from_array(bias, "b")],
     )
     model = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=8).SerializeToString()

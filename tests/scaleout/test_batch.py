@@ -163,7 +163,12 @@ def test_epcontext_model_compiled_once_loaded_by_actors(ray_cluster: Any) -> Non
     out = predict_dataset(
         ds, fetch_model("magika"), providers=[NUMBA], precompile=True, keep_columns=["id"], batch_size=BATCH
     )
-    np.testing.assert_array_equal(collect(out)["target_label"], want["target_label"])
+    # predict_dataset compiles for the actors' one thread (intra_op_num_threads = num_cpus = 1),
+    # where the Numba EP plans its serial direct convolution: the float32 sums take another order
+    # than the driver's BLAS plan, so the probabilities agree to float32 rounding, not bit for bit
+    got = collect(out)["target_label"]
+    np.testing.assert_allclose(got, want["target_label"], rtol=1e-4, atol=1e-6)
+    np.testing.assert_array_equal(got.argmax(axis=-1), want["target_label"].argmax(axis=-1))
 
 
 def test_session_errors_name_model_and_ep_through_ray(ray_cluster: Any) -> None:

@@ -18,11 +18,14 @@ computed and dropped when the rows are copied out, bias added; the sums run over
 in order, with fused multiply-adds, as onnxruntime's do in its own order (within float32
 rounding of the reference EP's, not bit for bit).
 
-Vectors of 16 float32 are AVX-512's; LLVM splits them in two on AVX2 and the results are the same.
+Vectors of 16 float32 are AVX-512's: on AVX2 LLVM splits them in two, the same values, but the 16
+accumulators fill every register and spill (2.4x slower than im2col + BLAS under a Haswell target;
+without FMA each lane calls fmaf), so the planner takes the kernel only where ``available``.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -155,19 +158,32 @@ def kernel_source() -> Any:
     return KernelSource(_KERNEL, sig, False)
 
 
+@functools.cache
+def available() -> bool:
+    """Whether Numba compiles for a CPU with AVX-512F: the micro-kernel's 8 x 16-lane accumulators
+    fill every AVX2 register (measured 2.4x slower than im2col + BLAS under a Haswell target, and
+    a call to fmaf per lane, 54x, without FMA); asked once per process."""
+    from ep_numba_cpu.compat import host_target
+
+    return "+avx512f" in host_target()[2].split(",")
+
+
 def serves(attrs: Mapping[str, Any], w_shape: Sequence[int], dtype: str) -> bool:
     """Whether a convolution with these attributes and filter takes the direct kernel: float32,
-    2-D (or 1-D), more than one tap or a stride (a 1x1 stride-1 product is BLAS's best case), at
-    least 4 output channels a group (a tile computes 8), the same stride on both axes, explicit
-    non-negative pads. Depthwise ones have their own kernel; the runtime adds the thread count."""
+    2-D (or 1-D), more than one tap (a 1x1 product is BLAS's, strided or not: the phases would be
+    copied for one), at least 16 products a tap set (channels x taps: a 1-channel 3x3 loses), a
+    whole tile of 8 output channels a group, one stride of at most 2 on both axes (a 4x4 stride-4
+    patchify lost to its 16 phase copies), explicit non-negative pads. Depthwise ones have their
+    own kernel; the planner adds the CPU and the thread count (``planner``), the runtime the
+    threads of each run."""
     if dtype != "float32" or len(w_shape) not in (3, 4) or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
         return False
     group = int(attrs.get("group", 1))
-    m, taps = int(w_shape[0]), int(np.prod(w_shape[2:]))
+    m, cg, taps = int(w_shape[0]), int(w_shape[1]), int(np.prod(w_shape[2:]))
     strides = list(attrs.get("strides") or [1] * (len(w_shape) - 2))
-    if group < 1 or m % group or m // group < TILE // 2 or (w_shape[1] == 1 and group == m):
+    if group < 1 or m % group or m // group < TILE or cg * taps < 16 or taps < 2:
         return False
-    return min(attrs.get("pads") or [0]) >= 0 and len(set(strides)) == 1 and (taps > 1 or strides[0] > 1)
+    return min(attrs.get("pads") or [0]) >= 0 and len(set(strides)) == 1 and 1 <= strides[0] <= 2
 
 
 @dataclass(frozen=True)

@@ -100,7 +100,7 @@ class NumbaCpuEp:
     def ep_compile(self, graphs: Sequence[Any], fused_nodes: Sequence[FusedNode]) -> list[NodeComputeInfo]:
         built = []
         for view, fused in zip(graphs, fused_nodes, strict=True):
-            gp = build_plan(view, fused.inputs, fused.outputs, self._parallel)
+            gp = build_plan(view, fused.inputs, fused.outputs, self._parallel, self._one_thread())
             wmap = {}
             for name, arr in gp.weights.items():
                 key = weight_key(arr)
@@ -183,6 +183,12 @@ class NumbaCpuEp:
         # settings into globals() at import: its py.typed package cannot declare them)
         threads: int = numba.config.NUMBA_NUM_THREADS  # type: ignore[attr-defined]
         return threads >= 4 and (numel is None or numel >= 1 << 16)
+
+    def _one_thread(self) -> bool:
+        """Whether the session asks for one thread (``intra_op_num_threads=1``): only then is the
+        serial direct convolution planned (a plan follows the option, not the CPUs of the process
+        that compiled it), and every run of the plan takes it (``runtime._direct_plan``)."""
+        return int(getattr(self.session_options, "intra_op_num_threads", 0) or 0) == 1
 
     def host(self) -> Host:
         """The kernel context of delegated nodes, the same when compiling and when loading a context."""

@@ -81,11 +81,13 @@ def expand(
         runtime["attrs"] = dict(step.get("attrs", {}))
         if kind == "conv" and step["depthwise"] is not None:
             runtime["kernel"] = add(_depthwise(step, weights, f"plan.steps[{k}]"))
-        elif kind == "conv" and (w := weights.get(step["inputs"][1])) is not None:
+        elif kind == "conv" and step.get("direct"):
             from ep_numba_cpu import direct_conv
 
-            if direct_conv.serves(step["attrs"], w.shape, str(w.dtype)):
-                runtime["direct"] = add(direct_conv.kernel_source())
+            w = weights.get(step["inputs"][1])
+            if w is None or not direct_conv.serves(step["attrs"], w.shape, str(w.dtype)):
+                raise SpecError(f"plan.steps[{k}].direct: the direct kernel does not serve this convolution")
+            runtime["direct"] = add(direct_conv.kernel_source())
         steps.append(runtime)
     return {"inputs": list(plan["inputs"]), "outputs": list(plan["outputs"]), "steps": steps}, kernels
 
@@ -262,16 +264,29 @@ def _flat_source(
     reads = [f"x{j} = r{j}[t]" for j in range(n_arrays) if gf[j][last]]
     writes = [f"q{m}[t] = v{t}" for m, t in enumerate(outs)]
     head = None if loop == "prange" else _sigmoid_head(lines)
-    if head is not None:  # the row without the sigmoid's tail; again with it if an argument needs it
+    bounds = f"n{last}"
+    if head is not None:  # blocks of the row without the sigmoid's tail; again with it where an argument needs it
         fast, args = head
         tail = " | ".join(f"({a} < np.float32({SIGMOID_TAIL!r}))" for a in args)
-        src += [f"{ind}low = False", f"{ind}for t in range(n{last}):"]
+        src += [
+            f"{ind}for t0 in range(0, n{last}, {SIGMOID_BLOCK}):",
+            f"{ind}    t1 = min(n{last}, t0 + {SIGMOID_BLOCK})",
+        ]
+        ind += "    "
+        src += [f"{ind}low = False", f"{ind}for t in range(t0, t1):"]
         src += [f"{ind}    {ln}" for ln in [*reads, *fast, *writes, f"low |= {tail}"]]
         src.append(f"{ind}if low:")
         ind += "    "
-    src.append(f"{ind}for t in {loop}(n{last}):")
+        bounds = "t0, t1"
+    src.append(f"{ind}for t in {loop}({bounds}):")
     src += [f"{ind}    {ln}" for ln in [*reads, *lines, *writes]]
     return "\n".join(src) + "\n"
+
+
+# values a block of a row with a Sigmoid runs without its tail before checking: one value past the
+# tail computes its block again, not its whole row (a row can be a whole tensor; detection logits
+# are mostly past it)
+SIGMOID_BLOCK = 512
 
 
 _SIGMOID_CALL = re.compile(r"_sigmoid32\(([xv]\d+)\)")

@@ -294,10 +294,15 @@ class GroupPlan:
 
 
 def build_plan(
-    view: Any, inputs: Sequence[str], outputs: Sequence[str], parallel: Callable[[int | None], bool]
+    view: Any,
+    inputs: Sequence[str],
+    outputs: Sequence[str],
+    parallel: Callable[[int | None], bool],
+    one_thread: bool = False,
 ) -> GroupPlan:
     """The plan of one fused group (``view`` holds its nodes; ``inputs``/``outputs`` are the fused
-    node's)."""
+    node's). ``one_thread``: the session runs on one thread, so dense convolutions may take the
+    serial direct kernel (``direct_conv``; the choice is recorded in the step)."""
     graph = _WithSynthetic(view)
     consts: dict[str, np.ndarray] = {}
     members = list(view.nodes)
@@ -346,6 +351,8 @@ def build_plan(
             if kind == "conv":
                 body["depthwise"] = _depthwise(graph, node, parallel)
                 if body["depthwise"] is None:
+                    if one_thread and _direct(graph, node):
+                        body["direct"] = True
                     bias_item = _conv_bias_item(graph, node, ins, consts, body)
             steps.append(body)
             where[body["outputs"][0]] = len(steps) - 1
@@ -595,6 +602,19 @@ def _depthwise(graph: Any, node: Any, parallel: Callable[[int | None], bool]) ->
     if depthwise_geometry({k: v for k, v in node.attributes.items() if k in CONV_ATTRS}, w.shape) is None:
         return None
     return {"dtype": dt, "parallel": parallel(_static_numel(graph, node.outputs[0]))}
+
+
+def _direct(graph: Any, node: Any) -> bool:
+    """Whether a dense convolution takes the compiled direct kernel: a stored float32 filter the
+    kernel serves (``direct_conv.serves``), on a CPU with AVX-512 (asked only then: importing it
+    starts Numba's code generator)."""
+    w = graph.constant_value(node.inputs[1])
+    if w is None or str(w.dtype) != "float32" or _dtype(graph, node.inputs[0]) != "float32":
+        return False
+    from ep_numba_cpu import direct_conv
+
+    attrs = {k: v for k, v in node.attributes.items() if k in CONV_ATTRS}
+    return direct_conv.serves(attrs, w.shape, "float32") and direct_conv.available()
 
 
 def _sibling(graph: Any, item: _Item, cluster: _Cluster, consts: Mapping[str, np.ndarray]) -> _Cluster | None:

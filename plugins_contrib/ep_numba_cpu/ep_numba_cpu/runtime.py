@@ -140,26 +140,41 @@ def _conv_plan(
             return out
 
         return run_depthwise
-    if direct is not None and dt == np.float32 and _one_thread():
-        from ep_numba_cpu import direct_conv
 
-        dp = direct_conv.plan((n, c, h, wd), w, group, (sh, sw), (dh, dw), (pt, pl), (ho, wo))
-        if dp is not None:
-            run = _run_direct(dp, direct, b, ws, key, internal)
-            return (lambda x: run(x[:, :, None, :])[:, :, 0, :]) if one_d else run
-    bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False)).reshape(1, m, 1, 1)
-    plan = plan_conv((n, c, h, wd), dt, w, group, (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), (ho, wo), bias)
+    def blas_plan() -> Callable[[np.ndarray], np.ndarray]:
+        bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False)).reshape(1, m, 1, 1)
+        return plan_conv((n, c, h, wd), dt, w, group, (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), (ho, wo), bias)
+
+    if direct is None or dt != np.float32:
+        run = blas_plan()
+    else:
+        geometry = (group, (sh, sw), (dh, dw), (pt, pl), (ho, wo))
+        run = _direct_plan(direct, blas_plan, (n, c, h, wd), w, b, geometry, ws, key, internal)
     if one_d:
-        return lambda x: plan(x[:, :, None, :])[:, :, 0, :]
-    return plan
+        return lambda x: run(x[:, :, None, :])[:, :, 0, :]
+    return run
 
 
-def _one_thread() -> bool:
-    """Whether this run has one thread (the session sets Numba's count to its own before each
-    run): the direct kernel is serial, where BLAS's product would share the work."""
-    from numba import get_num_threads  # (a direct kernel is compiled: numba is loaded)
+def _direct_plan(
+    direct: Any,
+    blas_plan: Callable[[], Callable[[np.ndarray], np.ndarray]],
+    x_shape: tuple[int, int, int, int],
+    w: np.ndarray,
+    b: np.ndarray | None,
+    geometry: tuple[Any, ...],
+    ws: Workspace | None,
+    key: Any,
+    internal: bool,
+) -> Callable[[np.ndarray], np.ndarray]:
+    """The direct kernel's run for every run of a plan that chose it, whatever a run's threads (a
+    session asking for one thread planned it): one compiled model sums one way, so a context
+    compiled at one thread gives the same outputs in a session of two (a Ray driver and its
+    actors). The BLAS plan for shapes the kernel does not serve (``direct_conv.plan``).
+    ``geometry``: ``direct_conv.plan``'s (group, strides, dilations, pads begin, output size)."""
+    from ep_numba_cpu import direct_conv
 
-    return bool(get_num_threads() == 1)
+    dp = direct_conv.plan(x_shape, w, *geometry)
+    return blas_plan() if dp is None else _run_direct(dp, direct, b, ws, key, internal)
 
 
 def _scratch(ws: Workspace | None, name: str, size: int) -> np.ndarray:

@@ -217,7 +217,8 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
     kind = step.get("kind") if isinstance(step, dict) else None
     if not isinstance(kind, str) or kind not in _STEP_KEYS:
         raise _fail(f"{path}.kind", f"{kind!r:.40} is not one of {sorted(_STEP_KEYS)}")
-    keys = _STEP_KEYS[kind] | ({"int8"} if kind == "node" and isinstance(step, dict) and "int8" in step else set())
+    optional = {"node": "int8", "conv": "direct"}.get(kind)  # keys a step holds only when it needs them
+    keys = _STEP_KEYS[kind] | ({optional} if optional and isinstance(step, dict) and optional in step else set())
     _obj(step, path, keys)
     if kind == "kernel":
         _check_cluster(step, path, defined)
@@ -238,6 +239,8 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
     _reads(inputs, f"{path}.inputs", defined, optional=(2,))
     if kind == "conv":
         check_conv_attrs(step["attrs"], f"{path}.attrs")
+        if "direct" in keys and step["direct"] is not True:  # (what it serves: ``generate``, with the filter)
+            raise _fail(f"{path}.direct", f"{step['direct']!r:.40} is not true (a step without it leaves the key out)")
         dw = step["depthwise"]
         if dw is not None:
             _obj(dw, f"{path}.depthwise", {"dtype", "parallel"})
