@@ -64,6 +64,13 @@ def _enabled(features: str) -> set[str]:
     return {f[1:] for f in features.split(",") if f.startswith("+")}
 
 
+@functools.cache
+def host_has(*features: str) -> bool:
+    """Whether Numba compiles for a CPU with every one of ``features`` (its own target features:
+    the ones a context records and a loading CPU is checked against); asked once per process."""
+    return set(features) <= _enabled(host_target()[2])
+
+
 def verdict(info: str, host: Mapping[str, str] | None = None) -> str:
     """``VERDICT: reason`` for a recorded compatibility string on this host."""
     rec = parse_info(info)

@@ -25,7 +25,6 @@ without FMA each lane calls fmaf), so the planner takes the kernel only where ``
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -158,14 +157,13 @@ def kernel_source() -> Any:
     return KernelSource(_KERNEL, sig, False)
 
 
-@functools.cache
 def available() -> bool:
-    """Whether Numba compiles for a CPU with AVX-512F: the micro-kernel's 8 x 16-lane accumulators
-    fill every AVX2 register (measured 2.4x slower than im2col + BLAS under a Haswell target, and
-    a call to fmaf per lane, 54x, without FMA); asked once per process."""
-    from ep_numba_cpu.compat import host_target
+    """Whether Numba compiles for a CPU with AVX-512F (``compat.host_has``): the micro-kernel's
+    8 x 16-lane accumulators fill every AVX2 register (measured 2.4x slower than im2col + BLAS
+    under a Haswell target, and a call to fmaf per lane, 54x, without FMA)."""
+    from ep_numba_cpu.compat import host_has
 
-    return "+avx512f" in host_target()[2].split(",")
+    return host_has("avx512f")
 
 
 def serves(attrs: Mapping[str, Any], w_shape: Sequence[int], dtype: str) -> bool:
@@ -174,8 +172,7 @@ def serves(attrs: Mapping[str, Any], w_shape: Sequence[int], dtype: str) -> bool
     copied for one), at least 16 products a tap set (channels x taps: a 1-channel 3x3 loses), a
     whole tile of 8 output channels a group, one stride of at most 2 on both axes (a 4x4 stride-4
     patchify lost to its 16 phase copies), explicit non-negative pads. Depthwise ones have their
-    own kernel; the planner adds the CPU and the thread count (``planner``), the runtime the
-    threads of each run."""
+    own kernel; the planner adds the CPU and the session's thread count (``planner._direct``)."""
     if dtype != "float32" or len(w_shape) not in (3, 4) or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", ""):
         return False
     group = int(attrs.get("group", 1))

@@ -69,7 +69,8 @@ def conv2d(
     internal: bool = False,
 ) -> np.ndarray:
     """ONNX Conv for 1-D and 2-D inputs: depthwise ones through the compiled ``depthwise`` kernel,
-    dense ones through the compiled ``direct`` kernel on one thread (``direct_conv``), the rest
+    dense ones through the compiled ``direct`` kernel where the plan chose it (``direct_conv``; at
+    every run, whatever its threads: one compiled model sums one way), the rest
     through the reference EP's convolution plan (``conv_plan.plan_conv``: blocked im2col,
     few-output-channel and 1x1 fast paths; one implementation serves both EPs). The plan for an
     input shape (geometry parsed, weights laid out) is kept in the workspace ``ws`` while ``w``
@@ -141,40 +142,18 @@ def _conv_plan(
 
         return run_depthwise
 
-    def blas_plan() -> Callable[[np.ndarray], np.ndarray]:
-        bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False)).reshape(1, m, 1, 1)
-        return plan_conv((n, c, h, wd), dt, w, group, (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), (ho, wo), bias)
+    run: Callable[[np.ndarray], np.ndarray] | None = None
+    if direct is not None and dt == np.float32:  # the plan chose the direct kernel: every run takes it
+        from ep_numba_cpu import direct_conv
 
-    if direct is None or dt != np.float32:
-        run = blas_plan()
-    else:
-        geometry = (group, (sh, sw), (dh, dw), (pt, pl), (ho, wo))
-        run = _direct_plan(direct, blas_plan, (n, c, h, wd), w, b, geometry, ws, key, internal)
+        dp = direct_conv.plan((n, c, h, wd), w, group, (sh, sw), (dh, dw), (pt, pl), (ho, wo))
+        run = None if dp is None else _run_direct(dp, direct, b, ws, key, internal)
+    if run is None:  # (and shapes the direct kernel does not serve)
+        bias = None if b is None else np.ascontiguousarray(b.astype(dt, copy=False)).reshape(1, m, 1, 1)
+        run = plan_conv((n, c, h, wd), dt, w, group, (kh, kw), (sh, sw), (dh, dw), (pt, pl), (pb, pr), (ho, wo), bias)
     if one_d:
         return lambda x: run(x[:, :, None, :])[:, :, 0, :]
     return run
-
-
-def _direct_plan(
-    direct: Any,
-    blas_plan: Callable[[], Callable[[np.ndarray], np.ndarray]],
-    x_shape: tuple[int, int, int, int],
-    w: np.ndarray,
-    b: np.ndarray | None,
-    geometry: tuple[Any, ...],
-    ws: Workspace | None,
-    key: Any,
-    internal: bool,
-) -> Callable[[np.ndarray], np.ndarray]:
-    """The direct kernel's run for every run of a plan that chose it, whatever a run's threads (a
-    session asking for one thread planned it): one compiled model sums one way, so a context
-    compiled at one thread gives the same outputs in a session of two (a Ray driver and its
-    actors). The BLAS plan for shapes the kernel does not serve (``direct_conv.plan``).
-    ``geometry``: ``direct_conv.plan``'s (group, strides, dilations, pads begin, output size)."""
-    from ep_numba_cpu import direct_conv
-
-    dp = direct_conv.plan(x_shape, w, *geometry)
-    return blas_plan() if dp is None else _run_direct(dp, direct, b, ws, key, internal)
 
 
 def _scratch(ws: Workspace | None, name: str, size: int) -> np.ndarray:

@@ -26,7 +26,6 @@ filter is packed by ``pack_conv``); ``int_loops`` adds DynamicQuantizeLSTM's tim
 
 from __future__ import annotations
 
-import functools
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,14 +39,11 @@ MAX_K = 32768  # |A' @ B'| <= 255 * 255 * K stays in int32, and U @ S (255 * 128
 _FEATURES = ("avx512f", "avx512bw", "avx512vnni")
 
 
-@functools.cache
 def available() -> bool:
-    """Whether Numba compiles for a CPU with AVX-512 VNNI (its own target features: the ones a
-    context records and a loading CPU is checked against); asked once per process."""
-    from ep_numba_cpu.compat import host_target
+    """Whether Numba compiles for a CPU with AVX-512 VNNI (``compat.host_has``)."""
+    from ep_numba_cpu.compat import host_has
 
-    enabled = {f[1:] for f in host_target()[2].split(",") if f.startswith("+")}
-    return all(f in enabled for f in _FEATURES)
+    return host_has(*_FEATURES)
 
 
 def _micro(rows: int) -> Any:
