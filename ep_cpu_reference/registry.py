@@ -1,13 +1,15 @@
 """The reference EP's kernel registry. Kernel modules in ``ep_cpu_reference.kernels`` register
-into ``REGISTRY`` on import; ``registry()`` imports them once, in order (``families``)."""
+into ``REGISTRY`` on import: a query about one op imports the families that register it
+(``family_index.load_op``), ``registry()`` imports them all, once, in order (``families``)."""
 
 from __future__ import annotations
 
 from ep_core.sdk.kernels import KernelRegistry
 from ep_cpu_reference import EP_NAME
+from ep_cpu_reference.family_index import load_op
 
-REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.families")
-LOAD_FAILURE = ""  # set by ``families`` when a load fails part-way (see there): later queries raise it
+REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.families", load_op=load_op)
+LOAD_FAILURE = ""  # set by ``family_index.import_family`` when a load fails part-way: later loads raise it
 
 
 def registry() -> KernelRegistry:

@@ -89,6 +89,7 @@ class SubgraphRunner(Protocol):
 
 
 KernelBuilder = Callable[["NodeView", KernelContext], Compute]
+OpLoader = Callable[[tuple[str, str]], bool]  # (domain key, op) -> whether it loaded all that serves the op
 
 
 @dataclass(frozen=True)
@@ -183,17 +184,6 @@ class SchemaVersion:
     constraints: Mapping[str, frozenset[str]]
 
 
-@functools.cache
-def _schema_index() -> dict[tuple[str, str], tuple[SchemaVersion, ...]]:
-    """(domain key, op) -> its schema versions, oldest first (walking every schema costs ~30 ms)."""
-    from onnx import defs
-
-    by_op: dict[tuple[str, str], list[Any]] = {}
-    for s in defs.get_all_schemas_with_history():
-        by_op.setdefault((_domain_key(s.domain), s.name), []).append(s)
-    return {key: _versions(schemas) for key, schemas in by_op.items()}
-
-
 def _versions(schemas: list[Any]) -> tuple[SchemaVersion, ...]:
     schemas.sort(key=lambda s: s.since_version)
     ends = [n.since_version - 1 for n in schemas[1:]] + [None][: len(schemas)]
@@ -205,20 +195,29 @@ def _versions(schemas: list[Any]) -> tuple[SchemaVersion, ...]:
     )
 
 
-def _history(op: str, domain_key: str) -> tuple[SchemaVersion, ...]:
-    """One op's versions, walked back from its newest (a schema registered at run time)."""
+def schema_history(domain_key: str, op: str) -> tuple[SchemaVersion, ...]:
+    """One op's versions in one of ONNX's domains, oldest first, walked back from its newest (~30 us,
+    where walking every schema costs ~10 ms); cached once found (a schema may be registered later)."""
     from onnx import defs
 
+    if found := _HISTORIES.get((domain_key, op)):
+        return found
     domain, schemas, version = "" if domain_key == "ai.onnx" else domain_key, [], 1 << 30
     while version > 0 and defs.has(op, version, domain):
         schemas.append(defs.get_schema(op, version, domain))
         version = schemas[-1].since_version - 1
-    return _versions(schemas)
+    return _HISTORIES.setdefault((domain_key, op), _versions(schemas)) if schemas else ()
+
+
+_HISTORIES: dict[tuple[str, str], tuple[SchemaVersion, ...]] = {}
 
 
 @functools.cache
 def _onnx_domains() -> frozenset[str]:
-    return frozenset(d for d, _ in _schema_index())
+    """ONNX's own domains (``ai.onnx.*``): a contrib domain's schemas come at run time, unchecked."""
+    from onnx import defs
+
+    return frozenset(["ai.onnx"] + [d for d in defs.C.schema_version_map() if d.startswith("ai.onnx")])
 
 
 def schema_versions(kernel_def: KernelDef) -> tuple[SchemaVersion, ...] | None:
@@ -228,10 +227,7 @@ def schema_versions(kernel_def: KernelDef) -> tuple[SchemaVersion, ...] | None:
     key = (kernel_def.domain_key, kernel_def.op_type)
     if key[0] not in _onnx_domains():
         return None
-    index = _schema_index()
-    if key not in index and (found := _history(key[1], key[0])):
-        index[key] = found
-    history = index.get(key)
+    history = schema_history(*key)
     if not history or history[0].since > kernel_def.since_version:
         return ()
     end = kernel_def.end_version
@@ -250,37 +246,40 @@ def registry_problems(ep_name: str) -> list[str]:
 
 
 class KernelRegistry:
-    """Kernels of one EP, keyed by (domain, op_type).
+    """Kernels of one EP, keyed by (domain, op_type). Each def is checked against onnx's schemas as
+    it is added: one whose op or ``since`` names no schema, or whose type constraints name one that
+    no schema version it serves has, is refused with a recorded problem (``problems``; lookups of
+    that op say why), or ``EpFail`` in strict mode (``EP_CORE_STRICT_PLUGINS=1``)."""
 
-    Each def is checked against onnx's schemas as it is added: one whose op or ``since`` names no
-    schema, or whose type constraints name one that no schema version it serves has, is refused
-    with a recorded problem (``problems``; lookups of that op say why), or ``EpFail`` in strict mode
-    (``EP_CORE_STRICT_PLUGINS=1``)."""
-
-    def __init__(self, ep_name: str, kernel_package: str | None = None) -> None:
+    def __init__(self, ep_name: str, kernel_package: str | None = None, load_op: OpLoader | None = None) -> None:
         """``kernel_package`` names a package whose modules register kernels on import; it is
         imported once, on the first query, so an EP's heavy imports (numba, its kernel families)
-        wait until a session asks it about a node."""
-        self.ep_name = ep_name
-        self.kernel_package = kernel_package
+        wait until a session asks it about a node. ``load_op((domain key, op))`` imports only what
+        registers one op and says if that was all (False: the package loads)."""
+        self.ep_name, self.kernel_package = ep_name, kernel_package
         self._ops: dict[tuple[str, str], list[KernelEntry]] = {}  # (domain, op) -> entries, oldest since first
         self._refused: dict[tuple[str, str], list[str]] = {}
         self._type_cache: dict[tuple[str, str, int], Any] = {}
         self._loaded = kernel_package is None
+        self._load_op, self._ops_loaded = load_op, set[tuple[str, str]]()
         self._load_lock = threading.RLock()  # held while loading: other threads wait for all of it
         _ALL_REGISTRIES.add(self)
 
-    def ensure_loaded(self) -> "KernelRegistry":
-        """This registry with every kernel module of ``kernel_package`` imported (thread-safe; every
-        query calls it). A module asking while the package loads sees what has registered so far."""
+    def ensure_loaded(self, key: tuple[str, str] | None = None) -> "KernelRegistry":
+        """This registry with ``kernel_package`` (or what ``load_op`` loads for ``key``) imported,
+        thread-safe. A module asking while the package loads sees what has registered so far."""
         with self._load_lock:
-            if not self._loaded:
-                self._loaded = True
-                try:
-                    __import__(str(self.kernel_package))
-                except BaseException:
-                    self._loaded = False
-                    raise
+            if self._loaded or key in self._ops_loaded:
+                return self
+            if key is not None and self._load_op is not None and self._load_op(key):
+                self._ops_loaded.add(key)
+                return self
+            self._loaded = True
+            try:
+                __import__(str(self.kernel_package))
+            except BaseException:
+                self._loaded = False
+                raise
         return self
 
     @property
@@ -298,7 +297,7 @@ class KernelRegistry:
         if versions is None:
             return None  # a domain onnx has no schemas for: nothing to check against
         if not versions:
-            history = _schema_index().get((d.domain_key, d.op_type))
+            history = schema_history(d.domain_key, d.op_type)
             if not history:
                 return f"{where}: onnx has no op {d.op_type!r} in domain {d.domain_key!r}"
             return (
@@ -360,11 +359,14 @@ class KernelRegistry:
         for entries in self.ensure_loaded()._ops.values():
             yield from entries
 
-    def kernel_defs(self) -> list[KernelDef]:
-        return [e.kernel_def for e in self]
+    def kernel_defs(self, op_type: str | None = None, domain: str = "") -> list[KernelDef]:
+        """Every def, or only ``op_type``'s in ``domain`` (loading only what serves it)."""
+        key = (_domain_key(domain), op_type or "")
+        return [e.kernel_def for e in (self.ensure_loaded(key)._ops.get(key, ()) if op_type else self)]
 
     def has_op(self, op_type: str, domain: str = "") -> bool:
-        return (_domain_key(domain), op_type) in self.ensure_loaded()._ops
+        key = (_domain_key(domain), op_type)
+        return key in self.ensure_loaded(key)._ops
 
     def _formal_types(self, node: "NodeView") -> Any:
         """(input type_strs, output type_strs) per schema formal parameter, cached per op version."""
@@ -397,7 +399,7 @@ class KernelRegistry:
         ``domain`` looks the node up as if it were in another domain (the layout transformer
         asks whether an NCHW node has an NHWC kernel)."""
         key = node.domain_key if domain is None else _domain_key(domain)
-        entries = self.ensure_loaded()._ops.get((key, node.op_type))
+        entries = self.ensure_loaded((key, node.op_type))._ops.get((key, node.op_type))
         refused = self._refused.get((key, node.op_type))
         why_refused = f" (refused at registration: {'; '.join(refused)})" if refused else ""
         if entries is None:

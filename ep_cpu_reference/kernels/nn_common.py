@@ -15,29 +15,15 @@ import numpy as np
 from ep_core.sdk.errors import InvalidArgument
 from ep_core.sdk.geometry import pool_length, same_pads
 from ep_core.sdk.graph import NodeView
-
-
-@functools.lru_cache(maxsize=1)
-def _first_versions() -> dict[tuple[str, str], int]:
-    """(domain, op) -> first opset, built once: walking every schema costs ~25 ms."""
-    from onnx import defs
-
-    out: dict[tuple[str, str], int] = {}
-    for s in defs.get_all_schemas_with_history():
-        key = (s.domain, s.name)
-        out[key] = min(out.get(key, s.since_version), s.since_version)
-    return out
+from ep_core.sdk.kernels import schema_history
 
 
 def first_since(op: str, domain: str = "") -> int:
     """The first opset that defines ``op`` (registrations start there so validate() finds a schema)."""
-    version = _first_versions().get((domain, op))
-    if version is None:  # a schema registered since the index was built (contrib ops)
-        _first_versions.cache_clear()
-        version = _first_versions().get((domain, op))
-    if version is None:
+    history = schema_history(domain or "ai.onnx", op)
+    if not history:
         raise ValueError(f"no ONNX schema for {domain or 'ai.onnx'}::{op}")
-    return version
+    return history[0].since
 
 
 def compute_dtype(dt: np.dtype) -> np.dtype:

@@ -431,3 +431,38 @@ def test_the_machine_covers_the_code_kernels_import() -> None:
     assert imported <= set(kernel_cache.BUILT_IN) and "codegen.py" in kernel_cache.BUILT_IN
     digest = hashlib.sha256(b"".join((pkg / f).read_bytes() for f in kernel_cache.BUILT_IN)).hexdigest()[:16]
     assert digest in kernel_cache.machine()["ep"]
+
+
+HASHING = """
+import json, sys
+from pathlib import Path
+import numpy as np
+from ep_numba_cpu import codegen, kernel_cache
+body = 'x[0] + hash("ep-core") % 1000' if sys.argv[2] == "hash" else "x[0] + 1.0"
+source = f'''
+def kernel(x, out):
+    out[0] = {body}
+'''
+ck = codegen.compile_kernel(source, "float64:1:C:r,float64:1:C:w", False, kernel_cache.KernelCache(Path(sys.argv[1]), 1 << 30))
+out = np.zeros(1)
+ck.dispatcher(np.ones(3), out)
+print(json.dumps({"out": float(out[0]), "hashing": "numba.cpython.hashing" in sys.modules, **codegen.STATS}))
+"""
+
+
+@pytest.mark.parametrize("hashes", [True, False])
+def test_a_rebuilt_kernel_links_the_hash_secret_only_where_its_code_names_it(tmp_path: Path, hashes: bool) -> None:
+    """Numba's string hashing reads secret symbols that importing ``numba.cpython.hashing``
+    defines (~17 ms): a kernel rebuilt from the cache in a fresh process whose machine code names
+    them has it imported, links and computes what the compiling process did; one that does not
+    hash leaves it unimported (it was imported for every rebuild before)."""
+    runs = []
+    for _ in range(2):  # compile and store, then rebuild in a new process
+        args = [sys.executable, "-c", HASHING, str(tmp_path / "kc"), "hash" if hashes else "plain"]
+        run = subprocess.run(args, capture_output=True, text=True, env=dict(os.environ, PYTHONHASHSEED="7"))
+        assert run.returncode == 0, run.stderr[-3000:]
+        runs.append(json.loads(run.stdout.strip().splitlines()[-1]))
+    (first, second) = runs
+    assert first["compiled"] == 1 and second["cached"] == 1 and second["compiled"] == 0
+    assert second["out"] == first["out"] and (second["out"] != 2.0) is hashes
+    assert second["hashing"] is hashes

@@ -243,22 +243,23 @@ import sys
 from ep_cpu_reference.kernels import conv_plan, delegated, nn_common  # helpers, and a family imported first
 from ep_cpu_reference.registry import REGISTRY
 print("families" if "ep_cpu_reference.families" in sys.modules else "light")
-print(REGISTRY.has_op("Relu"))  # a query loads the families
+print(REGISTRY.has_op("Relu"))  # a query about one op loads the families that register it
+print("families" if "ep_cpu_reference.families" in sys.modules else "light")
 print(sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in REGISTRY.kernel_defs()))
 """
 
 
-def test_helpers_load_no_family_and_the_first_query_loads_all_in_order() -> None:
+def test_helpers_load_no_family_and_a_whole_query_loads_all_in_order() -> None:
     """Importing the kernel helpers (what the Numba CPU EP imports) loads no family, and importing
     ``delegated`` registers nothing (``families`` calls it after every native kernel): the reference
-    EP's ~50 ms of registration waits for the first query, which then registers every kernel as a
-    plain ``registry()`` does."""
+    EP's ~70 ms of registration waits for a query. One about an op loads only its families
+    (``family_index``); one about every kernel then registers the rest as ``registry()`` does."""
     import subprocess
     import sys
 
     run = subprocess.run([sys.executable, "-c", _LOAD_ORDER], capture_output=True, text=True, check=True)
-    light, has_relu, defs = run.stdout.strip().splitlines()
-    assert (light, has_relu) == ("light", "True")
+    light, has_relu, still_light, defs = run.stdout.strip().splitlines()
+    assert (light, has_relu, still_light) == ("light", "True", "light")
     assert defs == str(
         sorted((d.domain_key, d.op_type, d.since_version, d.delegated) for d in registry().kernel_defs())
     )
@@ -309,6 +310,7 @@ def test_an_eps_custom_op_named_like_an_onnx_op_leaves_the_reference_ep_working(
 
 
 _FAILED_LOAD = """
+import sys
 from ep_core.sdk.kernels import KernelRegistry
 from ep_cpu_reference.registry import REGISTRY
 
@@ -317,30 +319,37 @@ calls, real = [0], KernelRegistry.add
 
 def add(self, kernel_def, builder):
     calls[0] += 1
-    if calls[0] == 150:
+    if calls[0] == int(sys.argv[1]):
         raise KeyboardInterrupt("interrupted while registering")
     return real(self, kernel_def, builder)
 
 
 KernelRegistry.add = add
-for _ in range(2):
+first = REGISTRY.kernel_defs if sys.argv[2] == "whole" else (lambda: REGISTRY.has_op("Relu"))
+for query in (first, lambda: REGISTRY.has_op("Relu"), REGISTRY.kernel_defs):
     try:
-        REGISTRY.has_op("Relu")
+        query()
         print("served")
     except BaseException as exc:
         print(type(exc).__name__, str(exc))
 """
 
 
-def test_a_load_that_fails_part_way_keeps_raising_its_first_failure() -> None:
-    """A family load interrupted part-way cannot be retried (the families before it stay imported;
-    re-running the failed one would register its kernels twice): every later query raises an
-    EP_FAIL naming the first failure, not a misleading duplicate-registration error."""
+@pytest.mark.parametrize(("at", "first_query"), [(150, "whole"), (3, "one op")])
+def test_a_load_that_fails_part_way_keeps_raising_its_first_failure(at: int, first_query: str) -> None:
+    """A family load interrupted part-way, by a query about every kernel or about one op, cannot be
+    retried (the families before it stay imported; re-running the failed one would register its
+    kernels twice): every later query, of either kind, raises an EP_FAIL naming the first failure,
+    not a misleading duplicate-registration error."""
     import subprocess
     import sys
 
-    run = subprocess.run([sys.executable, "-c", _FAILED_LOAD], capture_output=True, text=True, check=True)
-    first, second = run.stdout.strip().splitlines()
+    run = subprocess.run(
+        [sys.executable, "-c", _FAILED_LOAD, str(at), first_query], capture_output=True, text=True, check=True
+    )
+    first, *later = run.stdout.strip().splitlines()
     assert first == "KeyboardInterrupt interrupted while registering"
-    assert second.startswith("EpFail ") and "KeyboardInterrupt: interrupted while registering" in second
-    assert "start a new process" in second and "twice" not in second
+    assert len(later) == 2
+    for line in later:
+        assert line.startswith("EpFail ") and "KeyboardInterrupt: interrupted while registering" in line
+        assert "start a new process" in line and "twice" not in line

@@ -94,16 +94,13 @@ def register_ep_context_schema() -> None:
     """Register EPContext with ``onnx.defs`` once per process (idempotent, thread-safe; a schema
     registered by someone else first is kept)."""
     global _registered
-    if _registered:
-        return
     with _lock:
-        if _registered:
-            return
-        from onnx import defs
+        if not _registered:
+            from onnx import defs
 
-        if not defs.has(EP_CONTEXT_OP, SINCE_VERSION, MS_DOMAIN):
-            defs.register_schema(build_schema())
-        _registered = True
+            if not defs.has(EP_CONTEXT_OP, SINCE_VERSION, MS_DOMAIN):
+                defs.register_schema(build_schema())
+            _registered = True
 
 
 def attribute_defaults() -> dict[str, Any]:

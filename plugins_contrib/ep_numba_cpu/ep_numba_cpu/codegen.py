@@ -224,7 +224,7 @@ def _rebuild(key: str, source: str, parallel: bool, payload: bytes, fail: Callab
         raise fail(f"kernel {key}: payload is not a Numba object-code library")
     disp = numba.njit(parallel=parallel, nogil=True, error_model="numpy")(py_func)
     ctx = disp.targetctx
-    _ready_to_link(ctx)
+    _ready_to_link(ctx, payload)
     try:
         cres = compiler.CompileResult._rebuild(ctx, *data)
     except Exception as exc:
@@ -234,18 +234,20 @@ def _rebuild(key: str, source: str, parallel: bool, payload: bytes, fail: Callab
     return disp
 
 
-def _ready_to_link(ctx: Any) -> None:
-    """What linking stored machine code needs of Numba's CPU target, once per process: its runtime
-    (NRT) and hash-secret symbols. Not ``ctx.refresh()`` (what Numba's own cache loader calls): it
-    imports every lowering registry, about 0.3 s per process that only compiling needs (and any
-    compile refreshes the target itself)."""
+def _ready_to_link(ctx: Any, payload: bytes) -> None:
+    """What linking stored machine code needs of Numba's CPU target: its runtime (NRT), once per
+    process, and the hash-secret symbols if the code names them (defining them imports
+    ``numba.cpython.hashing``, ~17 ms, and only a kernel that hashes strings uses them). Not
+    ``ctx.refresh()`` (what Numba's own cache loader calls): it imports every lowering registry,
+    about 0.3 s per process that only compiling needs (and any compile refreshes the target)."""
     global _linkable
     if not _linkable:
-        import numba.cpython.hashing  # noqa: F401  (defines the _numba_hashsecret_* symbols)
         from numba.core.runtime import rtsys
 
         rtsys.initialize(ctx)
         _linkable = True
+    if b"_numba_hashsecret_" in payload:
+        import numba.cpython.hashing  # noqa: F401  (defines the _numba_hashsecret_* symbols)
 
 
 _linkable = False

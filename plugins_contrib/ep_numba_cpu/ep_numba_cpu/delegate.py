@@ -11,7 +11,6 @@ to the reference builder. Compiling a model and loading a context both go throug
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,18 +45,12 @@ _TYPE_STRS = {  # ONNX type strings of the dtypes a delegated value may have
 
 
 def reference() -> KernelRegistry:
-    """The reference EP's kernel registry (its kernel modules imported on first use)."""
-    from ep_cpu_reference.registry import registry
+    """The reference EP's kernel registry: a query about an op imports only the kernel families
+    that register it (its schema too, for a contrib op), so a context whose groups delegate a few
+    ops does not import all ~50 (~70 ms)."""
+    from ep_cpu_reference.registry import REGISTRY
 
-    return registry()
-
-
-@functools.cache
-def _defs_by_op() -> dict[tuple[str, str], tuple[KernelDef, ...]]:
-    out: dict[tuple[str, str], list[KernelDef]] = {}
-    for d in reference().kernel_defs():
-        out.setdefault((d.domain_key, d.op_type), []).append(d)
-    return {k: tuple(v) for k, v in out.items()}
+    return REGISTRY
 
 
 def domain_key(domain: str) -> str:
@@ -65,36 +58,29 @@ def domain_key(domain: str) -> str:
 
 
 def schema(op: str, domain: str, opset: int) -> Any:
-    """The ONNX schema in effect for ``op`` at ``opset`` (after the reference EP registered its
-    contrib schemas), or None."""
+    """The ONNX schema in effect for ``op`` at ``opset`` (a contrib op's as the reference EP
+    registers it), or None."""
     from onnx import defs
 
-    reference()
+    reference().has_op(op, domain)  # imports what registers its schema
     try:
         return defs.get_schema(op, opset, "" if domain in ("", "ai.onnx") else domain)
     except Exception:
         return None
 
 
-def _newest_opset(domain: str) -> int:
-    """The newest opset onnx (with the reference EP's contrib schemas) knows of in ``domain``, 0
-    for a domain it does not know: its registry's version range (walking every schema for it
-    cost ~5 ms a process, paid by every session from an EPContext model)."""
+def served(op: str, domain: str, opset: int) -> bool:
+    """Whether a reference kernel covers ``op`` at ``opset`` (an opset onnx, with the reference
+    EP's contrib schemas, knows of), and the op has no subgraph attributes (control flow runs in
+    the core, which partitions its bodies)."""
     from onnx import defs
 
-    reference()
-    found = defs.C.schema_version_map().get("" if domain in ("", "ai.onnx") else domain)
-    return int(found[1]) if found else 0
-
-
-def served(op: str, domain: str, opset: int) -> bool:
-    """Whether a reference kernel covers ``op`` at ``opset`` (an opset onnx knows of), and the op
-    has no subgraph attributes (control flow runs in the core, which partitions its bodies)."""
-    if op in NEVER or opset > _newest_opset(domain):
+    if op in NEVER:
         return False
-    defs = _defs_by_op().get((domain_key(domain), op), ())
+    kernels = reference().kernel_defs(op, domain)
+    newest = defs.C.schema_version_map().get("" if domain in ("", "ai.onnx") else domain)
     s = schema(op, domain, opset)
-    if s is None or not any(d.covers(opset) for d in defs):
+    if not newest or opset > int(newest[1]) or s is None or not any(d.covers(opset) for d in kernels):
         return False
     return not any(a.type.name in ("GRAPH", "GRAPHS") for a in s.attributes.values())
 
@@ -164,7 +150,7 @@ class GroupRegistry(KernelRegistry):
             return True
         if op_type in COMPILED_FUSIONS:
             return False
-        return (domain_key(domain), op_type) in _defs_by_op()
+        return reference().has_op(op_type, domain)
 
 
 COMPILED_FUSIONS = ("FusedConv", "FusedGemm", "FusedMatMul")
@@ -291,7 +277,7 @@ def declared_ops() -> list[KernelDef]:
     from ep_core.sdk.kernels import schema_versions
 
     out = []
-    for d in reference().kernel_defs():
+    for d in reference().kernel_defs():  # every family
         versions = schema_versions(d) or ()
         if d.op_type in NEVER or any(
             a.type.name in ("GRAPH", "GRAPHS") for v in versions for a in _attrs_of(d, v.since)
