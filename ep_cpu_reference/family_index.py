@@ -24,8 +24,6 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
-from ep_core.sdk.errors import EpFail
-
 INDEX_FILE = Path(__file__).with_name("family_index.json")
 KERNELS = "ep_cpu_reference.kernels"
 DELEGATED = "delegated"  # the family that registers last: ``register_all`` delegates what no native one serves
@@ -40,28 +38,18 @@ def family_modules() -> list[str]:
 
 
 def import_family(name: str) -> ModuleType:
-    """Import one family (once). A failure part-way is remembered in ``registry.LOAD_FAILURE`` and
-    raised by every later load: the families imported before it stay imported, and importing the
-    failed one again would register its kernels twice."""
-    from ep_cpu_reference import EP_NAME, registry
-
-    if registry.LOAD_FAILURE:
-        raise EpFail(
-            f"{EP_NAME}: its kernels failed to load earlier in this process ({registry.LOAD_FAILURE}); "
-            "start a new process to use it"
-        )
-    try:
-        return importlib.import_module(f"{KERNELS}.{name}")
-    except BaseException as exc:
-        registry.LOAD_FAILURE = f"{type(exc).__name__}: {exc}"
-        raise
+    """Import one family (once). A failure part-way is not retried: the registry raises it on every
+    later query (``KernelRegistry.ensure_loaded``), since importing the family again would register
+    its kernels twice."""
+    return importlib.import_module(f"{KERNELS}.{name}")
 
 
 def sources_sha256() -> str:
-    """The sha256 over every module of the kernels package (name and bytes), ~2 ms."""
-    digest = hashlib.sha256()
-    for path in sorted(Path(importlib.import_module(KERNELS).__path__[0]).glob("*.py")):
-        digest.update(path.name.encode() + b"\0" + path.read_bytes() + b"\0")
+    """The sha256 over every Python file below the kernels package (path and bytes; subpackages'
+    too, a family may be one), ~2 ms."""
+    digest, root = hashlib.sha256(), Path(importlib.import_module(KERNELS).__path__[0])
+    for path in sorted(root.rglob("*.py")):
+        digest.update(path.relative_to(root).as_posix().encode() + b"\0" + path.read_bytes() + b"\0")
     return digest.hexdigest()
 
 
@@ -76,7 +64,7 @@ def _index() -> dict[str, list[str]] | None:
     """The index's op table, or None when it is missing, malformed or made from other sources."""
     try:
         data = json.loads(INDEX_FILE.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+    except Exception:  # unreadable, not JSON, nested too deep to parse (RecursionError): not used
         return None
     if not isinstance(data, dict) or data.get("onnx") != _onnx_version():
         return None

@@ -9,7 +9,6 @@ from ep_cpu_reference import EP_NAME
 from ep_cpu_reference.family_index import load_op
 
 REGISTRY = KernelRegistry(EP_NAME, kernel_package="ep_cpu_reference.families", load_op=load_op)
-LOAD_FAILURE = ""  # set by ``family_index.import_family`` when a load fails part-way: later loads raise it
 
 
 def registry() -> KernelRegistry:

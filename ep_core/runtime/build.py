@@ -20,6 +20,7 @@ from ep_core.host.graphs import GraphCapture
 from ep_core.host.session import SessionHost
 from ep_core.host.trace import Profiler
 from ep_core.optimizer import optimize_model
+from ep_core.optimizer.schemas import register_schemas
 from ep_core.runtime import context_write
 from ep_core.runtime.compatibility import validate_model_compatibility
 from ep_core.runtime.engine import Built
@@ -91,7 +92,7 @@ def build(request: BuildRequest) -> Built:
     try:
         for sel in selected:
             built.eps.append(EpInstance(sel, options, request.registry, host.log))
-        _register_custom_domains(built.eps)
+        register_schemas(proto, built.eps)
         built.declared = type(proto.graph)(output=proto.graph.output, value_info=proto.graph.value_info)
         built.model = check_and_infer(proto)
         kernels, budget = built.eps[0].kernel_registry if built.eps else None, materialise_budget(built.model.graph)
@@ -134,20 +135,6 @@ def build(request: BuildRequest) -> Built:
 def _trace(profiler: Profiler | None, phase: str, t0: int) -> None:
     if profiler is not None:
         profiler.phase(phase, t0)
-
-
-def _register_custom_domains(eps: list[EpInstance]) -> None:
-    from onnx import defs
-
-    for ep in eps:
-        for schema in ep.handle.call("ep_factory_get_custom_op_domains", default=None) or ():
-            if not defs.has(schema.name, schema.since_version, schema.domain):
-                # onnx.reference builds its op table at import and refuses a name in two domains
-                # (a custom Gelu beside ai.onnx's): import it first, or the reference EP's kernels
-                # (which import it when they load) could not load later in this process
-                import onnx.reference  # noqa: F401
-
-                defs.register_schema(schema)
 
 
 def _new_context(built: Built, model_id: str) -> SessionContext:

@@ -94,17 +94,15 @@ OpLoader = Callable[[tuple[str, str]], bool]  # (domain key, op) -> whether it l
 
 @dataclass(frozen=True)
 class KernelDef:
-    """Which nodes a kernel serves.
-
-    ``since_version`` is the first opset served; without ``end_version`` the kernel serves every
-    later schema version too (a def with a higher ``since`` for the same op takes over from
-    there), so an EP declares ``since`` only, and ``end_version`` where semantics changed.
-    ``type_constraints`` maps a schema type-constraint name (``T``, ``T1`` ...) to the type strings
-    the kernel accepts; constraints not named accept whatever the schema allows.
-    ``host_inputs``/``host_outputs`` list positions that live in host memory whatever the EP's
-    device is (shape tensors, axes), so the planner copies only what must move; a host output
-    is complete when ``compute`` returns (no stream waits for it).
-    ``delegated`` marks kernels that forward to ``onnx.reference`` so reports can show it."""
+    """Which nodes a kernel serves. ``since_version`` is the first opset served; without
+    ``end_version`` the kernel serves every later schema version too (a def with a higher ``since``
+    for the same op takes over from there), so an EP declares ``since`` only, and ``end_version``
+    where semantics changed. ``type_constraints`` maps a schema type-constraint name (``T``, ``T1``
+    ...) to the type strings the kernel accepts; constraints not named accept whatever the schema
+    allows. ``host_inputs``/``host_outputs`` list positions that live in host memory whatever the
+    EP's device is (shape tensors, axes), so the planner copies only what must move; a host output
+    is complete when ``compute`` returns (no stream waits for it). ``delegated`` marks kernels that
+    forward to ``onnx.reference`` so reports can show it."""
 
     op_type: str
     domain: str = ""
@@ -240,8 +238,7 @@ _ALL_REGISTRIES: "weakref.WeakSet[KernelRegistry]" = weakref.WeakSet()
 
 
 def registry_problems(ep_name: str) -> list[str]:
-    """Kernels refused so far by every registry of ``ep_name`` in this process (``ep-core
-    providers`` shows them; a registry that loads its kernels lazily reports once loaded)."""
+    """Kernels refused so far by every registry of ``ep_name`` in this process (``ep-core providers``)."""
     return list(dict.fromkeys(p for r in list(_ALL_REGISTRIES) if r.ep_name == ep_name for p in r.problems))
 
 
@@ -261,24 +258,28 @@ class KernelRegistry:
         self._refused: dict[tuple[str, str], list[str]] = {}
         self._type_cache: dict[tuple[str, str, int], Any] = {}
         self._loaded = kernel_package is None
-        self._load_op, self._ops_loaded = load_op, set[tuple[str, str]]()
+        self._load_op, self._ops_loaded, self._failed = load_op, set[tuple[str, str]](), ""
         self._load_lock = threading.RLock()  # held while loading: other threads wait for all of it
         _ALL_REGISTRIES.add(self)
 
     def ensure_loaded(self, key: tuple[str, str] | None = None) -> "KernelRegistry":
-        """This registry with ``kernel_package`` (or what ``load_op`` loads for ``key``) imported,
-        thread-safe. A module asking while the package loads sees what has registered so far."""
+        """``kernel_package`` (or what ``load_op`` loads for ``key``) imported, thread-safe; a module asking
+        while it loads sees what has registered so far. A failed load raises again on every later query."""
         with self._load_lock:
+            if self._failed:  # its modules stay imported: loading again would register kernels twice
+                raise EpFail(
+                    f"{self.ep_name}: its kernels failed to load ({self._failed}); start a new process to use it"
+                )
             if self._loaded or key in self._ops_loaded:
                 return self
-            if key is not None and self._load_op is not None and self._load_op(key):
-                self._ops_loaded.add(key)
-                return self
-            self._loaded = True
             try:
+                if key is not None and self._load_op is not None and self._load_op(key):
+                    self._ops_loaded.add(key)
+                    return self
+                self._loaded = True
                 __import__(str(self.kernel_package))
-            except BaseException:
-                self._loaded = False
+            except BaseException as exc:
+                self._failed = f"{type(exc).__name__}: {exc}"
                 raise
         return self
 
@@ -297,16 +298,14 @@ class KernelRegistry:
         if versions is None:
             return None  # a domain onnx has no schemas for: nothing to check against
         if not versions:
-            history = schema_history(d.domain_key, d.op_type)
-            if not history:
+            if not (history := schema_history(d.domain_key, d.op_type)):
                 return f"{where}: onnx has no op {d.op_type!r} in domain {d.domain_key!r}"
             return (
                 f"{where}: no schema at opset {d.since_version}; {d.op_type} versions begin at opsets "
                 f"{[v.since for v in history]}, so register it with since={history[0].since} or later"
             )
         names = sorted({c for v in versions for c in v.constraints})
-        unknown = [c for c in d.type_constraints if c not in names]
-        if unknown:
+        if unknown := [c for c in d.type_constraints if c not in names]:
             return (
                 f"{where}: type constraint {', '.join(map(repr, unknown))} does not exist in its schema "
                 f"(versions {[v.since for v in versions]} have {names})"

@@ -499,3 +499,35 @@ def test_a_schema_registered_at_run_time_is_found_by_its_ops_history_alone() -> 
         defs.get_all_schemas_with_history = real_walk  # type: ignore[assignment]
         defs.deregister_schema(name, 3, "")
         kernels._HISTORIES.pop(("ai.onnx", name), None)
+
+
+def test_a_kernel_package_that_fails_part_way_raises_its_failure_on_every_later_query(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Any EP's lazily loaded kernels (the CUDA EP's too, not only the reference EP's): a package
+    that registered some kernels and then failed is not imported again (that would register them
+    twice, a misleading error); every later query raises an EP_FAIL naming the first failure."""
+    (tmp_path / "flaky_registry.py").write_text(
+        "from ep_core.sdk.kernels import KernelRegistry\n"
+        "REG = KernelRegistry('FlakyExecutionProvider', kernel_package='flaky_kernels')\n"
+    )
+    (tmp_path / "flaky_kernels").mkdir()
+    (tmp_path / "flaky_kernels" / "__init__.py").write_text(
+        "from flaky_registry import REG\n"
+        "REG.register('Relu', since=14)(lambda node, ctx: None)\n"
+        "raise RuntimeError('disk went away')\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import flaky_registry  # type: ignore[import-not-found]
+
+    try:
+        with pytest.raises(RuntimeError, match="disk went away"):
+            flaky_registry.REG.has_op("Relu")
+        for query in (lambda: flaky_registry.REG.has_op("Relu"), flaky_registry.REG.kernel_defs):
+            with pytest.raises(EpFail) as err:
+                query()
+            assert "FlakyExecutionProvider" in str(err.value) and "RuntimeError: disk went away" in str(err.value)
+            assert "start a new process" in str(err.value) and "twice" not in str(err.value)
+    finally:
+        for name in ("flaky_registry", "flaky_kernels"):
+            sys.modules.pop(name, None)

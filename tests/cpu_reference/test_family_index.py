@@ -9,6 +9,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 from onnx import TensorProto, helper
 
@@ -130,3 +131,75 @@ def test_a_reference_session_imports_only_the_families_of_its_ops(tmp_path: Path
     got = json.loads(run.stdout.strip().splitlines()[-1])
     assert got["y"] == pytest.approx(2.0) and got["all"] is False
     assert {"elementwise", "reduction"} <= set(got["families"]) and len(got["families"]) < 10
+
+
+def test_an_index_too_deeply_nested_to_parse_loads_every_family(index_file) -> None:  # type: ignore[no-untyped-def]
+    path, _ = index_file
+    path.write_text("[" * 100_000, encoding="utf-8")  # json raises RecursionError, not ValueError
+    assert family_index.load_op(("ai.onnx", "Relu")) is False
+
+
+def test_the_sources_digest_covers_files_in_subpackages(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A family may be a subpackage: editing a file inside one makes the index stale too."""
+    package = tmp_path / "kernels_copy"
+    (package / "sub").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "top.py").write_text("X = 1\n")
+    (package / "sub" / "__init__.py").write_text("")
+    (package / "sub" / "inner.py").write_text("Y = 1\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(family_index, "KERNELS", "kernels_copy")
+    before = family_index.sources_sha256()
+    (package / "sub" / "inner.py").write_text("Y = 2\n")
+    assert family_index.sources_sha256() != before
+    sys.modules.pop("kernels_copy", None)
+
+
+_CONTRIB_FIRST = """
+import json, sys, warnings
+import numpy as np
+from onnx import TensorProto, helper
+import ep_core
+
+warnings.simplefilter("ignore")
+P = ["CpuReferenceExecutionProvider"]
+x = np.array([-1, 0.5, 1, 2], np.float32)
+if sys.argv[1] == "second":  # a session before it, whose ops load other families
+    g = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 17)], ir_version=10)
+    ep_core.InferenceSession(m.SerializeToString(), providers=P).run(None, {"x": x})
+model = open(sys.argv[2], "rb").read()
+print(json.dumps(ep_core.InferenceSession(model, providers=P).run(None, {"x": x})[0].tolist()))
+"""
+
+
+@pytest.mark.parametrize("when", ["first", "second"])
+def test_a_function_named_like_a_contrib_op_is_the_op_as_in_onnxruntime(tmp_path: Path, when: str) -> None:
+    """A model-local function com.microsoft::Gelu (body: Neg) beside the contrib op of that name:
+    onnxruntime runs the op. The session registers the schemas of the model's contrib ops (each EP
+    is asked about them) before checking and inlining, in a process's first session as in a later
+    one, so ep-core runs the op too."""
+    import onnxruntime as ort
+
+    f = helper.make_function(
+        "com.microsoft", "Gelu", ["X"], ["Y"], [helper.make_node("Neg", ["X"], ["Y"])], [helper.make_opsetid("", 17)]
+    )
+    graph = helper.make_graph(
+        [helper.make_node("Gelu", ["x"], ["y"], domain="com.microsoft")],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [4])],
+    )
+    opsets = [helper.make_opsetid("", 17), helper.make_opsetid("com.microsoft", 1)]
+    model = helper.make_model(graph, opset_imports=opsets, functions=[f], ir_version=10)
+    path = tmp_path / "m.onnx"
+    path.write_bytes(model.SerializeToString())
+    run = subprocess.run([sys.executable, "-c", _CONTRIB_FIRST, when, str(path)], capture_output=True, text=True)
+    assert run.returncode == 0, run.stderr[-3000:]
+    got = json.loads(run.stdout.strip().splitlines()[-1])
+    x = np.array([-1, 0.5, 1, 2], np.float32)
+    want = ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"]).run(None, {"x": x})[0]
+    np.testing.assert_allclose(got, want, rtol=1e-6, atol=1e-7)
+    assert got[0] < 0 < got[1]  # Gelu, not the function's Neg
