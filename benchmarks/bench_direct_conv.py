@@ -1,10 +1,8 @@
-"""Dense float32 convolutions of the zoo's shapes, at one thread each (or ``--threads N``):
-onnxruntime's CPU EP (MLAS), the reference EP's im2col + BLAS plan (what the Numba CPU EP runs
-where the direct kernel does not serve), and the Numba CPU EP's compiled direct kernel
-(``ep_numba_cpu.direct_conv``: its serial variant at one thread, the parallel one at more), with
-each one's GFLOP/s.
+"""Dense float32 convolutions of the zoo's shapes, one thread each: onnxruntime's CPU EP (MLAS),
+the reference EP's im2col + BLAS plan (what the Numba CPU EP ran before), and the Numba CPU EP's
+compiled direct kernel (``ep_numba_cpu.direct_conv``), with each one's GFLOP/s.
 
-    .venv/bin/python benchmarks/bench_direct_conv.py [--threads N]
+    .venv/bin/python benchmarks/bench_direct_conv.py
 
 Each time is the best of five slices of 0.1 s after three warm-up calls; the direct kernel's time
 includes splitting the input into its stride phases (``Plan.fill``), as a run does. The outputs
@@ -13,11 +11,9 @@ are checked against onnxruntime's (max error relative to the output's largest va
 from __future__ import annotations
 
 import os
-import sys
 
-THREADS = int(sys.argv[sys.argv.index("--threads") + 1]) if "--threads" in sys.argv else 1
 for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "NUMBA_NUM_THREADS"):
-    os.environ[_var] = str(THREADS)
+    os.environ[_var] = "1"
 
 import time  # noqa: E402
 from collections.abc import Callable  # noqa: E402
@@ -76,7 +72,7 @@ def row(c: int, m: int, side: int, k: int, s: int, group: int, kernel: Any, rng:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)], ir_version=8)
     so = ort.SessionOptions()
-    so.intra_op_num_threads = THREADS
+    so.intra_op_num_threads = 1
     sess = ort.InferenceSession(model.SerializeToString(), so, providers=["CPUExecutionProvider"])
     want = sess.run(None, {"x": x})[0]
     out = (side + 2 * p - k) // s + 1
@@ -108,12 +104,9 @@ def main() -> None:
 
     from ep_numba_cpu import codegen, direct_conv
 
-    ks = direct_conv.kernel_source(THREADS > 1)
+    ks = direct_conv.kernel_source()
     kernel = codegen.compile_kernel(ks.source, ks.signature, ks.parallel).dispatcher
-    print(
-        f"# onnxruntime {ort.__version__}; {THREADS} thread(s) each; AVX-512 for the direct kernel: "
-        f"{direct_conv.available()}"
-    )
+    print(f"# onnxruntime {ort.__version__}; AVX-512 for the direct kernel: {direct_conv.available()}")
     print(
         "| convolution | onnxruntime (ms) | im2col + BLAS (ms) | direct (ms) | GFLOP/s (ORT / BLAS / direct) "
         "| direct / ORT | max rel. err |"

@@ -107,7 +107,6 @@ micro = _micro(TILE, VECS)
 # g[7] groups, g[8] input channels a group, g[9] tiles of 8 output channels a group, g[10] taps a
 # tile (channels x kh x kw), g[11] flat positions a tile computes (a multiple of 16)
 _KERNEL = """import numpy as np
-from numba import prange
 from ep_numba_cpu.direct_conv import TILE, VECS, micro
 
 
@@ -133,15 +132,13 @@ def kernel(out, xpad, w, offsets, bias, yflat, g):
     if top + (group - 1) * cg * plane + lpad > image + lpad:
         return 1
     mg = m // group
-    blocks = lpad // (16 * VECS)
     for b in range(nb):
         for gi in range(group):
-            for job in prange(tiles * blocks):
-                t = job // blocks
-                p = (job - t * blocks) * 16 * VECS
-                at = b * image + gi * cg * plane + p
-                micro(xpad, at, offsets, kk, w, (gi * tiles + t) * kk * TILE, yflat, t * TILE * lpad + p, lpad)
-            for oc in prange(mg):
+            for t in range(tiles):
+                for p in range(0, lpad, 16 * VECS):
+                    at = b * image + gi * cg * plane + p
+                    micro(xpad, at, offsets, kk, w, (gi * tiles + t) * kk * TILE, yflat, t * TILE * lpad + p, lpad)
+            for oc in range(mg):
                 bv = bias[gi * mg + oc]
                 for i in range(ho):
                     src = oc * lpad + i * wq
@@ -152,15 +149,12 @@ def kernel(out, xpad, w, offsets, bias, yflat, g):
 """
 
 
-def kernel_source(parallel: bool) -> Any:
-    """The one kernel every direct convolution runs (its geometry is data: compiled once), serial
-    for a session of one thread, else spread over its threads by (tile, block of 16 positions) and
-    by output channel: each output value is one thread's, summed in the same order, so both
-    variants give the same bits at any thread count (2 threads: 1.9-2x one's speed)."""
+def kernel_source() -> Any:
+    """The one kernel every direct convolution runs (its geometry is data: compiled once)."""
     from ep_numba_cpu.generate import KernelSource
 
     sig = "float32:4:C:w,float32:1:C:r,float32:1:C:r,int64:1:C:r,float32:1:C:r,float32:1:C:w,int64:1:C:r"
-    return KernelSource(_KERNEL, sig, parallel)
+    return KernelSource(_KERNEL, sig, False)
 
 
 def available() -> bool:

@@ -185,9 +185,9 @@ class NumbaCpuEp:
         return threads >= 4 and (numel is None or numel >= 1 << 16)
 
     def _one_thread(self) -> bool:
-        """Whether the session asks for one thread (``intra_op_num_threads=1``): its direct
-        convolutions take the serial kernel, others the parallel one (a plan follows the option,
-        not the CPUs of the process that compiled it; both variants give the same bits)."""
+        """Whether the session asks for one thread (``intra_op_num_threads=1``): only then is the
+        serial direct convolution planned (a plan follows the option, not the CPUs of the process
+        that compiled it), and every run of the plan takes it (``runtime._conv_plan``)."""
         return int(getattr(self.session_options, "intra_op_num_threads", 0) or 0) == 1
 
     def host(self) -> Host:

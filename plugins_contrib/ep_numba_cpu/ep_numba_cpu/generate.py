@@ -87,7 +87,7 @@ def expand(
             w = weights.get(step["inputs"][1])
             if w is None or not direct_conv.serves(step["attrs"], w.shape, str(w.dtype)):
                 raise SpecError(f"plan.steps[{k}].direct: the direct kernel does not serve this convolution")
-            runtime["direct"] = add(direct_conv.kernel_source(step["direct"]["parallel"]))
+            runtime["direct"] = add(direct_conv.kernel_source())
         steps.append(runtime)
     return {"inputs": list(plan["inputs"]), "outputs": list(plan["outputs"]), "steps": steps}, kernels
 

@@ -301,8 +301,8 @@ def build_plan(
     one_thread: bool = False,
 ) -> GroupPlan:
     """The plan of one fused group (``view`` holds its nodes; ``inputs``/``outputs`` are the fused
-    node's). ``one_thread``: the session runs on one thread, so dense convolutions that take the
-    direct kernel (``direct_conv``) take its serial variant (the choice is recorded in the step)."""
+    node's). ``one_thread``: the session runs on one thread, so dense convolutions may take the
+    serial direct kernel (``direct_conv``; the choice is recorded in the step)."""
     graph = _WithSynthetic(view)
     consts: dict[str, np.ndarray] = {}
     members = list(view.nodes)
@@ -351,8 +351,8 @@ def build_plan(
             if kind == "conv":
                 body["depthwise"] = _depthwise(graph, node, parallel)
                 if body["depthwise"] is None:
-                    if _direct(graph, node):
-                        body["direct"] = {"parallel": not one_thread}
+                    if one_thread and _direct(graph, node):
+                        body["direct"] = True
                     bias_item = _conv_bias_item(graph, node, ins, consts, body)
             steps.append(body)
             where[body["outputs"][0]] = len(steps) - 1

@@ -239,9 +239,8 @@ def _check_step(step: Any, path: str, defined: set[str], weights: Mapping[str, s
     _reads(inputs, f"{path}.inputs", defined, optional=(2,))
     if kind == "conv":
         check_conv_attrs(step["attrs"], f"{path}.attrs")
-        if "direct" in keys:  # (what it serves: ``generate``, with the filter)
-            _obj(step["direct"], f"{path}.direct", {"parallel"})
-            _bool(step["direct"]["parallel"], f"{path}.direct.parallel")
+        if "direct" in keys and step["direct"] is not True:  # (what it serves: ``generate``, with the filter)
+            raise _fail(f"{path}.direct", f"{step['direct']!r:.40} is not true (a step without it leaves the key out)")
         dw = step["depthwise"]
         if dw is not None:
             _obj(dw, f"{path}.depthwise", {"dtype", "parallel"})
