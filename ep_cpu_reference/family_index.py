@@ -29,12 +29,14 @@ KERNELS = "ep_cpu_reference.kernels"
 DELEGATED = "delegated"  # the family that registers last: ``register_all`` delegates what no native one serves
 
 
+def _kernel_modules() -> list[str]:
+    """Every module (and subpackage) of the kernels package, helpers included."""
+    return [m.name for m in pkgutil.iter_modules(importlib.import_module(KERNELS).__path__)]
+
+
 def family_modules() -> list[str]:
     """The native families in load order: name order (``delegated`` and ``_`` helpers apart)."""
-    from ep_cpu_reference import kernels
-
-    names = [m.name for m in pkgutil.iter_modules(kernels.__path__)]
-    return sorted(n for n in names if n != DELEGATED and not n.startswith("_"))
+    return sorted(n for n in _kernel_modules() if n != DELEGATED and not n.startswith("_"))
 
 
 def import_family(name: str) -> ModuleType:
@@ -68,7 +70,7 @@ def _index() -> dict[str, list[str]] | None:
         return None
     if not isinstance(data, dict) or data.get("onnx") != _onnx_version():
         return None
-    ops, known = data.get("ops"), {m.name for m in pkgutil.iter_modules(importlib.import_module(KERNELS).__path__)}
+    ops, known = data.get("ops"), set(_kernel_modules())
     if not isinstance(ops, dict) or not all(
         isinstance(v, list) and v and all(isinstance(m, str) and m in known for m in v) for v in ops.values()
     ):

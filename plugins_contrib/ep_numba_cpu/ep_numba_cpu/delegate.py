@@ -53,10 +53,6 @@ def reference() -> KernelRegistry:
     return REGISTRY
 
 
-def domain_key(domain: str) -> str:
-    return "ai.onnx" if domain in ("", "ai.onnx") else domain
-
-
 def schema(op: str, domain: str, opset: int) -> Any:
     """The ONNX schema in effect for ``op`` at ``opset`` (a contrib op's as the reference EP
     registers it), or None."""
